@@ -1,0 +1,23 @@
+"""depthattn: language models with Depth-Attention (cross-layer value mixing inside attention)."""
+
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from .config import DepthAttentionConfig
+from .depth import DepthState, depth_mix, depth_sources
+from .modeling import DepthAttentionForCausalLM, DepthAttentionModel, DepthAttentionPreTrainedModel
+
+__version__ = "0.1.0"
+
+AutoConfig.register(DepthAttentionConfig.model_type, DepthAttentionConfig, exist_ok=True)
+AutoModel.register(DepthAttentionConfig, DepthAttentionModel, exist_ok=True)
+AutoModelForCausalLM.register(DepthAttentionConfig, DepthAttentionForCausalLM, exist_ok=True)
+
+__all__ = [
+    "DepthAttentionConfig",
+    "DepthAttentionForCausalLM",
+    "DepthAttentionModel",
+    "DepthAttentionPreTrainedModel",
+    "DepthState",
+    "depth_mix",
+    "depth_sources",
+]

@@ -1,0 +1,130 @@
+"""DepthAttentionConfig: the Qwen3 fields under their Qwen3 names, plus the cross-layer switch."""
+
+from __future__ import annotations
+
+import difflib
+
+from transformers import GenerationConfig, PreTrainedConfig
+
+CROSS_LAYER_METHODS = ("none", "depth_attention")
+DEPTH_MIX_RULES = ("softmax", "uniform")
+DEPTH_MIX_STATES = ("v", "kv", "k")
+
+# Keyword arguments that PreTrainedConfig itself consumes (legacy names, loading bookkeeping).
+_HF_INIT_KWARGS = {
+    "torch_dtype", "num_labels", "name_or_path", "output_attentions", "attn_implementation",
+    "experts_implementation", "per_layer_config", "rope_scaling", "partial_rotary_factor",
+    "model_type", "use_return_dict", "layer_types",
+}
+
+
+class DepthAttentionConfig(PreTrainedConfig):
+    r"""Configuration of a Qwen3-style decoder with an optional cross-layer method.
+
+    Qwen3 fields keep their Qwen3 names and meaning. Cross-layer fields:
+
+    cross_layer (`str`, defaults to `"depth_attention"`):
+        `"none"` for a vanilla decoder, `"depth_attention"` for Depth-Attention.
+    depth_stride (`int` or `None`):
+        Layers `j` with `j % depth_stride == 0` are depth sources; `None` means `max(1, num_hidden_layers // 2)`.
+    depth_window (`int`, defaults to 0):
+        The `depth_window` layers directly below each layer are sources too.
+    depth_mix (`str`, defaults to `"softmax"`):
+        `"softmax"` over depth scores, or `"uniform"` (the plain average over the same sources).
+    depth_mix_states (`str`, defaults to `"v"`):
+        What is mixed and cached in place of the layer's own state: `"v"`, `"kv"` or `"k"`.
+        Depth scores always compare the query with each source layer's own key.
+    """
+
+    model_type = "depth_attention"
+    keys_to_ignore_at_inference = ["cache"]
+
+    vocab_size: int = 50304
+    hidden_size: int = 1024
+    intermediate_size: int = 3072
+    num_hidden_layers: int = 24
+    num_attention_heads: int = 16
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    hidden_act: str = "silu"
+    max_position_embeddings: int = 4096
+    initializer_range: float = 0.02
+    rms_norm_eps: float = 1e-5
+    use_cache: bool = True
+    tie_word_embeddings: bool = False
+    rope_theta: float = 1_000_000.0
+    rope_parameters: dict | None = None
+    attention_bias: bool = False
+    attention_dropout: float = 0.0
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+
+    cross_layer: str = "depth_attention"
+    depth_stride: int | None = None
+    depth_window: int = 0
+    depth_mix: str = "softmax"
+    depth_mix_states: str = "v"
+
+    def __post_init__(self, **kwargs):
+        _reject_unknown_keys(self, kwargs)
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        if self.head_dim is None and isinstance(self.num_attention_heads, int) and self.num_attention_heads > 0:
+            if self.hidden_size % self.num_attention_heads:
+                raise ValueError(
+                    f"head_dim is not set and hidden_size ({self.hidden_size}) is not divisible by "
+                    f"num_attention_heads ({self.num_attention_heads}); set head_dim explicitly or change either"
+                )
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        kwargs.pop("layer_types", None)
+        self.layer_types = ["full_attention"] * self.num_hidden_layers
+        super().__post_init__(**kwargs)
+        self.rope_theta = self.rope_parameters.get("rope_theta", self.rope_theta)
+        self._check()
+
+    @property
+    def resolved_depth_stride(self) -> int:
+        return self.depth_stride if self.depth_stride is not None else max(1, self.num_hidden_layers // 2)
+
+    def _check(self):
+        positive = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                    "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be divisible by num_key_value_heads "
+                f"({self.num_key_value_heads}); pick num_key_value_heads among its divisors"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+        if self.rms_norm_eps <= 0:
+            raise ValueError(f"rms_norm_eps must be > 0, got {self.rms_norm_eps}")
+        _check_choice("cross_layer", self.cross_layer, CROSS_LAYER_METHODS)
+        _check_choice("depth_mix", self.depth_mix, DEPTH_MIX_RULES)
+        _check_choice("depth_mix_states", self.depth_mix_states, DEPTH_MIX_STATES)
+        if self.depth_stride is not None and (not isinstance(self.depth_stride, int) or self.depth_stride < 1):
+            raise ValueError(
+                f"depth_stride must be an integer >= 1 or None (None means num_hidden_layers // 2), "
+                f"got {self.depth_stride!r}"
+            )
+        if not isinstance(self.depth_window, int) or self.depth_window < 0:
+            raise ValueError(f"depth_window must be an integer >= 0, got {self.depth_window!r}")
+
+
+def _check_choice(name: str, value, allowed: tuple[str, ...]):
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+
+
+def _reject_unknown_keys(config: PreTrainedConfig, kwargs: dict):
+    generation_keys = set(GenerationConfig._get_default_generation_params())
+    unknown = [k for k in kwargs if not k.startswith("_") and k not in _HF_INIT_KWARGS | generation_keys]
+    if unknown:
+        known = list(config.__dataclass_fields__)
+        hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, known, 1)) else repr(k)
+                 for k in unknown]
+        raise ValueError(f"unknown {type(config).__name__} keys: {', '.join(hints)}")

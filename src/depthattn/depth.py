@@ -1,0 +1,61 @@
+"""Depth-Attention: before sequence attention, a layer's query attends over the keys of a few earlier
+layers at the same position and mixes their (already mixed) values into its own (SPEC §2).
+
+This is the plain reference; fast paths in `depthattn.ops` are tested against it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class DepthState(NamedTuple):
+    """What one layer hands to the layers above it, for the tokens of the current forward pass only."""
+
+    score_key: torch.Tensor  # (B, Hkv, T, d) the layer's own key, compared with later queries
+    key: torch.Tensor        # (B, Hkv, T, d) the key it attends with (mixed when depth_mix_states mixes keys)
+    value: torch.Tensor      # (B, Hkv, T, d) the value it attends with (mixed when depth_mix_states mixes values)
+
+
+def depth_sources(layer_idx: int, stride: int, window: int = 0) -> list[int]:
+    """Earlier layers that layer `layer_idx` mixes from: multiples of `stride` and the `window` layers below it."""
+    if stride <= 1:
+        return list(range(layer_idx))
+    return [j for j in range(layer_idx) if j % stride == 0 or j >= layer_idx - window]
+
+
+def depth_mix(
+    query: torch.Tensor,
+    state: DepthState,
+    sources: list[DepthState],
+    scaling: float,
+    rule: str = "softmax",
+    mix_states: str = "v",
+) -> tuple[DepthState, torch.Tensor]:
+    """Mix the states of `sources` (earlier layers, same tokens) into this layer's `state`.
+
+    query: (B, Hq, T, d); every tensor of `state` and `sources`: (B, Hkv, T, d).
+    Returns the mixed state and the depth weights (B, Hkv, T, len(sources) + 1) in float32, self last.
+    """
+    batch, num_heads, seq_len, head_dim = query.shape
+    num_kv_heads = state.score_key.shape[1]
+    candidates = [*sources, state]
+    if rule == "uniform":
+        weights = query.new_full((batch, num_kv_heads, seq_len, len(candidates)), 1.0 / len(candidates),
+                                 dtype=torch.float32)
+    else:
+        # the group-mean query: heads g*G .. g*G+G-1 share KV head g, as in repeat_kv
+        groups = query.float().view(batch, num_kv_heads, num_heads // num_kv_heads, seq_len, head_dim)
+        depth_query = groups.mean(2)  # (B, Hkv, T, d)
+        scores = torch.stack([(depth_query * c.score_key.float()).sum(-1) for c in candidates], dim=-1)
+        weights = torch.softmax(scores * scaling, dim=-1)  # (B, Hkv, T, n)
+
+    def mix(tensors: list[torch.Tensor]) -> torch.Tensor:
+        mixed = sum(weights[..., i, None] * t for i, t in enumerate(tensors))  # float32
+        return mixed.to(tensors[-1].dtype)
+
+    key = mix([c.key for c in candidates]) if "k" in mix_states else state.key
+    value = mix([c.value for c in candidates]) if "v" in mix_states else state.value
+    return DepthState(state.score_key, key, value), weights

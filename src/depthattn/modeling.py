@@ -1,0 +1,337 @@
+"""A Qwen3-style decoder with Depth-Attention. State-dict keys are those of transformers' Qwen3ForCausalLM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
+from transformers.utils import can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
+
+from .config import DepthAttentionConfig
+from .depth import DepthState, depth_mix, depth_sources
+
+
+@dataclass
+class DepthAttentionModelOutput(BaseModelOutputWithPast):
+    """`depth_weights`: per layer, (B, Hkv, T, |sources| + 1) float32 weights with self last; None without sources."""
+
+    depth_weights: tuple[torch.Tensor | None, ...] | None = None
+
+
+@dataclass
+class DepthAttentionCausalLMOutput(CausalLMOutputWithPast):
+    depth_weights: tuple[torch.Tensor | None, ...] | None = None
+
+
+class DepthAttentionRMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class DepthAttentionMLP(nn.Module):
+    def __init__(self, config: DepthAttentionConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.act_fn = ACT2FN[config.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DepthAttentionRotaryEmbedding(nn.Module):
+    def __init__(self, config: DepthAttentionConfig):
+        super().__init__()
+        self.config = config
+        self.max_seq_len_cached = self.original_max_seq_len = config.max_position_embeddings
+        self.rope_type = config.rope_parameters["rope_type"]
+        init_fn = self.compute_default_rope_parameters if self.rope_type == "default" else ROPE_INIT_FUNCTIONS[
+            self.rope_type]
+        inv_freq, self.attention_scaling = init_fn(config)
+        self.inv_freq = nn.Buffer(inv_freq, persistent=False)
+        self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
+
+    @staticmethod
+    def compute_default_rope_parameters(config: DepthAttentionConfig, **kwargs) -> tuple[torch.Tensor, float]:
+        dim = config.head_dim
+        inv_freq = 1.0 / (config.rope_parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        return inv_freq, 1.0
+
+    @torch.no_grad()
+    @dynamic_rope_update
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)  # (B, T, d/2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin):
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, d)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(B, Hkv, T, d) -> (B, Hkv * n_rep, T, d), query head h reading KV head h // n_rep."""
+    if n_rep == 1:
+        return x
+    batch, num_kv_heads, seq_len, head_dim = x.shape
+    return x[:, :, None].expand(batch, num_kv_heads, n_rep, seq_len, head_dim).reshape(batch, -1, seq_len, head_dim)
+
+
+def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    key, value = repeat_kv(key, module.num_key_value_groups), repeat_kv(value, module.num_key_value_groups)
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, Hq, T, S)
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
+class DepthAttentionAttention(nn.Module):
+    def __init__(self, config: DepthAttentionConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
+        self.scaling = self.head_dim**-0.5
+        self.is_causal = True
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=bias)
+        self.q_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.depth_sources = (
+            depth_sources(layer_idx, config.resolved_depth_stride, config.depth_window)
+            if config.cross_layer == "depth_attention" else []
+        )
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None,
+        depth_states: list[DepthState | None],
+        cache: Cache | None = None,
+        output_attentions: bool = False,
+        **kwargs,
+    ):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query = self.q_norm(self.q_proj(hidden_states).view(hidden_shape)).transpose(1, 2)  # (B, Hq, T, d)
+        key = self.k_norm(self.k_proj(hidden_states).view(hidden_shape)).transpose(1, 2)  # (B, Hkv, T, d)
+        value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)  # (B, Hkv, T, d)
+        query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
+
+        state, depth_weights = DepthState(key, key, value), None
+        if self.depth_sources:
+            state, depth_weights = depth_mix(
+                query, state, [depth_states[j] for j in self.depth_sources], self.scaling,
+                rule=self.config.depth_mix, mix_states=self.config.depth_mix_states,
+            )
+        key, value = state.key, state.value
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)  # the mixed state takes the plain state's slot
+
+        implementation = "eager" if output_attentions else self.config._attn_implementation
+        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        out, attn_weights = attention(
+            self, query, key, value, attention_mask,
+            dropout=self.config.attention_dropout if self.training else 0.0, scaling=self.scaling, **kwargs,
+        )
+        out = self.o_proj(out.reshape(*input_shape, -1).contiguous())
+        return out, state, depth_weights, attn_weights
+
+
+class DepthAttentionDecoderLayer(nn.Module):
+    def __init__(self, config: DepthAttentionConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = DepthAttentionAttention(config, layer_idx)
+        self.mlp = DepthAttentionMLP(config)
+        self.input_layernorm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, hidden_states, position_embeddings, attention_mask, depth_states, cache=None,
+                output_attentions=False, **kwargs):
+        attn_out, state, depth_weights, attn_weights = self.self_attn(
+            self.input_layernorm(hidden_states), position_embeddings, attention_mask, depth_states,
+            cache=cache, output_attentions=output_attentions, **kwargs,
+        )
+        hidden_states = hidden_states + attn_out
+        hidden_states = hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+        return hidden_states, state, depth_weights, attn_weights
+
+
+class DepthAttentionPreTrainedModel(PreTrainedModel):
+    config: DepthAttentionConfig
+    config_class = DepthAttentionConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["DepthAttentionDecoderLayer"]
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True
+
+
+class DepthAttentionModel(DepthAttentionPreTrainedModel):
+    def __init__(self, config: DepthAttentionConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
+        self.layers = nn.ModuleList(DepthAttentionDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = DepthAttentionRotaryEmbedding(config)
+        # layers whose state a later layer reads; the others' states are dropped as soon as possible
+        self._read_later = {j for layer in self.layers for j in layer.self_attn.depth_sources}
+        self.post_init()
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_depth_weights: bool = False,
+        **kwargs,
+    ) -> DepthAttentionModelOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is None:
+            _check_token_ids(input_ids, self.config.vocab_size)
+            inputs_embeds = self.embed_tokens(input_ids)
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if use_cache is None:
+            use_cache = self.config.use_cache and not self.training
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
+        if position_ids is None:
+            past = cache.get_seq_length() if cache is not None else 0
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + past  # (1, T)
+
+        mask = attention_mask
+        if not isinstance(mask, dict):  # `generate` may have built it already
+            mask = {"full_attention": create_causal_mask(
+                config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=cache,
+                position_ids=position_ids,
+            )}
+        mask = mask["full_attention"]
+
+        hidden_states = inputs_embeds
+        position_embeddings = self.rotary_emb(hidden_states, position_ids)
+        depth_states: list[DepthState | None] = [None] * len(self.layers)
+        all_hidden, all_attn, all_depth = [], [], []
+        for i, layer in enumerate(self.layers):
+            if output_hidden_states:
+                all_hidden.append(hidden_states)
+            hidden_states, state, depth_weights, attn_weights = layer(
+                hidden_states, position_embeddings, mask, depth_states, cache=cache,
+                output_attentions=output_attentions, **kwargs,
+            )
+            if i in self._read_later:
+                depth_states[i] = state
+            all_attn.append(attn_weights)
+            all_depth.append(depth_weights)
+        hidden_states = self.norm(hidden_states)
+        if output_hidden_states:
+            all_hidden.append(hidden_states)
+
+        return DepthAttentionModelOutput(
+            last_hidden_state=hidden_states,
+            cache=cache if use_cache else None,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
+            attentions=tuple(all_attn) if output_attentions else None,
+            depth_weights=tuple(all_depth) if output_depth_weights else None,
+        )
+
+
+class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: DepthAttentionConfig):
+        super().__init__(config)
+        self.model = DepthAttentionModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> DepthAttentionCausalLMOutput:
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+            inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs,
+        )
+        hidden_states = out.last_hidden_state
+        logits = self.lm_head(slice_logits_to_keep(hidden_states, logits_to_keep))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return DepthAttentionCausalLMOutput(
+            loss=loss, logits=logits, cache=out.cache, hidden_states=out.hidden_states,
+            attentions=out.attentions, depth_weights=out.depth_weights,
+        )
+
+    @classmethod
+    def from_qwen3(cls, model_or_path, **depth_settings) -> "DepthAttentionForCausalLM":
+        """A Depth-Attention (or, with cross_layer="none", vanilla) model with a Qwen3 checkpoint's weights.
+
+        Depth-Attention adds no parameters, so every tensor is taken as it is. `model_or_path` is a
+        `Qwen3ForCausalLM` or a local directory holding one.
+        """
+        from .convert import qwen3_to_depth_attention
+
+        return qwen3_to_depth_attention(cls, model_or_path, **depth_settings)
+
+
+def _check_token_ids(input_ids: torch.Tensor, vocab_size: int):
+    if torch.compiler.is_compiling() or input_ids.numel() == 0:
+        return
+    low, high = torch.stack(torch.aminmax(input_ids)).tolist()
+    if low < 0 or high >= vocab_size:
+        raise ValueError(
+            f"token ids must lie in [0, {vocab_size}) (the config's vocab_size), got ids from {low} to {high}; "
+            "check that the tokenizer matches the model"
+        )
