@@ -37,23 +37,24 @@ def depth_mix(
     """Mix the states of `sources` (earlier layers, same tokens) into this layer's `state`.
 
     query: (B, Hq, T, d); every tensor of `state` and `sources`: (B, Hkv, T, d).
-    Returns the mixed state and the depth weights (B, Hkv, T, len(sources) + 1) in float32, self last.
+    Returns the mixed state and the depth weights (B, Hkv, T, len(sources) + 1), self last, in float32
+    (float64 for a float64 model).
     """
     batch, num_heads, seq_len, head_dim = query.shape
     num_kv_heads = state.score_key.shape[1]
     candidates = [*sources, state]
+    dtype = torch.promote_types(query.dtype, torch.float32)  # weights and sums in float32 at least
     if rule == "uniform":
-        weights = query.new_full((batch, num_kv_heads, seq_len, len(candidates)), 1.0 / len(candidates),
-                                 dtype=torch.float32)
+        weights = query.new_full((batch, num_kv_heads, seq_len, len(candidates)), 1.0 / len(candidates), dtype=dtype)
     else:
         # the group-mean query: heads g*G .. g*G+G-1 share KV head g, as in repeat_kv
-        groups = query.float().view(batch, num_kv_heads, num_heads // num_kv_heads, seq_len, head_dim)
+        groups = query.to(dtype).view(batch, num_kv_heads, num_heads // num_kv_heads, seq_len, head_dim)
         depth_query = groups.mean(2)  # (B, Hkv, T, d)
-        scores = torch.stack([(depth_query * c.score_key.float()).sum(-1) for c in candidates], dim=-1)
+        scores = torch.stack([(depth_query * c.score_key.to(dtype)).sum(-1) for c in candidates], dim=-1)
         weights = torch.softmax(scores * scaling, dim=-1)  # (B, Hkv, T, n)
 
     def mix(tensors: list[torch.Tensor]) -> torch.Tensor:
-        mixed = sum(weights[..., i, None] * t for i, t in enumerate(tensors))  # float32
+        mixed = sum(weights[..., i, None] * t for i, t in enumerate(tensors))  # in the weights' dtype
         return mixed.to(tensors[-1].dtype)
 
     key = mix([c.key for c in candidates]) if "k" in mix_states else state.key

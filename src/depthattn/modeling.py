@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Callable
 
@@ -41,7 +42,7 @@ class DepthAttentionRMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        x = x.float()
+        x = x.to(torch.promote_types(dtype, torch.float32))  # as Qwen3: float32 for half-precision inputs
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
 
@@ -107,7 +108,7 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, Hq, T, S)
     if attention_mask is not None:
         scores = scores + attention_mask
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(query.dtype)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
@@ -140,7 +141,7 @@ class DepthAttentionAttention(nn.Module):
         attention_mask: torch.Tensor | None,
         depth_states: list[DepthState | None],
         cache: Cache | None = None,
-        output_attentions: bool = False,
+        attn_implementation: str = "sdpa",
         **kwargs,
     ):
         input_shape = hidden_states.shape[:-1]
@@ -160,8 +161,7 @@ class DepthAttentionAttention(nn.Module):
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # the mixed state takes the plain state's slot
 
-        implementation = "eager" if output_attentions else self.config._attn_implementation
-        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(attn_implementation, eager_attention_forward)
         out, attn_weights = attention(
             self, query, key, value, attention_mask,
             dropout=self.config.attention_dropout if self.training else 0.0, scaling=self.scaling, **kwargs,
@@ -179,10 +179,10 @@ class DepthAttentionDecoderLayer(nn.Module):
         self.post_attention_layernorm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(self, hidden_states, position_embeddings, attention_mask, depth_states, cache=None,
-                output_attentions=False, **kwargs):
+                attn_implementation="sdpa", **kwargs):
         attn_out, state, depth_weights, attn_weights = self.self_attn(
             self.input_layernorm(hidden_states), position_embeddings, attention_mask, depth_states,
-            cache=cache, output_attentions=output_attentions, **kwargs,
+            cache=cache, attn_implementation=attn_implementation, **kwargs,
         )
         hidden_states = hidden_states + attn_out
         hidden_states = hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
@@ -241,13 +241,19 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
             past = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + past  # (1, T)
 
-        mask = attention_mask
-        if not isinstance(mask, dict):  # `generate` may have built it already
-            mask = {"full_attention": create_causal_mask(
-                config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=cache,
-                position_ids=position_ids,
-            )}
-        mask = mask["full_attention"]
+        # attention weights come from the eager path only, and each path wants its own kind of mask
+        implementation = "eager" if output_attentions else self.config._attn_implementation
+        if isinstance(attention_mask, dict):  # built by `generate` for the configured implementation
+            if implementation != self.config._attn_implementation:
+                raise ValueError("output_attentions with a prepared mask needs attn_implementation='eager'")
+            mask = attention_mask["full_attention"]
+        else:
+            mask_config = self.config
+            if implementation != self.config._attn_implementation:
+                mask_config = copy.copy(self.config)
+                mask_config._attn_implementation = implementation
+            mask = create_causal_mask(config=mask_config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                                      cache=cache, position_ids=position_ids)
 
         hidden_states = inputs_embeds
         position_embeddings = self.rotary_emb(hidden_states, position_ids)
@@ -258,7 +264,7 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
                 all_hidden.append(hidden_states)
             hidden_states, state, depth_weights, attn_weights = layer(
                 hidden_states, position_embeddings, mask, depth_states, cache=cache,
-                output_attentions=output_attentions, **kwargs,
+                attn_implementation=implementation, **kwargs,
             )
             if i in self._read_later:
                 depth_states[i] = state

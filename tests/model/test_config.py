@@ -1,0 +1,50 @@
+import pytest
+
+from depthattn import DepthAttentionConfig
+from tests.helpers import tiny_config
+
+
+def test_defaults():
+    config = tiny_config(num_hidden_layers=24)
+    assert config.cross_layer == "depth_attention"
+    assert config.depth_stride is None and config.resolved_depth_stride == 12
+    assert config.depth_window == 0 and config.depth_mix == "softmax" and config.depth_mix_states == "v"
+    assert tiny_config(num_hidden_layers=1).resolved_depth_stride == 1
+    assert config.head_dim == 8 and config.rope_parameters["rope_theta"] == config.rope_theta == 10000.0
+
+
+def test_round_trip(tmp_path):
+    config = tiny_config(depth_stride=3, depth_window=1, depth_mix="uniform", depth_mix_states="kv")
+    config.save_pretrained(tmp_path)
+    loaded = DepthAttentionConfig.from_pretrained(tmp_path)
+    assert loaded.to_dict() == config.to_dict()
+
+
+@pytest.mark.parametrize("bad, field", [
+    (dict(num_key_value_heads=3), "num_key_value_heads"),
+    (dict(depth_stride=0), "depth_stride"),
+    (dict(depth_stride=-2), "depth_stride"),
+    (dict(depth_stride=2.5), "depth_stride"),
+    (dict(depth_window=-1), "depth_window"),
+    (dict(cross_layer="densformer"), "cross_layer"),
+    (dict(depth_mix="max"), "depth_mix"),
+    (dict(depth_mix_states="q"), "depth_mix_states"),
+    (dict(hidden_size=30, num_attention_heads=4), "head_dim"),
+    (dict(head_dim=7), "head_dim"),
+    (dict(num_hidden_layers=0), "num_hidden_layers"),
+    (dict(vocab_size=0), "vocab_size"),
+    (dict(rms_norm_eps=0.0), "rms_norm_eps"),
+])
+def test_bad_values_name_the_field(bad, field):
+    with pytest.raises(ValueError, match=field):
+        tiny_config(**bad)
+
+
+def test_choice_errors_list_the_allowed_values():
+    with pytest.raises(ValueError, match="'none', 'depth_attention'"):
+        tiny_config(cross_layer="nope")
+
+
+def test_unknown_key_is_an_error_with_a_suggestion():
+    with pytest.raises(ValueError, match="did you mean 'depth_stride'"):
+        tiny_config(depth_strid=2)
