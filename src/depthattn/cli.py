@@ -3,21 +3,60 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="depthattn", description=__doc__)
+    parser = argparse.ArgumentParser(prog="depthattn", description="Depth-Attention language models")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
 
-    demo = commands.add_parser("demo", help="build a Depth-Attention model and its vanilla twin and compare them")
-    demo.add_argument("--out", default="runs/demo", help="output folder")
+    from .data.prepare import add_arguments as add_prepare_arguments, run as run_prepare
 
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        from .demo import run_demo
+    add_prepare_arguments(commands.add_parser("prepare", help="text -> tokenizer -> token shards + manifest"))
 
-        return run_demo(args)
+    train = commands.add_parser(
+        "train", help="train a model", epilog="Any config value can be overridden: --optim.lr 3e-4 --train.steps 100")
+    train.add_argument("--config", help="a TOML training config (see configs/)")
+    train.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in train.out_dir")
+
+    generate = commands.add_parser("generate", help="continue a prompt with a saved model")
+    generate.add_argument("model", help="a folder saved by train (e.g. runs/demo/depth_attention/final)")
+    generate.add_argument("prompt")
+    generate.add_argument("--max-new-tokens", type=int, default=64)
+    generate.add_argument("--temperature", type=float, default=0.8, help="0 for greedy decoding")
+    generate.add_argument("--top-k", type=int, default=50)
+    generate.add_argument("--seed", type=int, default=0)
+
+    demo = commands.add_parser("demo", help="train Depth-Attention and its vanilla twin on the embedded corpus")
+    demo.add_argument("--out", default="runs/demo", help="output folder (default %(default)s)")
+    demo.add_argument("--steps", type=int, default=None, help="training steps per model")
+
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "train":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        if args.command == "prepare":
+            return run_prepare(args)
+        if args.command == "train":
+            from .train import TrainConfig, train as run_training
+
+            summary = run_training(TrainConfig.load(args.config, extra), resume=args.resume)
+            if os.environ.get("RANK", "0") == "0":
+                print({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()})
+            return 0
+        if args.command == "generate":
+            from .generate import generate_text
+
+            print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed))
+            return 0
+        if args.command == "demo":
+            from .demo import run_demo
+
+            return run_demo(args)
+    except (ValueError, FileNotFoundError, FileExistsError, ImportError, RuntimeError) as error:
+        print(f"depthattn {args.command}: error: {error}", file=sys.stderr)
+        return 1
     return 2
 
 

@@ -1,0 +1,54 @@
+"""Layout of a prepared dataset directory and its manifest.json.
+
+    manifest.json       written last: a directory without it is incomplete
+    tokenizer/          the Hugging Face tokenizer that made the tokens
+    train_000.bin ...   raw little-endian token ids, uint16 or uint32, np.memmap-able
+    val_000.bin ...
+
+The tokens of a split are its shards concatenated in manifest order; each document ends with EOS.
+Manifest keys: format, format_version, source, text_field, seed, val_fraction, chunk_chars,
+shard_tokens, dtype, tokenizer {path, origin, vocab_size, eos_id}, and splits {train, val}, each
+{num_documents, num_tokens, files: [{name, num_tokens, sha256}]}.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .files import DataError
+
+MANIFEST_NAME = "manifest.json"
+TOKENIZER_DIR = "tokenizer"
+FORMAT = "depthattn-token-shards"
+FORMAT_VERSION = 1
+SPLITS = ("train", "val")
+DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+
+
+def token_dtype_name(vocab_size: int) -> str:
+    """uint16 while every id fits in it (vocab_size <= 65536), else uint32."""
+    return "uint16" if vocab_size <= 2**16 else "uint32"
+
+
+def read_manifest(data_dir: str | os.PathLike) -> dict:
+    path = Path(data_dir) / MANIFEST_NAME
+    if not path.is_file():
+        raise DataError(
+            f"no {MANIFEST_NAME} in {data_dir}: it is not a prepared dataset or its preparation did not "
+            f"finish. Run `depthattn prepare --out {data_dir}`."
+        )
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataError(
+            f"{path} is not valid JSON ({error}). Run `depthattn prepare --overwrite --out {data_dir}`."
+        ) from None
+    version = (manifest.get("format"), manifest.get("format_version")) if isinstance(manifest, dict) else None
+    if version != (FORMAT, FORMAT_VERSION):
+        raise DataError(
+            f"{path}: format {version} is not ({FORMAT!r}, {FORMAT_VERSION}), which this depthattn reads. "
+            f"Run `depthattn prepare --overwrite --out {data_dir}` with this version."
+        )
+    return manifest

@@ -1,0 +1,1 @@
+"""Evaluation and analysis: loss curves, perplexity, costs, depth-weight maps."""

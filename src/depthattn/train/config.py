@@ -1,0 +1,231 @@
+"""Training configuration: typed sections read from a TOML file, overridable as `--section.key value`."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODEL_PRESETS = {
+    # CPU sizes
+    "tiny": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2),
+    "small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=8, num_attention_heads=8,
+                  num_key_value_heads=2),
+    "bench": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=12, num_attention_heads=8,
+                  num_key_value_heads=2),
+    # the paper's shapes (SPEC §5): vocab 50304, untied embeddings, head dim 64
+    "360m": dict(hidden_size=960, intermediate_size=2540, num_hidden_layers=24, num_attention_heads=15,
+                 num_key_value_heads=15),
+    "500m": dict(hidden_size=1152, intermediate_size=3072, num_hidden_layers=24, num_attention_heads=18,
+                 num_key_value_heads=18),
+    "710m": dict(hidden_size=1280, intermediate_size=3072, num_hidden_layers=32, num_attention_heads=20,
+                 num_key_value_heads=20),
+    "1.5b": dict(hidden_size=1536, intermediate_size=4096, num_hidden_layers=48, num_attention_heads=24,
+                 num_key_value_heads=6),
+    "3b": dict(hidden_size=2048, intermediate_size=6912, num_hidden_layers=48, num_attention_heads=32,
+               num_key_value_heads=8, head_dim=64),
+}
+
+
+@dataclass
+class ModelSection:
+    preset: str = "tiny"
+    method: str = "depth_attention"  # a cross_layer value or a named preset of depthattn.methods
+    max_position_embeddings: int = 4096
+    overrides: dict = field(default_factory=dict)  # any other DepthAttentionConfig field
+
+    def check(self):
+        _choice("model.preset", self.preset, MODEL_PRESETS)
+
+
+@dataclass
+class DataSection:
+    path: str = "runs/data/embedded"  # a folder written by `depthattn prepare`
+    seq_len: int = 256
+
+    def check(self):
+        _positive("data.seq_len", self.seq_len)
+
+
+@dataclass
+class OptimSection:
+    lr: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    warmup_steps: int = 20
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+
+    def check(self):
+        _positive("optim.lr", self.lr)
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"optim.{name} must lie in [0, 1), got {getattr(self, name)}")
+        if self.weight_decay < 0 or self.warmup_steps < 0 or self.grad_clip < 0:
+            raise ValueError("optim.weight_decay, optim.warmup_steps and optim.grad_clip must be >= 0")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"optim.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
+
+
+@dataclass
+class TrainSection:
+    out_dir: str = "runs/train"
+    steps: int = 200
+    batch_size: int = 8  # per process and micro-step
+    grad_accum: int = 1
+    seed: int = 0
+    dtype: str = "auto"  # auto: bf16 autocast on GPUs that support it, else float32
+    compile: bool = False
+    parallel: str = "ddp"  # with torchrun: ddp or fsdp
+    eval_every: int = 50
+    eval_batches: int = 8
+    log_every: int = 10
+    checkpoint_every: int = 50
+    keep_checkpoints: int = 2
+    progress: bool = True
+
+    def check(self):
+        for name in ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every",
+                     "checkpoint_every", "keep_checkpoints"):
+            _positive(f"train.{name}", getattr(self, name))
+        _choice("train.dtype", self.dtype, ("auto", "float32", "bfloat16"))
+        _choice("train.parallel", self.parallel, ("ddp", "fsdp"))
+
+
+@dataclass
+class LoggingSection:
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "depthattn"
+
+
+@dataclass
+class TrainConfig:
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    optim: OptimSection = field(default_factory=OptimSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    logging: LoggingSection = field(default_factory=LoggingSection)
+
+    def check(self) -> "TrainConfig":
+        for section in dataclasses.fields(self):
+            check = getattr(getattr(self, section.name), "check", None)
+            if check:
+                check()
+        return self
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "config") -> "TrainConfig":
+        sections = {f.name: f for f in dataclasses.fields(cls)}
+        built = {}
+        for name, values in data.items():
+            if name not in sections:
+                raise ValueError(_unknown(f"{source}: unknown section [{name}]", name, sections))
+            if not isinstance(values, dict):
+                raise ValueError(f"{source}: [{name}] must be a table of keys, got {values!r}")
+            section_class = sections[name].default_factory
+            built[name] = _build_section(section_class, values, f"{source}: [{name}]")
+        return cls(**built).check()
+
+    @classmethod
+    def load(cls, path: str | Path | None, overrides: list[str] = ()) -> "TrainConfig":
+        data = {}
+        if path is not None:
+            path = Path(path)
+            if not path.is_file():
+                raise FileNotFoundError(f"training config {path} does not exist; see configs/ for examples")
+            try:
+                data = tomllib.loads(path.read_text())
+            except tomllib.TOMLDecodeError as error:
+                raise ValueError(f"{path} is not valid TOML: {error}") from None
+        for key, value in _pairs(overrides):
+            _apply_override(cls, data, key, value)
+        return cls.from_dict(data, source=str(path or "config"))
+
+
+def _build_section(section_class, values: dict, where: str):
+    hints = typing.get_type_hints(section_class)
+    for key, value in values.items():
+        if key not in hints:
+            raise ValueError(_unknown(f"{where}: unknown key {key!r}", key, hints))
+        expected = hints[key]
+        ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            values[key], ok = float(value), True
+        if not ok:
+            raise ValueError(f"{where}: {key} must be of type {expected.__name__}, got {value!r}")
+    return section_class(**values)
+
+
+def _pairs(overrides) -> list[tuple[str, str]]:
+    """`["--optim.lr", "3e-4", "--train.steps=10"]` -> [("optim.lr", "3e-4"), ("train.steps", "10")]."""
+    pairs, items = [], list(overrides)
+    while items:
+        item = items.pop(0)
+        if not item.startswith("--") or "." not in item:
+            raise ValueError(f"override {item!r} must look like --section.key value (e.g. --optim.lr 3e-4)")
+        if "=" in item:
+            key, value = item[2:].split("=", 1)
+        elif items:
+            key, value = item[2:], items.pop(0)
+        else:
+            raise ValueError(f"override {item} has no value")
+        pairs.append((key, value))
+    return pairs
+
+
+def _apply_override(cls, data: dict, key: str, text: str):
+    section_name, _, name = key.partition(".")
+    sections = {f.name: f.default_factory for f in dataclasses.fields(cls)}
+    if section_name not in sections:
+        raise ValueError(_unknown(f"override --{key}: unknown section {section_name!r}", section_name, sections))
+    hints = typing.get_type_hints(sections[section_name])
+    section = data.setdefault(section_name, {})
+    if section_name == "model" and name.startswith("overrides."):  # --model.overrides.depth_stride 3
+        section.setdefault("overrides", {})[name.split(".", 1)[1]] = _parse_literal(text)
+        return
+    if name not in hints:
+        raise ValueError(_unknown(f"override --{key}: unknown key {name!r}", name, hints))
+    expected = hints[name]
+    try:
+        if expected is bool:
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            section[name] = text.lower() in ("true", "1")
+        elif expected is dict:
+            section[name] = tomllib.loads(f"x = {text}")["x"]
+        else:
+            section[name] = expected(text)
+    except ValueError:
+        raise ValueError(f"override --{key}: {text!r} is not a valid {expected.__name__}") from None
+
+
+def _parse_literal(text: str):
+    try:
+        return tomllib.loads(f"x = {text}")["x"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _unknown(message: str, key: str, known) -> str:
+    match = difflib.get_close_matches(key, list(known), 1)
+    return message + (f" (did you mean {match[0]!r}?)" if match else f"; known: {', '.join(known)}")
+
+
+def _positive(name: str, value):
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+
+
+def _choice(name: str, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")

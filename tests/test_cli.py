@@ -1,0 +1,44 @@
+"""The command line, end to end: the demo (at a few steps), generate, and errors for bad input."""
+
+import pytest
+
+from depthattn.cli import main
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    assert main(["demo", "--out", str(out), "--steps", "2"]) == 0
+    return out
+
+
+def test_demo_writes_models_plot_and_table(demo_dir, capsys):
+    for method in ("depth_attention", "none"):
+        assert (demo_dir / method / "final" / "model.safetensors").exists()
+        assert (demo_dir / method / "final" / "tokenizer.json").exists()
+    assert (demo_dir / "loss_curves.png").stat().st_size > 10_000
+
+
+def test_demo_rerun_reuses_finished_work(demo_dir, capsys):
+    assert main(["demo", "--out", str(demo_dir), "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "reusing the prepared corpus" in out and out.count("finished earlier; reusing it") == 2
+    assert "| Depth-Attention |" in out and "| vanilla" in out
+
+
+def test_generate_from_a_saved_model(demo_dir, capsys):
+    assert main(["generate", str(demo_dir / "depth_attention" / "final"), "ROMEO.", "--max-new-tokens", "8",
+                 "--temperature", "0"]) == 0
+    assert capsys.readouterr().out.startswith("ROMEO.")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--optim.lrr", "1"], "did you mean 'lr'"),
+    (["train", "--config", "missing.toml"], "does not exist"),
+    (["generate", "nowhere", "hi"], "holds no saved model"),
+    (["prepare", "--input", "missing.txt", "--out", "x"], "missing.txt"),
+])
+def test_errors_are_one_clear_line(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 1
+    assert message in capsys.readouterr().err

@@ -1,0 +1,67 @@
+import pytest
+
+from depthattn.train import MODEL_PRESETS, TrainConfig
+
+
+def write(tmp_path, text):
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    return path
+
+
+def test_file_and_overrides(tmp_path):
+    path = write(tmp_path, '[optim]\nlr = 1e-3\n[train]\nsteps = 5\n')
+    cfg = TrainConfig.load(path, ["--optim.lr", "3e-4", "--train.compile=true", "--model.overrides.depth_stride", "3"])
+    assert cfg.optim.lr == 3e-4 and cfg.train.steps == 5 and cfg.train.compile is True
+    assert cfg.model.overrides == {"depth_stride": 3}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[optim]\nlearning_rate = 1e-3\n", "unknown key 'learning_rate'"),
+    ("[optimizer]\nlr = 1e-3\n", r"unknown section \[optimizer\] \(did you mean 'optim'\?\)"),
+    ("[train]\nsteps = 'ten'\n", "steps must be of type int"),
+    ("[train]\nsteps = 0\n", "train.steps must be > 0"),
+    ("[model]\npreset = 'huge'\n", "model.preset must be one of"),
+    ("[train]\ndtype = 'fp8'\n", "train.dtype must be one of"),
+    ("[optim]\nbeta2 = 1.5\n", "optim.beta2 must lie in"),
+    ("[optim\nlr = 1\n", "not valid TOML"),
+])
+def test_bad_files_name_the_problem(tmp_path, text, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig.load(write(tmp_path, text))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["--optim.lrr", "1"], "did you mean 'lr'"),
+    (["--train.steps", "x"], "not a valid int"),
+    (["--train.compile", "maybe"], "not a valid bool"),
+    (["lr=3"], "must look like --section.key value"),
+    (["--train.steps"], "has no value"),
+])
+def test_bad_overrides(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig.load(None, overrides)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        TrainConfig.load(tmp_path / "nope.toml")
+
+
+def test_paper_presets_have_head_dim_64():
+    from depthattn import DepthAttentionConfig
+
+    for name in ("360m", "500m", "710m", "1.5b", "3b"):
+        config = DepthAttentionConfig(vocab_size=50304, **MODEL_PRESETS[name])
+        assert config.head_dim == 64, name
+
+
+def test_repository_configs_load():
+    from pathlib import Path
+
+    configs = sorted((Path(__file__).parents[2] / "configs").glob("**/*.toml"))
+    assert configs
+    for path in configs:
+        if "[runs" in path.read_text() or "grid" in path.name:
+            continue
+        TrainConfig.load(path)

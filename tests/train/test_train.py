@@ -1,0 +1,114 @@
+"""Short real training runs on a small slice of the embedded corpus."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from depthattn.train import TrainConfig, TrainingDiverged, train
+
+
+def config(data, out_dir, *overrides):
+    base = ["--data.path", str(data), "--data.seq_len", "32", "--train.out_dir", str(out_dir),
+            "--train.batch_size", "4", "--train.steps", "12", "--train.eval_every", "4", "--train.eval_batches", "2",
+            "--train.checkpoint_every", "4", "--train.progress", "false", "--optim.warmup_steps", "2",
+            "--optim.lr", "3e-3"]
+    return TrainConfig.load(None, base + list(overrides))
+
+
+def losses(out_dir):
+    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_loss_decreases_and_export_reloads(tiny_data, tmp_path):
+    summary = train(config(tiny_data, tmp_path / "run", "--train.steps", "30", "--train.eval_every", "15"))
+    records = losses(tmp_path / "run")
+    assert [r["step"] for r in records] == list(range(1, 31))
+    assert sum(r["loss"] for r in records[-5:]) / 5 < records[0]["loss"] - 0.5
+    val = [r["val_loss"] for r in records if "val_loss" in r]
+    assert len(val) == 2 and val[-1] < records[0]["loss"] - 0.5 and summary["val_loss"] == val[-1]
+
+    final = tmp_path / "run" / "final"
+    model = AutoModelForCausalLM.from_pretrained(final).eval()
+    tokenizer = AutoTokenizer.from_pretrained(final)
+    ids = tokenizer("To be, or not to be", return_tensors="pt").input_ids
+    assert model.config.vocab_size == 384 and model(ids).logits.shape[-1] == 384
+    out = model.generate(ids, max_new_tokens=5, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert out.shape[1] == ids.shape[1] + 5
+    checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert checkpoints == ["step_00000028", "step_00000030"]  # keep_checkpoints = 2
+
+
+def test_refuses_to_overwrite_a_run_without_resume(tiny_data, tmp_path):
+    train(config(tiny_data, tmp_path / "run", "--train.steps", "4"))
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(config(tiny_data, tmp_path / "run", "--train.steps", "4"))
+
+
+def test_resume_after_sigkill_is_exact(tiny_data, tmp_path):
+    args = ["--data.path", str(tiny_data), "--data.seq_len", "32", "--train.batch_size", "4", "--train.steps", "12",
+            "--train.eval_every", "4", "--train.eval_batches", "2", "--train.checkpoint_every", "4",
+            "--train.progress", "false", "--optim.warmup_steps", "2", "--optim.lr", "3e-3"]
+    command = [sys.executable, "-m", "depthattn", "train", *args]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    subprocess.run(command + ["--train.out_dir", str(tmp_path / "whole")], check=True, env=env,
+                   capture_output=True)
+
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(command + ["--train.out_dir", str(killed)], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (killed / "checkpoints" / "step_00000004").exists():  # kill after the first checkpoint
+        assert process.poll() is None and time.time() < deadline, "the run ended before it could be killed"
+        time.sleep(0.05)
+    while len(losses(killed)) < 6 and process.poll() is None:  # ... and mid-way to the next
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (killed / "final").exists()
+
+    subprocess.run(command + ["--train.out_dir", str(killed), "--resume"], check=True, env=env, capture_output=True)
+    whole, resumed = losses(tmp_path / "whole"), losses(killed)
+    assert [r["step"] for r in resumed] == list(range(1, 13))
+    for a, b in zip(whole, resumed):
+        assert a["loss"] == b["loss"] and a.get("val_loss") == b.get("val_loss"), a["step"]
+    for name in ("model.safetensors",):
+        assert (killed / "final" / name).read_bytes() == (tmp_path / "whole" / "final" / name).read_bytes()
+
+
+def test_nan_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(tiny_data, tmp_path, monkeypatch):
+    import depthattn.train.loop as loop
+
+    real_loss = loop.lm_loss
+    calls = {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        calls["n"] += 1
+        loss = real_loss(*args, **kwargs)
+        return loss * math.nan if calls["n"] > 5 else loss  # step 6 goes bad
+
+    monkeypatch.setattr(loop, "lm_loss", poisoned)
+    with pytest.raises(TrainingDiverged, match="step 6.*step_00000004 is intact"):
+        train(config(tiny_data, tmp_path / "run", "--train.eval_every", "100"))
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_00000004"
+    weights = AutoModelForCausalLM.from_pretrained(checkpoint).state_dict()
+    assert all(torch.isfinite(w).all() for w in weights.values())
+    assert [r["step"] for r in losses(tmp_path / "run")] == [1, 2, 3, 4, 5]
+
+
+def test_grad_accumulation_equals_a_bigger_batch(tiny_data, tmp_path):
+    """Two micro-batches of 2 are the two halves of the batch of 4 (consecutive slices of one data order)."""
+    train(config(tiny_data, tmp_path / "big", "--train.steps", "4", "--train.batch_size", "4"))
+    train(config(tiny_data, tmp_path / "acc", "--train.steps", "4", "--train.batch_size", "2", "--train.grad_accum", "2"))
+    big, accumulated = losses(tmp_path / "big"), losses(tmp_path / "acc")
+    for a, b in zip(big, accumulated):
+        assert a["tokens"] == b["tokens"]
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5) and a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
