@@ -23,3 +23,30 @@ def tiny_model(dtype=torch.float32, seed=0, **overrides) -> depthattn.DepthAtten
                 param.uniform_(0.5, 1.5)
     return model
 
+
+
+# Each cross-layer method in a tiny setting that exercises its options (4 layers = 8 sublayers).
+METHOD_SETTINGS = {
+    "denseformer": dict(cross_layer="denseformer"),
+    "denseformer-k2p2": dict(cross_layer="denseformer", denseformer_dilation=2, denseformer_period=2),
+    "attnres": dict(cross_layer="attnres", attnres_block_size=3),
+    "mhc": dict(cross_layer="mhc", mhc_streams=3),
+    "hyper_connections": dict(cross_layer="hyper_connections", hc_streams=3),
+    "value_residual": dict(cross_layer="value_residual"),
+}
+
+
+def perturb_method(model, scale=0.2, seed=1):
+    """Move the method's parameters away from their initialisation, as training would."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.model.cross_layer.parameters():
+            param.add_(scale * torch.randn(param.shape, generator=generator).to(param))
+    return model
+
+
+def with_backbone_of(model, source):
+    """Copy every backbone tensor of `source` (a model without method parameters) into `model`."""
+    missing, unexpected = model.load_state_dict(source.state_dict(), strict=False)
+    assert not unexpected and all(key.startswith("model.cross_layer.") for key in missing)
+    return model

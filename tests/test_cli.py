@@ -13,7 +13,7 @@ def demo_dir(tmp_path_factory):
 
 
 def test_demo_writes_models_plot_and_table(demo_dir, capsys):
-    for method in ("depth_attention", "none"):
+    for method in ("depth_attention", "vanilla"):
         assert (demo_dir / method / "final" / "model.safetensors").exists()
         assert (demo_dir / method / "final" / "tokenizer.json").exists()
     assert (demo_dir / "loss_curves.png").stat().st_size > 10_000

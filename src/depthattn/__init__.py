@@ -4,7 +4,9 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from .config import DepthAttentionConfig
 from .depth import DepthState, depth_mix, depth_sources
+from .methods import count_parameters
 from .modeling import DepthAttentionForCausalLM, DepthAttentionModel, DepthAttentionPreTrainedModel
+from .presets import PRESETS, method_settings
 
 __version__ = "0.1.0"
 
@@ -18,6 +20,9 @@ __all__ = [
     "DepthAttentionModel",
     "DepthAttentionPreTrainedModel",
     "DepthState",
+    "PRESETS",
+    "count_parameters",
     "depth_mix",
     "depth_sources",
+    "method_settings",
 ]

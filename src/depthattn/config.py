@@ -6,7 +6,7 @@ import difflib
 
 from transformers import GenerationConfig, PreTrainedConfig
 
-CROSS_LAYER_METHODS = ("none", "depth_attention")
+CROSS_LAYER_METHODS = ("none", "depth_attention", "value_residual", "denseformer", "attnres", "mhc", "hyper_connections")
 DEPTH_MIX_RULES = ("softmax", "uniform")
 DEPTH_MIX_STATES = ("v", "kv", "k")
 
@@ -24,16 +24,32 @@ class DepthAttentionConfig(PreTrainedConfig):
     Qwen3 fields keep their Qwen3 names and meaning. Cross-layer fields:
 
     cross_layer (`str`, defaults to `"depth_attention"`):
-        `"none"` for a vanilla decoder, `"depth_attention"` for Depth-Attention.
+        `"none"` for a vanilla decoder, `"depth_attention"` for Depth-Attention, or a baseline (SPEC §4,
+        one module each in `depthattn.methods`): `"value_residual"`, `"denseformer"`, `"attnres"`, `"mhc"`,
+        `"hyper_connections"`.
     depth_stride (`int` or `None`):
-        Layers `j` with `j % depth_stride == 0` are depth sources; `None` means `max(1, num_hidden_layers // 2)`.
+        Unrolled steps `j` with `j % depth_stride == 0` are depth sources; `None` means half the unrolled depth,
+        `max(1, num_hidden_layers * num_loops // 2)`.
     depth_window (`int`, defaults to 0):
-        The `depth_window` layers directly below each layer are sources too.
+        The `depth_window` unrolled steps directly below each step are sources too.
     depth_mix (`str`, defaults to `"softmax"`):
         `"softmax"` over depth scores, or `"uniform"` (the plain average over the same sources).
     depth_mix_states (`str`, defaults to `"v"`):
         What is mixed and cached in place of the layer's own state: `"v"`, `"kv"` or `"k"`.
         Depth scores always compare the query with each source layer's own key.
+    num_loops (`int`, defaults to 1):
+        Looped Transformer: the stack of layers runs `num_loops` times with shared weights. Unrolled step
+        `u = loop * num_hidden_layers + layer` has its own KV-cache slot `u`, and depth sources (and every
+        baseline's per-sublayer parameters) are counted over the unrolled depth.
+    denseformer_dilation, denseformer_period (`int`, default 1 each):
+        DenseFormer: after block `i` (1-based, every `period`-th block only) average block outputs `m` with
+        `(i - m) % dilation == 0`.
+    attnres_block_size (`int`, defaults to 12):
+        Block Attention Residuals: sublayers (attention and MLP count one each) per block.
+    mhc_streams, mhc_sinkhorn_iters, mhc_alpha_init (defaults 4, 20, 0.01):
+        mHC: residual streams, Sinkhorn-Knopp iterations, initial value of the three gating scales.
+    hc_streams (`int`, defaults to 4):
+        Dynamic hyper-connections: residual streams (the expansion rate n).
     """
 
     model_type = "depth_attention"
@@ -65,6 +81,14 @@ class DepthAttentionConfig(PreTrainedConfig):
     depth_window: int = 0
     depth_mix: str = "softmax"
     depth_mix_states: str = "v"
+    num_loops: int = 1
+    denseformer_dilation: int = 1
+    denseformer_period: int = 1
+    attnres_block_size: int = 12
+    mhc_streams: int = 4
+    mhc_sinkhorn_iters: int = 20
+    mhc_alpha_init: float = 0.01
+    hc_streams: int = 4
 
     def __post_init__(self, **kwargs):
         _reject_unknown_keys(self, kwargs)
@@ -84,8 +108,13 @@ class DepthAttentionConfig(PreTrainedConfig):
         self._check()
 
     @property
+    def unrolled_depth(self) -> int:
+        """Decoder layers run per token: `num_hidden_layers * num_loops`."""
+        return self.num_hidden_layers * self.num_loops
+
+    @property
     def resolved_depth_stride(self) -> int:
-        return self.depth_stride if self.depth_stride is not None else max(1, self.num_hidden_layers // 2)
+        return self.depth_stride if self.depth_stride is not None else max(1, self.unrolled_depth // 2)
 
     def _check(self):
         positive = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -108,11 +137,20 @@ class DepthAttentionConfig(PreTrainedConfig):
         _check_choice("depth_mix_states", self.depth_mix_states, DEPTH_MIX_STATES)
         if self.depth_stride is not None and (not isinstance(self.depth_stride, int) or self.depth_stride < 1):
             raise ValueError(
-                f"depth_stride must be an integer >= 1 or None (None means num_hidden_layers // 2), "
+                f"depth_stride must be an integer >= 1 or None (None means half the unrolled depth), "
                 f"got {self.depth_stride!r}"
             )
         if not isinstance(self.depth_window, int) or self.depth_window < 0:
             raise ValueError(f"depth_window must be an integer >= 0, got {self.depth_window!r}")
+        for name, low in (("num_loops", 1), ("denseformer_dilation", 1), ("denseformer_period", 1),
+                          ("attnres_block_size", 1), ("mhc_streams", 2), ("mhc_sinkhorn_iters", 1),
+                          ("hc_streams", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        alpha = self.mhc_alpha_init
+        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 <= alpha < float("inf"):
+            raise ValueError(f"mhc_alpha_init must be a finite number >= 0, got {alpha!r}")
 
 
 def _check_choice(name: str, value, allowed: tuple[str, ...]):

@@ -36,5 +36,9 @@ def qwen3_to_depth_attention(model_class, model_or_path, **depth_settings):
     qwen3 = model_or_path
     config = config_from_qwen3(qwen3.config, **depth_settings)
     model = model_class(config).to(device=qwen3.device, dtype=qwen3.dtype)
-    model.load_state_dict(qwen3.state_dict(), strict=True)
+    result = model.load_state_dict(qwen3.state_dict(), strict=False)
+    # a baseline's own parameters (model.cross_layer.*) keep their initialisation; every Qwen3 tensor is used
+    missing = [k for k in result.missing_keys if not k.startswith("model.cross_layer.")]
+    if missing or result.unexpected_keys:
+        raise ValueError(f"the Qwen3 model does not match: missing {missing}, unexpected {result.unexpected_keys}")
     return model.train(qwen3.training)

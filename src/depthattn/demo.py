@@ -20,7 +20,7 @@ from .inference import cached_decoding_error, kv_cache_bytes
 from .train import TrainConfig, evaluate, train
 from .train.distributed import World
 
-METHODS = {"Depth-Attention": "depth_attention", "vanilla": "none"}
+METHODS = {"Depth-Attention": "depth_attention", "vanilla": "vanilla"}
 STEPS = 500
 PROMPT = "ROMEO.\n"
 

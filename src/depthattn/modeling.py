@@ -1,4 +1,9 @@
-"""A Qwen3-style decoder with Depth-Attention. State-dict keys are those of transformers' Qwen3ForCausalLM."""
+"""A Qwen3-style decoder with Depth-Attention or another cross-layer method, optionally looped.
+
+State-dict keys are those of transformers' Qwen3ForCausalLM; a baseline's parameters (`depthattn.methods`) live
+under `model.cross_layer`. With `num_loops` K the stack of layers runs K times with shared weights; unrolled step
+`u = loop * num_hidden_layers + layer` has KV-cache slot `u`, and depth sources are chosen over the unrolled depth.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from .config import DepthAttentionConfig
 from .depth import DepthState, depth_mix, depth_sources
+from .methods import CrossLayerMethod, Residual, ValueResidual, build_method
+from .methods.value_residual import mix_first_value
 
 
 @dataclass
@@ -129,10 +136,14 @@ class DepthAttentionAttention(nn.Module):
         self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=bias)
         self.q_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
-        self.depth_sources = (
-            depth_sources(layer_idx, config.resolved_depth_stride, config.depth_window)
+        self.num_layers = config.num_hidden_layers
+        # sources per loop: unrolled step loop * L + layer_idx reads these unrolled steps
+        self.loop_depth_sources = [
+            depth_sources(loop * self.num_layers + layer_idx, config.resolved_depth_stride, config.depth_window)
             if config.cross_layer == "depth_attention" else []
-        )
+            for loop in range(config.num_loops)
+        ]
+        self.depth_sources = self.loop_depth_sources[0]
 
     def forward(
         self,
@@ -142,6 +153,8 @@ class DepthAttentionAttention(nn.Module):
         depth_states: list[DepthState | None],
         cache: Cache | None = None,
         attn_implementation: str = "sdpa",
+        loop: int = 0,
+        value_lambdas: torch.Tensor | None = None,
         **kwargs,
     ):
         input_shape = hidden_states.shape[:-1]
@@ -152,14 +165,17 @@ class DepthAttentionAttention(nn.Module):
         query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
 
         state, depth_weights = DepthState(key, key, value), None
-        if self.depth_sources:
+        sources = self.loop_depth_sources[loop]
+        if sources:
             state, depth_weights = depth_mix(
-                query, state, [depth_states[j] for j in self.depth_sources], self.scaling,
+                query, state, [depth_states[j] for j in sources], self.scaling,
                 rule=self.config.depth_mix, mix_states=self.config.depth_mix_states,
             )
+        elif value_lambdas is not None:
+            state = mix_first_value(state, depth_states[0].value, value_lambdas)
         key, value = state.key, state.value
-        if cache is not None:
-            key, value = cache.update(key, value, self.layer_idx)  # the mixed state takes the plain state's slot
+        if cache is not None:  # the mixed state takes the plain state's slot; one slot per unrolled step
+            key, value = cache.update(key, value, self.layer_idx + loop * self.num_layers)
 
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(attn_implementation, eager_attention_forward)
         out, attn_weights = attention(
@@ -179,13 +195,27 @@ class DepthAttentionDecoderLayer(nn.Module):
         self.post_attention_layernorm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(self, hidden_states, position_embeddings, attention_mask, depth_states, cache=None,
-                attn_implementation="sdpa", **kwargs):
+                attn_implementation="sdpa", loop=0, residual: Residual | None = None, value_lambdas=None,
+                **kwargs):
+        """`hidden_states` is the residual stream: a tensor, or `residual`'s own stream object."""
+        attention = dict(cache=cache, attn_implementation=attn_implementation, loop=loop,
+                         value_lambdas=value_lambdas, **kwargs)
+        if residual is None:  # the plain residual, inline
+            attn_out, state, depth_weights, attn_weights = self.self_attn(
+                self.input_layernorm(hidden_states), position_embeddings, attention_mask, depth_states, **attention,
+            )
+            hidden_states = hidden_states + attn_out
+            hidden_states = hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+            return hidden_states, state, depth_weights, attn_weights
+
+        sublayer = 2 * (loop * self.self_attn.num_layers + self.self_attn.layer_idx)
+        x = residual.read(hidden_states, sublayer)
         attn_out, state, depth_weights, attn_weights = self.self_attn(
-            self.input_layernorm(hidden_states), position_embeddings, attention_mask, depth_states,
-            cache=cache, attn_implementation=attn_implementation, **kwargs,
+            self.input_layernorm(x), position_embeddings, attention_mask, depth_states, **attention,
         )
-        hidden_states = hidden_states + attn_out
-        hidden_states = hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+        hidden_states = residual.write(hidden_states, sublayer, attn_out)
+        x = residual.read(hidden_states, sublayer + 1)
+        hidden_states = residual.write(hidden_states, sublayer + 1, self.mlp(self.post_attention_layernorm(x)))
         return hidden_states, state, depth_weights, attn_weights
 
 
@@ -199,6 +229,11 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     _can_compile_fullgraph = True
 
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, CrossLayerMethod):
+            module.reset_parameters()  # the method's documented initialisation (guarded: loaded values stay)
+
 
 class DepthAttentionModel(DepthAttentionPreTrainedModel):
     def __init__(self, config: DepthAttentionConfig):
@@ -207,8 +242,12 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         self.layers = nn.ModuleList(DepthAttentionDecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = DepthAttentionRotaryEmbedding(config)
-        # layers whose state a later layer reads; the others' states are dropped as soon as possible
-        self._read_later = {j for layer in self.layers for j in layer.self_attn.depth_sources}
+        self.cross_layer = build_method(config)  # a baseline's parameters; None for vanilla and Depth-Attention
+        # unrolled steps whose state a later step reads; the others' states are dropped as soon as possible
+        self._read_later = {j for layer in self.layers for sources in layer.self_attn.loop_depth_sources
+                            for j in sources}
+        if isinstance(self.cross_layer, ValueResidual) and config.unrolled_depth > 1:
+            self._read_later.add(0)
         self.post_init()
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
@@ -237,6 +276,8 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
             use_cache = self.config.use_cache and not self.training
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
+        if cache is not None and self.config.num_loops > 1:
+            _add_loop_slots(cache, self.config.unrolled_depth)
         if position_ids is None:
             past = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + past  # (1, T)
@@ -255,22 +296,28 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
             mask = create_causal_mask(config=mask_config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
                                       cache=cache, position_ids=position_ids)
 
-        hidden_states = inputs_embeds
-        position_embeddings = self.rotary_emb(hidden_states, position_ids)
-        depth_states: list[DepthState | None] = [None] * len(self.layers)
+        position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
+        residual = self.cross_layer if isinstance(self.cross_layer, Residual) else None
+        value_residual = self.cross_layer if isinstance(self.cross_layer, ValueResidual) else None
+        stream = inputs_embeds if residual is None else residual.init(inputs_embeds)
+        depth_states: list[DepthState | None] = [None] * self.config.unrolled_depth
         all_hidden, all_attn, all_depth = [], [], []
-        for i, layer in enumerate(self.layers):
-            if output_hidden_states:
-                all_hidden.append(hidden_states)
-            hidden_states, state, depth_weights, attn_weights = layer(
-                hidden_states, position_embeddings, mask, depth_states, cache=cache,
-                attn_implementation=implementation, **kwargs,
-            )
-            if i in self._read_later:
-                depth_states[i] = state
-            all_attn.append(attn_weights)
-            all_depth.append(depth_weights)
-        hidden_states = self.norm(hidden_states)
+        for loop in range(self.config.num_loops):
+            for i, layer in enumerate(self.layers):
+                step = loop * len(self.layers) + i
+                if output_hidden_states:
+                    all_hidden.append(stream if residual is None else residual.hidden(stream))
+                stream, state, depth_weights, attn_weights = layer(
+                    stream, position_embeddings, mask, depth_states, cache=cache,
+                    attn_implementation=implementation, loop=loop, residual=residual,
+                    value_lambdas=value_residual.lambdas_for(step) if value_residual is not None else None,
+                    **kwargs,
+                )
+                if step in self._read_later:
+                    depth_states[step] = state
+                all_attn.append(attn_weights)
+                all_depth.append(depth_weights)
+        hidden_states = self.norm(stream if residual is None else residual.final(stream))
         if output_hidden_states:
             all_hidden.append(hidden_states)
 
@@ -330,6 +377,17 @@ class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):
         from .convert import qwen3_to_depth_attention
 
         return qwen3_to_depth_attention(cls, model_or_path, **depth_settings)
+
+
+def _add_loop_slots(cache: Cache, slots: int):
+    """Caches built from the config have one slot per layer; a looped model needs one per unrolled step."""
+    missing = slots - len(cache.layers)
+    if missing <= 0 or cache.layer_class_to_replicate is not None:  # enough, or the cache grows by itself
+        return
+    if cache.get_seq_length() > 0:
+        raise ValueError(f"this cache holds {len(cache.layers)} layer slots and tokens already; the looped model "
+                         f"needs {slots} (num_hidden_layers x num_loops)")
+    cache.layers.extend(copy.deepcopy(cache.layers[0]) for _ in range(missing))
 
 
 def _check_token_ids(input_ids: torch.Tensor, vocab_size: int):

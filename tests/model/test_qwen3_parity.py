@@ -67,3 +67,12 @@ def test_from_qwen3_rejects_other_models(tmp_path):
     depth = DepthAttentionForCausalLM.from_qwen3(qwen3())
     with pytest.raises(ValueError, match="expected a Qwen3 config"):
         DepthAttentionForCausalLM.from_qwen3(depth)
+
+
+@pytest.mark.parametrize("method", ["denseformer", "value_residual", "mhc"])
+def test_from_qwen3_keeps_every_tensor_for_baselines_with_parameters(method):
+    reference = qwen3()
+    model = DepthAttentionForCausalLM.from_qwen3(reference, cross_layer=method)
+    for name, tensor in reference.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+    assert any(k.startswith("model.cross_layer.") for k in model.state_dict())

@@ -23,6 +23,8 @@ def test_file_and_overrides(tmp_path):
     ("[train]\nsteps = 0\n", "train.steps must be > 0"),
     ("[model]\npreset = 'huge'\n", "model.preset must be one of"),
     ("[train]\ndtype = 'fp8'\n", "train.dtype must be one of"),
+    ("[model]\nmethod = 'densformer'\n", "model.method must be one of"),
+    ("[model]\nnum_loops = 0\n", "model.num_loops must be > 0"),
     ("[optim]\nbeta2 = 1.5\n", "optim.beta2 must lie in"),
     ("[optim\nlr = 1\n", "not valid TOML"),
 ])

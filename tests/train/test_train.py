@@ -112,3 +112,12 @@ def test_grad_accumulation_equals_a_bigger_batch(tiny_data, tmp_path):
     for a, b in zip(big, accumulated):
         assert a["tokens"] == b["tokens"]
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-5) and a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+
+
+@pytest.mark.parametrize("method, loops", [("denseformer", 1), ("depth_quarter", 2)])
+def test_methods_and_loops_train_by_preset_name(tiny_data, tmp_path, method, loops):
+    summary = train(config(tiny_data, tmp_path / "run", "--train.steps", "3", "--model.method", method,
+                           "--model.num_loops", str(loops)))
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "final")
+    assert model.config.num_loops == loops and math.isfinite(summary["val_loss"])
+    assert model.config.cross_layer == {"denseformer": "denseformer", "depth_quarter": "depth_attention"}[method]

@@ -29,6 +29,15 @@ def _options() -> StateDictOptions:
     return StateDictOptions(full_state_dict=True, cpu_offload=distributed)
 
 
+def full_model_state(model) -> dict[str, torch.Tensor]:
+    """The whole (unsharded) state dict of a plain, DDP or FSDP2 model; collective under torchrun."""
+    return {k: v.contiguous() for k, v in get_model_state_dict(model, options=_options()).items()}
+
+
+def is_main_process() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
 def rng_state() -> dict:
     """Torch's generators (dropout, sampling); the data order has its own seeded generator."""
     state = {"torch": torch.get_rng_state()}
@@ -46,15 +55,14 @@ def set_rng_state(state: dict):
 def save_checkpoint(out_dir: Path, step: int, model, unwrapped, optimizer, scheduler, batches, keep: int,
                     extra: dict) -> Path | None:
     """Every rank calls this (gathering sharded state is collective); rank 0 writes."""
-    model_state = get_model_state_dict(model, options=_options())
+    model_state = full_model_state(model)
     optim_state = get_optimizer_state_dict(model, optimizer, options=_options())
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    if rank != 0:
+    if not is_main_process():
         return None
     path = Path(out_dir) / "checkpoints" / f"step_{step:08d}"
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(path) as tmp:
-        unwrapped.save_pretrained(tmp, state_dict={k: v.contiguous() for k, v in model_state.items()})
+        unwrapped.save_pretrained(tmp, state_dict=model_state)
         torch.save({"step": step, "optimizer": optim_state, "scheduler": scheduler.state_dict(),
                     "data": batches.state_dict(), "rng": rng_state(), **extra}, tmp / TRAINER_STATE)
     for old in list_checkpoints(out_dir)[:-keep]:

@@ -34,12 +34,17 @@ MODEL_PRESETS = {
 @dataclass
 class ModelSection:
     preset: str = "tiny"
-    method: str = "depth_attention"  # a cross_layer value or a named preset of depthattn.methods
+    method: str = "depth_attention"  # a preset of depthattn.presets: a method or a Depth-Attention ablation
+    num_loops: int = 1
     max_position_embeddings: int = 4096
     overrides: dict = field(default_factory=dict)  # any other DepthAttentionConfig field
 
     def check(self):
+        from ..presets import PRESETS
+
         _choice("model.preset", self.preset, MODEL_PRESETS)
+        _choice("model.method", self.method, PRESETS)
+        _positive("model.num_loops", self.num_loops)
 
 
 @dataclass

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from tqdm.auto import tqdm
 from transformers.utils import logging as hf_logging
 
-from .. import DepthAttentionConfig, DepthAttentionForCausalLM
+from .. import DepthAttentionConfig, DepthAttentionForCausalLM, method_settings
 from ..data.files import atomic_directory, atomic_write_json, atomic_write_bytes
 from ..data.shards import TokenBatches, TokenShards, eval_batches
-from .checkpoint import list_checkpoints, load_trainer_state, load_weights, save_checkpoint
+from .checkpoint import (
+    full_model_state, is_main_process, list_checkpoints, load_trainer_state, load_weights, save_checkpoint,
+)
 from .config import MODEL_PRESETS, TrainConfig
 from .distributed import World, close_world, init_world, mean_over_ranks, parallelize, sum_over_ranks
 from .optim import build_optimizer, build_scheduler
@@ -30,7 +31,7 @@ class TrainingDiverged(RuntimeError):
 
 def build_model_config(cfg: TrainConfig, vocab_size: int, eos_id: int | None) -> DepthAttentionConfig:
     settings = dict(MODEL_PRESETS[cfg.model.preset])
-    settings["cross_layer"] = cfg.model.method
+    settings.update(method_settings(cfg.model.method, settings["num_hidden_layers"], cfg.model.num_loops))
     settings.update(cfg.model.overrides)
     settings.setdefault("vocab_size", vocab_size)
     if settings["vocab_size"] < vocab_size:
@@ -210,7 +211,7 @@ def _train(cfg: TrainConfig, resume: bool, world: World) -> dict:
                             {"loss": loss})
     progress.close()
     metrics.close()
-    export(model, out_dir / "final", train_shards.tokenizer_path, world)
+    export(wrapped, model, out_dir / "final", train_shards.tokenizer_path)
     return last
 
 
@@ -224,16 +225,16 @@ def _gradient_sync(model, parallel: str, world: World, last_micro: bool):
     return contextlib.nullcontext()
 
 
-def export(model, path: Path, tokenizer_path: Path | None, world: World):
+def export(model, unwrapped, path: Path, tokenizer_path: Path | None):
     """A Hugging Face folder (config, safetensors weights, tokenizer) that AutoModelForCausalLM loads.
 
-    Every rank calls this (gathering shards is collective); rank 0 writes.
+    Every rank calls this (gathering shards is collective); the main process writes.
     """
-    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=world.world_size > 1))
-    if not world.is_main:
+    state = full_model_state(model)
+    if not is_main_process():
         return
     with atomic_directory(path) as tmp:
-        model.save_pretrained(tmp, state_dict=state)
+        unwrapped.save_pretrained(tmp, state_dict=state)
         if tokenizer_path and Path(tokenizer_path).is_dir():
             for item in Path(tokenizer_path).iterdir():
                 shutil.copy(item, tmp / item.name)

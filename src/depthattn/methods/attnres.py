@@ -1,0 +1,88 @@
+"""Block Attention Residuals (Kimi Team, arXiv 2603.15031), in the form SPEC §4 fixes.
+
+Before every sublayer `s >= 1` and once before the final norm, an aggregator reads a softmax mixture over
+{block snapshots, running stream}: the running stream is the plain residual stream (embedding plus every sublayer
+output so far); a snapshot of it is kept at the start and at every block end (every `attnres_block_size`
+sublayers; attention and MLP count one each). Candidates are the snapshots taken before the current position
+and the running stream. Logits are `<w * g, x> / rms(x)` with a pseudo-query `w` (zero at init) and an RMSNorm
+gain `g` (ones), plus a recency bias `b` on the running stream (3.0 at init); softmax in float32. The
+sublayer reads the mixture and adds its output to the running stream.
+
+Sublayer 0 has one candidate (the embedding) and no aggregator. Parameters: `2 * unrolled_depth` aggregators
+(sublayers 1 .. 2L-1 and the final one) of `2 * hidden_size + 1` each.
+At initialisation each aggregator weighs the running stream `e^3 / (e^3 + m)` and each of its `m` snapshots
+`1 / (e^3 + m)`: close to, but not exactly, the plain residual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import initialization as init
+
+from .base import Residual, rms_normalize
+
+RECENCY_BIAS_INIT = 3.0
+
+
+@dataclass
+class AttnResStream:
+    hidden: torch.Tensor            # (B, T, D) the running (plain residual) stream
+    snapshots: list[torch.Tensor]   # the running stream at the start and at each block end so far
+
+
+class AttnRes(Residual):
+    inference_state = (
+        "Across tokens: none (the KV cache is vanilla's). Per token while it is processed: one snapshot of the "
+        "stream per block, ceil(2L / block_size) hidden vectors (L = unrolled depth); over a prefill, T times that."
+    )
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.block_size = config.attnres_block_size
+        self.eps = config.rms_norm_eps
+        count, size = self.num_sublayers, config.hidden_size  # aggregator a reads before sublayer a + 1
+        self.query = nn.Parameter(torch.empty(count, size))
+        self.gain = nn.Parameter(torch.empty(count, size))
+        self.recency_bias = nn.Parameter(torch.empty(count))
+
+    def reset_parameters(self):
+        init.zeros_(self.query)
+        init.ones_(self.gain)
+        init.constant_(self.recency_bias, RECENCY_BIAS_INIT)
+
+    def snapshot_count(self, sublayer: int) -> int:
+        """Snapshots the aggregator before `sublayer` reads: those taken at positions 0, b, 2b, ... < sublayer."""
+        return 0 if sublayer == 0 else (sublayer - 1) // self.block_size + 1
+
+    def weights(self, candidates: torch.Tensor, sublayer: int) -> torch.Tensor:
+        """candidates: (n, B, T, D), the running stream last. Returns (n, B, T) float32 softmax weights."""
+        a = sublayer - 1
+        logits = rms_normalize(candidates, self.eps) @ (self.query[a] * self.gain[a]).float()  # (n, B, T)
+        logits = torch.cat([logits[:-1], logits[-1:] + self.recency_bias[a].float()])
+        return torch.softmax(logits, dim=0)
+
+    def init(self, embeds):
+        return AttnResStream(embeds, [embeds])
+
+    def read(self, stream, sublayer):
+        if sublayer == 0:
+            return stream.hidden
+        candidates = torch.stack([*stream.snapshots[:self.snapshot_count(sublayer)], stream.hidden])
+        weights = self.weights(candidates, sublayer)
+        return (weights[..., None] * candidates).sum(0).to(stream.hidden.dtype)
+
+    def write(self, stream, sublayer, out):
+        hidden = stream.hidden + out
+        done = sublayer + 1
+        if done % self.block_size == 0 and done < self.num_sublayers:
+            stream.snapshots.append(hidden)
+        return AttnResStream(hidden, stream.snapshots)
+
+    def final(self, stream):
+        return self.read(stream, self.num_sublayers)
+
+    def hidden(self, stream):
+        return stream.hidden

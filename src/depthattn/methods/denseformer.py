@@ -1,0 +1,81 @@
+"""DenseFormer (Pagliardini et al., arXiv 2402.02622): depth-weighted averaging (DWA) after every block.
+
+After block `i` (1-based, over the unrolled depth), the next block reads `Y_i = sum_m alpha_{i,m} X_m` over the
+embedding `X_0` and the raw block outputs `X_m` (each block's input plus its two sublayer outputs).
+Dilation `k` keeps only `m` with `(i - m) % k == 0`; period `p` puts a DWA after every `p`-th block only
+(the paper's "k x p DenseFormer"); the other blocks pass their output on unchanged.
+
+Parameters: one weight vector per DWA, `i // k + 1` scalars for block `i`; `L(L+3)/2` for k = p = 1.
+Initialisation: identity (the weight of `X_i` is 1, the others 0), so a fresh DenseFormer computes exactly
+what the vanilla decoder with the same backbone weights computes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import initialization as init
+
+from .base import Residual
+
+
+@dataclass
+class DenseFormerStream:
+    hidden: torch.Tensor          # (B, T, D) the running hidden state (what the next sublayer reads)
+    outputs: list[torch.Tensor]   # X_0 (embedding), X_1, ...: raw block outputs, (B, T, D) each
+
+
+class DenseFormer(Residual):
+    inference_state = (
+        "Across tokens: none (the KV cache is vanilla's). Per token while it is processed: the embedding and every "
+        "block output so far, up to L hidden vectors (L = unrolled depth); over a prefill of T tokens, T x L."
+    )
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.dilation, self.period = config.denseformer_dilation, config.denseformer_period
+        depth = config.unrolled_depth
+        self.blocks = [i for i in range(1, depth + 1) if i % self.period == 0]  # blocks followed by a DWA
+        sizes = [len(self.sources(i)) for i in self.blocks]
+        ends = list(itertools.accumulate(sizes))
+        self._weights_of = {i: (end - size, end) for i, size, end in zip(self.blocks, sizes, ends)}
+        self.alphas = nn.Parameter(torch.empty(sum(sizes)))  # every DWA's weights, one after the other
+
+    def sources(self, block: int) -> list[int]:
+        """The outputs `m` that the DWA after `block` averages, in increasing order (the block itself last)."""
+        return list(range(block % self.dilation, block + 1, self.dilation))
+
+    def weights(self, block: int) -> torch.Tensor:
+        start, end = self._weights_of[block]
+        return self.alphas[start:end]
+
+    def reset_parameters(self):
+        identity = torch.zeros(self.alphas.shape, dtype=self.alphas.dtype, device=self.alphas.device)
+        identity[[end - 1 for _, end in self._weights_of.values()]] = 1.0
+        init.copy_(self.alphas, identity)
+
+    def init(self, embeds):
+        return DenseFormerStream(embeds, [embeds])
+
+    def read(self, stream, sublayer):
+        return stream.hidden
+
+    def write(self, stream, sublayer, out):
+        hidden = stream.hidden + out
+        if sublayer % 2 == 0:  # attention: the block is not finished
+            return DenseFormerStream(hidden, stream.outputs)
+        block = sublayer // 2 + 1
+        stream.outputs.append(hidden)
+        if block in self._weights_of:
+            xs = torch.stack([stream.outputs[m] for m in self.sources(block)])  # (n, B, T, D)
+            hidden = torch.tensordot(self.weights(block).to(xs.dtype), xs, dims=1)
+        return DenseFormerStream(hidden, stream.outputs)
+
+    def final(self, stream):
+        return stream.hidden
+
+    def hidden(self, stream):
+        return stream.hidden

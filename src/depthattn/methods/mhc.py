@@ -1,0 +1,81 @@
+"""mHC, manifold-constrained hyper-connections (Xie et al., DeepSeek, arXiv 2512.24880).
+
+`n = mhc_streams` residual streams, the embedding copied into each. Before sublayer `s`, the RMS-normalised
+flattened streams `z` (1 x nD) give, through one projection `phi_s` (nD -> 2n + n^2), gating scales `alpha_s`
+and biases `b_s`:
+
+    pre  = sigmoid(alpha_pre  * z phi_pre  + b_pre)                   (n)    the sublayer reads sum_i pre_i x_i
+    post = 2 sigmoid(alpha_post * z phi_post + b_post)                (n)    stream i receives post_i * out
+    res  = Sinkhorn(alpha_res * mat(z phi_res) + b_res)               (n x n) doubly stochastic stream mix
+
+with `mhc_sinkhorn_iters` Sinkhorn-Knopp iterations (exp, then alternately normalise rows and columns).
+The final hidden state averages the streams with learned softmax weights.
+
+Parameters per sublayer: `(2n + n^2) (nD + 1) + 3`; plus `n` final weights.
+Initialisation (near a plain residual): `alpha = mhc_alpha_init` (0.01), `phi ~ N(0, initializer_range)`,
+`b_pre = -log(n - 1)` (pre = 1/n each: the sublayer reads the stream mean), `b_post = 0` (post = 1: every
+stream receives the whole output), `b_res = 0` (res ~ 1/n everywhere, the centre of the doubly stochastic
+matrices, where 20 Sinkhorn iterations converge to float precision; an identity-dominant start converges far
+slower) and zero final logits (the plain mean). Identical streams stay identical under any doubly stochastic
+res, so with alpha = 0 the model computes exactly the vanilla decoder's function; with 0.01 it starts close.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from transformers import initialization as init
+
+from .base import rms_normalize
+from .streams import MultiStreamResidual
+
+
+def sinkhorn(logits: torch.Tensor, iterations: int) -> torch.Tensor:
+    """Project exp(logits) (..., n, n) onto doubly stochastic matrices by alternate row and column normalisation."""
+    m = torch.exp(logits - logits.amax(dim=(-2, -1), keepdim=True))
+    for _ in range(iterations):
+        m = m / m.sum(-1, keepdim=True)
+        m = m / m.sum(-2, keepdim=True)
+    return m
+
+
+class MHC(MultiStreamResidual):
+    inference_state = (
+        "Across tokens: none (the KV cache is vanilla's). Per token while it is processed: n residual streams "
+        "instead of one, n - 1 extra hidden vectors (3 at n = 4); over a prefill of T tokens, T x (n - 1)."
+    )
+
+    def __init__(self, config):
+        super().__init__(config, config.mhc_streams)
+        n, size = self.num_streams, config.hidden_size
+        self.sinkhorn_iters, self.eps = config.mhc_sinkhorn_iters, config.rms_norm_eps
+        self.alpha_init, self.std = config.mhc_alpha_init, config.initializer_range
+        self.phi = nn.Parameter(torch.empty(self.num_sublayers, 2 * n + n * n, n * size))
+        self.bias = nn.Parameter(torch.empty(self.num_sublayers, 2 * n + n * n))
+        self.alpha = nn.Parameter(torch.empty(self.num_sublayers, 3))  # pre, post, res
+        self.final_logits = nn.Parameter(torch.empty(n))
+
+    def reset_parameters(self):
+        n, like = self.num_streams, dict(dtype=self.bias.dtype, device=self.bias.device)
+        init.normal_(self.phi, mean=0.0, std=self.std)
+        bias = torch.cat([torch.full((n,), -math.log(n - 1), **like), torch.zeros(n + n * n, **like)])
+        init.copy_(self.bias, bias.expand(self.bias.shape))
+        init.constant_(self.alpha, self.alpha_init)
+        init.zeros_(self.final_logits)
+
+    def coefficients(self, x, sublayer):
+        n = self.num_streams
+        z = rms_normalize(x.flatten(-2), self.eps)  # (B, T, nD) float32
+        pre, post, res = (z @ self.phi[sublayer].float().T).split([n, n, n * n], dim=-1)
+        b_pre, b_post, b_res = self.bias[sublayer].float().split([n, n, n * n])
+        a_pre, a_post, a_res = self.alpha[sublayer].float()
+        pre = torch.sigmoid(a_pre * pre + b_pre)
+        post = 2 * torch.sigmoid(a_post * post + b_post)
+        res = sinkhorn((a_res * res + b_res).unflatten(-1, (n, n)), self.sinkhorn_iters)
+        return pre, post, res
+
+    def final(self, stream):
+        weights = torch.softmax(self.final_logits.float(), dim=0)
+        return (weights[:, None] * stream.x).sum(-2).to(stream.x.dtype)

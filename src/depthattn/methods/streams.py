@@ -1,0 +1,46 @@
+"""What mHC and hyper-connections share: n residual streams, read as a weighted sum, written as a stream mix plus
+the sublayer output spread over the streams.
+
+Per sublayer, from the streams `x` (B, T, n, D) before it, a method computes `pre` (B, T, n), `post` (B, T, n)
+and `res` (B, T, n, n). The sublayer reads `sum_i pre_i x_i`; afterwards stream `i` becomes
+`sum_j res_ij x_j + post_i * out`. Coefficients and mixes run in float32 at least.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .base import Residual
+
+
+@dataclass
+class Streams:
+    x: torch.Tensor                          # (B, T, n, D)
+    post: torch.Tensor | None = None         # set by `read` for the following `write`
+    res: torch.Tensor | None = None
+
+
+class MultiStreamResidual(Residual):
+    def __init__(self, config, num_streams: int):
+        super().__init__(config)
+        self.num_streams = num_streams
+
+    def coefficients(self, x: torch.Tensor, sublayer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(pre, post, res) for the sublayer, from its input streams x (B, T, n, D)."""
+        raise NotImplementedError
+
+    def init(self, embeds):
+        return Streams(embeds.unsqueeze(-2).expand(*embeds.shape[:-1], self.num_streams, embeds.shape[-1]))
+
+    def read(self, stream, sublayer):
+        pre, stream.post, stream.res = self.coefficients(stream.x, sublayer)
+        return (pre[..., None] * stream.x).sum(-2).to(stream.x.dtype)
+
+    def write(self, stream, sublayer, out):
+        x = stream.res @ stream.x.to(stream.res.dtype) + stream.post[..., None] * out[..., None, :]
+        return Streams(x.to(stream.x.dtype))
+
+    def hidden(self, stream):
+        return stream.x.mean(-2)

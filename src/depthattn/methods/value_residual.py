@@ -1,0 +1,44 @@
+"""Value residual learning, ResFormer (Zhou et al., arXiv 2410.17897).
+
+Every unrolled step `u >= 1` mixes the value of step 0 into its own before sequence attention:
+`V'_u = lambda_1 V_0 + lambda_2 V_u`, with learned scalars per step (ResFormer's initialisation: 0.5 each).
+Like Depth-Attention it acts inside attention, and the mixed value takes the plain value's KV-cache slot;
+step 0's value of the current tokens is carried by the same `DepthState` plumbing.
+
+Parameters: `2 (L - 1)` scalars (L = unrolled depth). At initialisation it equals Depth-Attention with
+`depth_mix="uniform"` and only layer 0 as source (the "depth_first_layer" + "depth_uniform" ablation).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import initialization as init
+
+from ..depth import DepthState
+from .base import CrossLayerMethod
+
+LAMBDA_INIT = 0.5
+
+
+class ValueResidual(CrossLayerMethod):
+    inference_state = (
+        "Across tokens: none; the KV cache has vanilla's size (mixed values in the value slots). Per token while "
+        "it is processed: layer 0's value, one KV-head vector set (Hkv x head_dim)."
+    )
+
+    def __init__(self, config):
+        super().__init__()
+        self.lambdas = nn.Parameter(torch.empty(max(config.unrolled_depth - 1, 0), 2))
+
+    def reset_parameters(self):
+        init.constant_(self.lambdas, LAMBDA_INIT)
+
+    def lambdas_for(self, step: int) -> torch.Tensor | None:
+        return self.lambdas[step - 1] if step >= 1 else None
+
+
+def mix_first_value(state: DepthState, first_value: torch.Tensor, lambdas: torch.Tensor) -> DepthState:
+    """V' = lambda_1 V_0 + lambda_2 V for this step's state; keys unchanged."""
+    value = lambdas[0].to(state.value.dtype) * first_value + lambdas[1].to(state.value.dtype) * state.value
+    return state._replace(value=value)

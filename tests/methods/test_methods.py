@@ -1,0 +1,238 @@
+"""Every cross-layer baseline (SPEC §4, issue 4): training, cached inference, save/load, initial behaviour, cost."""
+
+import math
+import sys
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+
+from depthattn import DepthAttentionForCausalLM, count_parameters
+from depthattn.config import CROSS_LAYER_METHODS
+from depthattn.methods import INFERENCE_STATE, METHODS
+from depthattn.methods.mhc import sinkhorn
+from tests.helpers import METHOD_SETTINGS, perturb_method, tiny_config, tiny_model, with_backbone_of
+
+NAMES = list(METHOD_SETTINGS)
+ATOL = 1e-5
+
+
+def method_model(name, perturbed=True, **overrides):
+    model = tiny_model(**{**METHOD_SETTINGS[name], **overrides})
+    return perturb_method(model) if perturbed else model
+
+
+def vanilla_and(name, **overrides):
+    """A vanilla model and a freshly initialised `name` model with the same backbone weights."""
+    vanilla = tiny_model(cross_layer="none")
+    return vanilla, with_backbone_of(tiny_model(**{**METHOD_SETTINGS[name], **overrides}), vanilla)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_parameter_gets_a_gradient(name):
+    model = method_model(name).train()
+    ids = torch.randint(0, 97, (2, 8))
+    model(ids, labels=ids).loss.backward()
+    no_grad = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not no_grad
+    assert any(n.startswith("model.cross_layer.") for n, _ in model.named_parameters())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cached_decoding_and_chunked_prefill_match_the_full_forward(name):
+    model = method_model(name)
+    ids = torch.randint(0, 97, (2, 12))
+    full = model(ids, use_cache=False).logits
+    out = model(ids[:, :5], use_cache=True)
+    steps = [out.logits]
+    for t in range(5, 12):
+        out = model(ids[:, t:t + 1], cache=out.cache, use_cache=True)
+        steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=ATOL)
+    cache = DynamicCache(config=model.config)
+    chunks = [model(ids[:, a:b], cache=cache, use_cache=True).logits for a, b in [(0, 4), (4, 9), (9, 10), (10, 12)]]
+    torch.testing.assert_close(torch.cat(chunks, 1), full, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_greedy_generate_equals_argmax_of_uncached_forward(name):
+    model = method_model(name)
+    prompt = torch.randint(0, 97, (1, 5))
+    generated = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    ids = prompt
+    for _ in range(6):
+        ids = torch.cat([ids, model(ids, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)], 1)
+    assert torch.equal(generated, ids)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_trained_method_parameters_survive_save_and_reload(name, tmp_path):
+    model = method_model(name)
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert reloaded.config.cross_layer == model.config.cross_layer
+    for (key, param), (key2, param2) in zip(model.state_dict().items(), reloaded.state_dict().items()):
+        assert key == key2 and torch.equal(param, param2), key
+    ids = torch.randint(0, 97, (2, 9))
+    torch.testing.assert_close(reloaded(ids).logits, model(ids).logits, rtol=0, atol=0)
+
+
+def _cross_layer(model):
+    return model.model.cross_layer
+
+
+INIT_CHECKS = {  # the documented initialisation of each method's parameters
+    "denseformer": lambda m: True,  # identity: checked by behaviour (exactly vanilla)
+    "attnres": lambda m: bool((m.query == 0).all() and (m.gain == 1).all() and (m.recency_bias == 3).all()),
+    "mhc": lambda m: bool(
+        (m.alpha == 0.01).all() and torch.allclose(torch.sigmoid(m.bias[:, :m.num_streams]), torch.tensor(1 / 3))
+        and (m.bias[:, m.num_streams:] == 0).all() and (m.final_logits == 0).all()
+        and 0.9 < m.phi.std() / 0.02 < 1.1),
+    "hyper_connections": lambda m: bool(
+        (m.scales == 0.01).all() and (m.w_pre == 0).all() and (m.w_post == 0).all() and (m.w_res == 0).all()
+        and (m.gain == 1).all() and (m.static_post == 1).all()
+        and torch.equal(m.static_res, torch.eye(3).expand_as(m.static_res))
+        and torch.equal(m.static_pre.argmax(-1), torch.arange(8) % 3) and (m.static_pre.sum(-1) == 1).all()),
+    "value_residual": lambda m: bool((m.lambdas == 0.5).all() and m.lambdas.shape == (3, 2)),
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fresh_models_and_models_loaded_from_a_vanilla_checkpoint_get_the_documented_init(name, tmp_path):
+    vanilla, fresh = vanilla_and(name)
+    vanilla.save_pretrained(tmp_path)
+    loaded = DepthAttentionForCausalLM.from_pretrained(tmp_path, config=fresh.config)  # method keys missing
+    check = INIT_CHECKS[fresh.config.cross_layer]
+    assert check(_cross_layer(fresh)) and check(_cross_layer(loaded))
+    ids = torch.randint(0, 97, (2, 7))
+    for key, tensor in vanilla.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], tensor), key
+    if fresh.config.cross_layer == "denseformer":
+        assert torch.equal(loaded(ids).logits, vanilla(ids).logits)
+
+
+@pytest.mark.parametrize("name", ["denseformer", "denseformer-k2p2"])
+def test_denseformer_at_identity_init_is_exactly_vanilla(name):
+    vanilla, model = vanilla_and(name)
+    ids = torch.randint(0, 97, (2, 10))
+    assert torch.equal(model(ids).logits, vanilla(ids).logits)
+    assert not torch.equal(perturb_method(model)(ids).logits, vanilla(ids).logits)
+
+
+def test_value_residual_starts_as_the_uniform_first_layer_depth_ablation():
+    """lambda = (0.5, 0.5): V'_l = (V_0 + V_l) / 2, i.e. Depth-Attention with source {0} and a uniform mix."""
+    vanilla, model = vanilla_and("value_residual")
+    ablation = with_backbone_of(tiny_model(depth_stride=4, depth_mix="uniform"), vanilla)
+    ids = torch.randint(0, 97, (2, 10))
+    torch.testing.assert_close(model(ids).logits, ablation(ids).logits, rtol=0, atol=1e-6)
+    assert (model(ids).logits - vanilla(ids).logits).abs().max() > 1e-2
+    with torch.no_grad():  # lambda = (0, 1) turns it off
+        _cross_layer(model).lambdas.copy_(torch.tensor([0.0, 1.0]))
+    torch.testing.assert_close(model(ids).logits, vanilla(ids).logits, rtol=0, atol=1e-6)
+
+
+def test_mhc_starts_near_a_plain_residual_and_exactly_at_alpha_zero():
+    ids = torch.randint(0, 97, (2, 10))
+    vanilla, model = vanilla_and("mhc")
+    difference = (model(ids).logits - vanilla(ids).logits).abs().max()
+    assert 0 < difference < 1e-3  # alpha = 0.01: the dynamic mappings are live but small
+    vanilla, model = vanilla_and("mhc", mhc_alpha_init=0.0)
+    torch.testing.assert_close(model(ids).logits, vanilla(ids).logits, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("perturbed", [False, True])
+def test_mhc_residual_mix_is_doubly_stochastic(perturbed):
+    mhc = _cross_layer(method_model("mhc", perturbed=perturbed))  # 20 Sinkhorn iterations
+    streams = torch.randn(2, 5, 3, 32)
+    for sublayer in range(mhc.num_sublayers):
+        pre, post, res = mhc.coefficients(streams, sublayer)
+        assert (res >= 0).all() and (pre > 0).all() and (post > 0).all() and res.shape == (2, 5, 3, 3)
+        torch.testing.assert_close(res.sum(-1), torch.ones(2, 5, 3), rtol=0, atol=1e-6)
+        torch.testing.assert_close(res.sum(-2), torch.ones(2, 5, 3), rtol=0, atol=1e-6)
+    assert torch.allclose(sinkhorn(torch.zeros(3, 3), 1), torch.full((3, 3), 1 / 3))
+
+
+def test_hyper_connections_start_as_the_static_residual_and_near_vanilla():
+    vanilla, model = vanilla_and("hyper_connections")
+    hc = _cross_layer(model)
+    pre, post, res = hc.coefficients(torch.randn(2, 4, 3, 32), 4)
+    assert torch.equal(pre, torch.tensor([0.0, 1.0, 0.0]).expand(2, 4, 3))  # e_{4 mod 3}
+    assert torch.equal(post, torch.ones(2, 4, 3)) and torch.equal(res, torch.eye(3).expand(2, 4, 3, 3))
+    ids = torch.randint(0, 97, (2, 10))
+    # identical streams; the final sum is 3x the vanilla hidden state, which the final RMSNorm undoes up to eps
+    assert (model(ids).logits - vanilla(ids).logits).abs().max() < 1e-2
+
+
+def test_attnres_starts_with_the_recency_bias_weights():
+    attnres = _cross_layer(method_model("attnres", perturbed=False))
+    assert [attnres.snapshot_count(s) for s in range(9)] == [0, 1, 1, 1, 2, 2, 2, 3, 3]
+    candidates = torch.randn(3, 2, 4, 32)  # two snapshots and the running stream
+    weights = attnres.weights(candidates, 5)
+    expected = torch.tensor([1.0, 1.0, math.e**3]) / (2 + math.e**3)
+    torch.testing.assert_close(weights, expected[:, None, None].expand(3, 2, 4))
+
+
+@pytest.mark.parametrize("name", ["depth_attention", "value_residual", *NAMES])
+def test_kv_cache_is_exactly_vanillas(name):
+    """Depth-Attention and value residual put mixed values in the value slots; the hidden-state methods hold no
+    state across tokens, so every method's cache has exactly vanilla's tensors, shapes and bytes."""
+    settings = METHOD_SETTINGS.get(name, dict(cross_layer=name))
+    ids = torch.randint(0, 97, (2, 11))
+    cache = tiny_model(**settings)(ids, use_cache=True).cache
+    vanilla = tiny_model(cross_layer="none")(ids, use_cache=True).cache
+    assert type(cache) is type(vanilla) and len(cache.layers) == len(vanilla.layers) == 4
+    for layer, plain in zip(cache.layers, vanilla.layers):
+        assert type(layer) is type(plain) and vars(layer).keys() == vars(plain).keys()
+        for a, b in ((layer.keys, plain.keys), (layer.values, plain.values)):
+            assert (a.shape, a.dtype, a.nbytes) == (b.shape, b.dtype, b.nbytes)
+
+
+PARAMETER_COUNTS = {  # tiny config: L = 4, D = 32, 8 sublayers
+    "denseformer": 4 * 7 // 2,                       # L(L+3)/2
+    "denseformer-k2p2": (2 // 2 + 1) + (4 // 2 + 1),  # DWAs after blocks 2 and 4
+    "attnres": 8 * (2 * 32 + 1),
+    "mhc": 8 * ((2 * 3 + 9) * (3 * 32 + 1) + 3) + 3,
+    "hyper_connections": 8 * (32 * (3 + 3) + 2 + 2 * 3 + 9),
+    "value_residual": 2 * 3,
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_parameter_count(name):
+    counts = count_parameters(method_model(name, perturbed=False))
+    vanilla = count_parameters(tiny_model(cross_layer="none"))
+    assert counts["extra_over_vanilla"] == PARAMETER_COUNTS[name]
+    assert counts["total"] == vanilla["total"] + PARAMETER_COUNTS[name] and vanilla["extra_over_vanilla"] == 0
+    assert count_parameters(tiny_model())["extra_over_vanilla"] == 0  # Depth-Attention adds none
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_method_parameters_live_under_cross_layer_and_the_backbone_keeps_qwen3_keys(name):
+    keys = set(method_model(name, perturbed=False).state_dict())
+    vanilla_keys = set(tiny_model(cross_layer="none").state_dict())
+    assert vanilla_keys < keys and all(k.startswith("model.cross_layer.") for k in keys - vanilla_keys)
+    assert set(tiny_model().state_dict()) == vanilla_keys
+
+
+def test_every_method_states_its_inference_state():
+    assert set(INFERENCE_STATE) == set(CROSS_LAYER_METHODS) == {"none", "depth_attention", *METHODS}
+    for name, cls in METHODS.items():
+        assert "Across tokens: none" in INFERENCE_STATE[name]
+        doc = sys.modules[cls.__module__].__doc__
+        assert "arXiv" in doc and "Parameters" in doc and "nitialisation" in doc
+
+
+def test_left_padded_batch_generation_with_a_hidden_state_method():
+    model = method_model("mhc")
+    prompts = [torch.randint(1, 97, (n,)).tolist() for n in (3, 6)]
+    ids = torch.tensor([[0] * 3 + prompts[0], prompts[1]])
+    mask = (torch.arange(6)[None] >= torch.tensor([[3], [0]])).long()
+    batched = model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    for i, prompt in enumerate(prompts):
+        alone = model.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False, pad_token_id=0)
+        assert batched[i, -4:].tolist() == alone[0, -4:].tolist()
+
+
+def test_tiny_config_accepts_every_method():
+    for name in METHODS:
+        assert tiny_config(cross_layer=name).cross_layer == name
