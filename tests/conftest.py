@@ -1,7 +1,22 @@
+import json
+
 import pytest
 import torch
+
+from depthattn.data import embedded_corpus_documents, prepare
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory):
+    """A small prepared dataset: 24 documents of the embedded corpus, a 384-token BPE."""
+    root = tmp_path_factory.mktemp("data")
+    documents = [doc for _, doc in zip(range(24), embedded_corpus_documents())]
+    source = root / "docs.jsonl"
+    source.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents))
+    prepare([str(source)], root / "prepared", vocab_size=384, val_fraction=0.2, seed=0, progress=False)
+    return root / "prepared"

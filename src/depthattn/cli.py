@@ -28,6 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     generate.add_argument("--top-k", type=int, default=50)
     generate.add_argument("--seed", type=int, default=0)
 
+    from .evaluate.compare import add_arguments as add_compare_arguments, run as run_compare
+
+    add_compare_arguments(commands.add_parser("compare", help="train methods x seeds and report mean ± sd"))
+
+    from .evaluate.costs import add_arguments as add_costs_arguments, run as run_costs
+
+    add_costs_arguments(commands.add_parser(
+        "costs", help="parameters, extra FLOPs, activation I/O, KV cache and state of every method (paper Table 2)"))
+
     demo = commands.add_parser("demo", help="train Depth-Attention and its vanilla twin on the embedded corpus")
     demo.add_argument("--out", default="runs/demo", help="output folder (default %(default)s)")
     demo.add_argument("--steps", type=int, default=None, help="training steps per model")
@@ -50,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed))
             return 0
+        if args.command == "compare":
+            return run_compare(args)
+        if args.command == "costs":
+            return run_costs(args)
         if args.command == "demo":
             from .demo import run_demo
 

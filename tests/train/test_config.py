@@ -61,9 +61,15 @@ def test_paper_presets_have_head_dim_64():
 def test_repository_configs_load():
     from pathlib import Path
 
-    configs = sorted((Path(__file__).parents[2] / "configs").glob("**/*.toml"))
-    assert configs
-    for path in configs:
-        if "[runs" in path.read_text() or "grid" in path.name:
-            continue
+    from depthattn.evaluate.compare import Grid
+
+    root = Path(__file__).parents[2] / "configs"
+    runs = sorted(p for p in root.glob("**/*.toml") if p.parent.name != "compare")
+    grids = sorted((root / "compare").glob("*.toml"))
+    assert runs and grids
+    for path in runs:
         TrainConfig.load(path)
+    for path in grids:
+        grid = Grid.load(path)
+        for method in grid.methods:
+            grid.cell_config(method, grid.seeds[0])
