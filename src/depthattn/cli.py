@@ -33,6 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     add_compare_arguments(commands.add_parser("compare", help="train methods x seeds and report mean ± sd"))
 
     from .evaluate.costs import add_arguments as add_costs_arguments, run as run_costs
+    from .evaluate.depth_map import add_arguments as add_depth_map_arguments, run as run_depth_map
+    from .evaluate.harness import add_arguments as add_harness_arguments, run as run_harness
+    from .evaluate.perplexity import add_arguments as add_eval_arguments, run as run_eval
+
+    add_eval_arguments(commands.add_parser("eval", help="loss, perplexity and bits per byte on token shards or text"))
+    add_harness_arguments(commands.add_parser("harness", help="downstream tasks through lm-evaluation-harness"))
+    add_depth_map_arguments(commands.add_parser(
+        "depth-map", help="mean depth-attention weight per (target, source) layer: PNG + JSON (paper Fig. 3)"))
 
     add_costs_arguments(commands.add_parser(
         "costs", help="parameters, extra FLOPs, activation I/O, KV cache and state of every method (paper Table 2)"))
@@ -61,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "compare":
             return run_compare(args)
+        if args.command == "eval":
+            return run_eval(args)
+        if args.command == "harness":
+            return run_harness(args)
+        if args.command == "depth-map":
+            return run_depth_map(args)
         if args.command == "costs":
             return run_costs(args)
         if args.command == "demo":

@@ -1,4 +1,4 @@
-"""Loss-curve plots from metrics.jsonl files (needs the `plot` extra: matplotlib)."""
+"""Plots (need the `plot` extra: matplotlib): loss curves from metrics.jsonl files, depth-weight maps."""
 
 from __future__ import annotations
 
@@ -31,6 +31,55 @@ def plot_loss_curves(runs: dict[str, str | Path], out_png: str | Path, title: st
     ax.set_title(title or "training (thin) and validation (markers) loss")
     ax.grid(alpha=0.3)
     ax.legend()
+    fig.tight_layout()
+    out_png = Path(out_png)
+    tmp = out_png.with_name(f".{out_png.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(out_png)
+    return out_png
+
+
+def plot_depth_map(matrix, out_png: str | Path, present=None, title: str = "",
+                   loop_length: int | None = None) -> Path:
+    """Heatmap of a (target layer x source layer) depth-weight matrix with every present value written in its cell.
+
+    `present`: boolean mask of the cells that exist (a layer's sources and itself); the others stay blank.
+    `loop_length`: for a looped model, draw lines between loops every `loop_length` steps."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import numpy as np
+    except ImportError:
+        raise ImportError("plots need matplotlib: pip install 'depthattn[plot]'") from None
+    matrix = np.asarray(matrix, dtype=float)
+    depth = len(matrix)
+    present = np.ones_like(matrix, dtype=bool) if present is None else np.asarray(present, dtype=bool)
+    shown = np.ma.masked_where(~present, matrix)
+    size = min(12.0, 2.5 + 0.45 * depth)
+    fig, ax = plt.subplots(figsize=(size + 1.2, size))
+    cmap = plt.get_cmap("viridis").with_extremes(bad="white")
+    image = ax.imshow(shown, cmap=cmap, vmin=0.0, vmax=1.0, origin="upper")
+    if depth <= 32:  # values stay readable up to about 32 layers
+        fontsize = max(4.0, min(9.0, 160 / depth))
+        for i in range(depth):
+            for j in range(depth):
+                if present[i, j]:
+                    ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=fontsize,
+                            color="black" if matrix[i, j] > 0.6 else "white")
+    if loop_length:
+        for edge in range(loop_length, depth, loop_length):
+            ax.axhline(edge - 0.5, color="red", lw=0.8)
+            ax.axvline(edge - 0.5, color="red", lw=0.8)
+    ticks = range(0, depth, max(1, depth // 16))
+    ax.set_xticks(list(ticks))
+    ax.set_yticks(list(ticks))
+    ax.set_xlabel("source layer")
+    ax.set_ylabel("target layer")
+    ax.set_title(title or "mean depth-attention weight (diagonal: own value)")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="mean weight")
     fig.tight_layout()
     out_png = Path(out_png)
     tmp = out_png.with_name(f".{out_png.name}.tmp.png")

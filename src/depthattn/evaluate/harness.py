@@ -1,0 +1,357 @@
+"""`depthattn harness`: downstream tasks through lm-evaluation-harness (the `eval` extra), not a harness of our own.
+
+The model is wrapped in lm-eval's own `HFLM(pretrained=model, tokenizer=tokenizer)` and run with
+`lm_eval.simple_evaluate`. Other routes to the same model (after `import depthattn`, which registers the
+model type with transformers' Auto classes):
+- Python: `HFLM(pretrained="runs/.../final", device="cpu")`, or `HFLM(pretrained=model_instance, tokenizer=tok)`.
+- lm-eval's CLI: `python -m depthattn.evaluate.lm_eval_cli --model hf --model_args pretrained=DIR --tasks ...`
+  (lm_eval's own command line, with depthattn imported and the local tasks on the include path).
+
+Presets: `paper8` is the paper's eight tasks (LAMBADA, PIQA, WinoGrande, SciQ, HellaSwag, ARC-Easy,
+ARC-Challenge, RACE; their data comes from the Hugging Face Hub or the datasets cache); `local` is the two
+offline tasks built from the held-out split of the embedded corpus (depthattn/evaluate/tasks).
+Every results file records the lm-eval version, the task versions, dtype, batch size, model folder,
+depthattn version and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import json
+import logging
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from urllib.parse import urlparse
+
+from .loading import (DTYPE_CHOICES, check_model_dir, check_vocab, default_context_length, find_tokenizer, load_model,
+                      max_positions_of, model_dtype_name, run_metadata)
+from .tasks import LOCAL_TAG, LOCAL_TASKS, TASKS_DIR
+
+PAPER8 = ("lambada_openai", "piqa", "winogrande", "sciq", "hellaswag", "arc_easy", "arc_challenge", "race")
+PRESETS = {"paper8": PAPER8, "local": LOCAL_TASKS}
+DEFAULT_BATCH_SIZE = 8
+HUB_PROBE_SECONDS = 3.0
+
+
+def require_lm_eval() -> str:
+    """The installed lm-eval version; ImportError with the fix when it is missing."""
+    try:
+        import lm_eval  # noqa: F401
+
+        return metadata.version("lm_eval")
+    except ImportError:
+        raise ImportError("downstream tasks need lm-evaluation-harness: pip install 'depthattn[eval]'") from None
+
+
+def hub_offline_by_env() -> bool:
+    return any(os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE")
+               for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def hub_reachable(timeout: float = HUB_PROBE_SECONDS) -> bool:
+    """Whether a TCP connection to the Hugging Face Hub (HF_ENDPOINT) opens within `timeout` seconds."""
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((endpoint.hostname, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def hub_offline(enabled: bool = True):
+    """Put `datasets` and `huggingface_hub` in offline mode for the block: only cached data loads, and a
+    missing dataset fails at once instead of retrying the network for a minute per task."""
+    if not enabled:
+        yield
+        return
+    import datasets.config
+    import huggingface_hub.constants
+
+    saved = datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved
+
+
+def datasets_offline() -> bool:
+    import datasets.config
+
+    return bool(datasets.config.HF_HUB_OFFLINE)
+
+
+def resolve_tasks(tasks: Sequence[str] | str | None = None, preset: str | None = None) -> list[str]:
+    """Task names from a list (items may be comma-separated) or a preset name."""
+    if (preset is None) == (not tasks):
+        raise ValueError(f"pass exactly one of --tasks NAME... or --preset ({', '.join(PRESETS)})")
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; use one of {', '.join(PRESETS)}")
+        return list(PRESETS[preset])
+    names = [name.strip() for item in ([tasks] if isinstance(tasks, str) else tasks) for name in item.split(",")]
+    return [name for name in dict.fromkeys(names) if name]
+
+
+def make_task_manager(task_names: Sequence[str]):
+    """lm-eval's TaskManager with the local tasks on its include path; lm-eval's own task index (several
+    seconds to build) only when a task is not a local one."""
+    from lm_eval.tasks import TaskManager
+
+    local_only = all(name in (*LOCAL_TASKS, LOCAL_TAG) for name in task_names)
+    return TaskManager(include_path=str(TASKS_DIR), include_defaults=not local_only)
+
+
+def load_tasks(task_names: Sequence[str], task_manager, skip_unreachable: bool = False) -> tuple[list, dict]:
+    """Build lm-eval's task objects (this loads each task's data); returns (objects, {skipped task: cause}).
+
+    Raises ValueError for an unknown task name, and, unless `skip_unreachable`, one naming every task whose
+    data could not be loaded."""
+    objects, unreachable = [], {}
+    for name in task_names:
+        try:
+            loaded = task_manager.load([name])
+        except KeyError:
+            close = difflib.get_close_matches(name, task_manager.all_tasks, 3)
+            raise ValueError(f"unknown lm-eval task {name!r}" + (f" (did you mean {', '.join(close)}?)" if close else
+                             "; list them with `lm-eval ls tasks`")) from None
+        except Exception as error:  # noqa: BLE001 - any failure to get the data: report it with the task
+            unreachable[name] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            continue
+        if name in loaded["groups"]:
+            objects.append(loaded["groups"][name])
+        else:
+            objects.extend(loaded["tasks"].values())
+    if unreachable and not skip_unreachable:
+        offline = datasets_offline()
+        first_cause = next(iter(unreachable.values()))
+        raise ValueError(
+            f"the data of {len(unreachable)} task(s) is unreachable: {', '.join(unreachable)} "
+            + ("(the Hugging Face Hub is offline or unreachable, and the datasets cache lacks them). "
+               if offline else f"(first error: {first_cause}). ")
+            + "Run once where the Hub is reachable to fill the datasets cache (HF_DATASETS_CACHE), "
+              "or pass --skip-unreachable to run the other tasks")
+    if not objects:
+        raise ValueError(f"none of the tasks {', '.join(task_names)} could be loaded")
+    return objects, unreachable
+
+
+def _json_safe(obj):
+    from lm_eval.utils import handle_non_serializable
+
+    return json.loads(json.dumps(obj, default=handle_non_serializable))
+
+
+@contextlib.contextmanager
+def _lm_eval_log_level(level: int):
+    logger = logging.getLogger("lm_eval")
+    saved = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
+
+
+def harness_evaluate(
+    model,
+    tokenizer,
+    tasks: Sequence[str],
+    *,
+    num_fewshot: Sequence[int] | int = (0,),
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    max_length: int | None = None,
+    limit: int | float | None = None,
+    skip_unreachable: bool = False,
+    bootstrap_iters: int = 100_000,
+    seed: int = 0,
+    verbose: bool = False,
+) -> dict:
+    """Run lm-eval tasks on a model instance, once per few-shot count; returns results with metadata.
+
+    `tasks`: lm-eval task, group or tag names (the local tasks included). The data of all tasks is loaded
+    first; with the Hub unreachable only cached data is used, and tasks without data raise ValueError
+    (or are skipped and listed under "skipped_tasks" with `skip_unreachable`)."""
+    lm_eval_version = require_lm_eval()
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+
+    shots = [num_fewshot] if isinstance(num_fewshot, int) else list(num_fewshot)
+    if not shots or any(n < 0 for n in shots):
+        raise ValueError(f"--num-fewshot takes counts >= 0, got {shots}")
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    check_vocab(model, tokenizer)
+    local_only = all(name in (*LOCAL_TASKS, LOCAL_TAG) for name in tasks)
+    offline = hub_offline_by_env() or local_only or not hub_reachable()
+    level = logging.INFO if verbose else logging.ERROR
+    runs, versions, skipped, n_samples, configs = {}, {}, {}, {}, {}
+    with _lm_eval_log_level(level), hub_offline(offline):
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size, max_length=max_length)
+        task_manager = make_task_manager(tasks)
+        for n in shots:
+            objects, skipped = load_tasks(tasks, task_manager, skip_unreachable)  # fresh objects for each count
+            out = lm_eval.simple_evaluate(
+                model=lm, tasks=objects, num_fewshot=n, batch_size=batch_size, limit=limit, task_manager=task_manager,
+                bootstrap_iters=bootstrap_iters, log_samples=False, random_seed=seed, numpy_random_seed=seed,
+                torch_random_seed=seed, fewshot_random_seed=seed,
+            )
+            runs[str(n)] = {key: out.get(key) for key in ("results", "groups", "n-shot", "higher_is_better")}
+            versions.update(out.get("versions", {}))
+            n_samples.update(out.get("n-samples", {}))
+            configs.update({task: {k: v for k, v in config.items() if k in ("dataset_path", "dataset_name",
+                                                                              "test_split", "output_type")}
+                            for task, config in out.get("configs", {}).items()})
+    return _json_safe({
+        "lm_eval_version": lm_eval_version,
+        "task_versions": versions,
+        "tasks": list(tasks),
+        "num_fewshot": shots,
+        "results": runs,
+        "n_samples": n_samples,
+        "task_data": configs,
+        "skipped_tasks": skipped,
+        "dtype": model_dtype_name(model),
+        "batch_size": batch_size,
+        "max_length": lm.max_length,
+        "limit": limit,
+        "seed": seed,
+        "device": str(next(model.parameters()).device),
+        "hub_offline": offline,
+        **run_metadata(),
+    })
+
+
+def run_harness(
+    model_dir: str | os.PathLike,
+    *,
+    tasks: Sequence[str] | str | None = None,
+    preset: str | None = None,
+    num_fewshot: Sequence[int] | int = (0,),
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    max_length: int | None = None,
+    limit: int | float | None = None,
+    tokenizer: str | os.PathLike | None = None,
+    dtype: str = "float32",
+    device: str | None = None,
+    skip_unreachable: bool = False,
+    bootstrap_iters: int = 100_000,
+    seed: int = 0,
+    verbose: bool = False,
+) -> dict:
+    """`harness_evaluate` on the model saved in `model_dir` (with its own tokenizer unless `tokenizer`)."""
+    require_lm_eval()
+    task_names = resolve_tasks(tasks, preset)
+    model_path = check_model_dir(model_dir)
+    tok = find_tokenizer(model_path, tokenizer)
+    model = load_model(model_path, dtype, device)
+    max_positions = max_positions_of(model.config)
+    if max_length is None:
+        max_length = default_context_length(model_path, max_positions)
+    elif max_positions is not None and max_length > max_positions:
+        raise ValueError(f"--max-length {max_length} exceeds the model's max_position_embeddings ({max_positions})")
+    result = harness_evaluate(model, tok, task_names, num_fewshot=num_fewshot, batch_size=batch_size,
+                              max_length=max_length, limit=limit, skip_unreachable=skip_unreachable,
+                              bootstrap_iters=bootstrap_iters, seed=seed, verbose=verbose)
+    return {"model": str(model_path), "preset": preset, **result}
+
+
+def _limit(text: str) -> int | float:
+    value = float(text)
+    return int(value) if value >= 1 and value.is_integer() else value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL_DIR",
+                        help="a saved model folder (e.g. runs/tiny/depth_attention/final)")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--tasks", nargs="+", metavar="TASK",
+                       help="lm-eval task, group or tag names (also comma-separated); the local ones: "
+                            f"{', '.join(LOCAL_TASKS)} (tag {LOCAL_TAG})")
+    which.add_argument("--preset", choices=list(PRESETS),
+                       help="paper8: the paper's eight tasks (needs their data: Hub or datasets cache); "
+                            "local: the offline tasks from the embedded corpus's held-out split")
+    parser.add_argument("--num-fewshot", nargs="+", type=int, default=[0], metavar="N",
+                        help="few-shot examples; several counts run one after the other, e.g. 0 5 (default 0)")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                        help="requests per forward pass (default %(default)s)")
+    parser.add_argument("--max-length", type=int, metavar="N",
+                        help="longest context in tokens, longer ones lose their start (default: the training seq_len "
+                             "from train_config.json above the model folder, else max_position_embeddings)")
+    parser.add_argument("--limit", type=_limit, metavar="N",
+                        help="only the first N examples per task (a fraction if < 1): for quick checks only")
+    parser.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder (default: the model folder's)")
+    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32", help="weights dtype (default %(default)s)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    parser.add_argument("--skip-unreachable", action="store_true",
+                        help="run the tasks whose data loads and list the others in the results, instead of failing")
+    parser.add_argument("--bootstrap-iters", type=int, default=100_000, metavar="N",
+                        help="bootstrap resamples for the stderr of non-mean metrics (lm-eval's default %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="lm-eval's random seeds (default %(default)s)")
+    parser.add_argument("--out", metavar="FILE", help="write the results and their metadata as JSON")
+    parser.add_argument("--verbose", action="store_true", help="show lm-eval's log")
+
+
+def format_table(result: dict) -> str:
+    """A small text table: one row per (few-shot count, task, metric)."""
+    lines = [f"{'shots':>5}  {'task':<34} {'metric':<12} {'value':>9} {'stderr':>8}"]
+    for shots, run in result["results"].items():
+        for task, metrics in (run["results"] or {}).items():
+            for key, value in metrics.items():
+                metric, _, _ = key.partition(",")
+                if metric in ("alias", "name", "sample_len") or metric.endswith("_stderr") \
+                        or not isinstance(value, (int, float)):
+                    continue
+                stderr = metrics.get(key.replace(metric, f"{metric}_stderr", 1))
+                stderr = f"{stderr:8.4f}" if isinstance(stderr, (int, float)) else f"{'':8}"
+                lines.append(f"{shots:>5}  {task:<34} {metric:<12} {value:9.4f} {stderr}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from transformers.utils import logging as hf_logging
+
+    from ..data.files import atomic_write_json
+
+    hf_logging.disable_progress_bar()
+
+    result = run_harness(
+        args.model, tasks=args.tasks, preset=args.preset, num_fewshot=args.num_fewshot, batch_size=args.batch_size,
+        max_length=args.max_length, limit=args.limit, tokenizer=args.tokenizer, dtype=args.dtype, device=args.device,
+        skip_unreachable=args.skip_unreachable, bootstrap_iters=args.bootstrap_iters, seed=args.seed,
+        verbose=args.verbose,
+    )
+    print(format_table(result))
+    print(f"lm-eval {result['lm_eval_version']}, dtype {result['dtype']}, batch size {result['batch_size']}, "
+          f"task versions {result['task_versions']}")
+    if result["skipped_tasks"]:
+        print(f"skipped (data unreachable): {', '.join(result['skipped_tasks'])}", file=sys.stderr)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(args.out, result)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m depthattn.evaluate.harness MODEL_DIR ...`: the same as `depthattn harness`."""
+    parser = argparse.ArgumentParser(prog="python -m depthattn.evaluate.harness", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except (ValueError, FileNotFoundError, ImportError) as error:
+        print(f"depthattn harness: error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

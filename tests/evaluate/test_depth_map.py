@@ -1,0 +1,104 @@
+"""`depthattn depth-map`: the (target x source) mean depth-weight matrix, checked against SPEC §2 by hand."""
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from depthattn.depth import depth_sources
+from depthattn.evaluate import depth_map as depth_map_module
+from depthattn.evaluate.depth_map import compute_depth_map, depth_weight_map, step_sources
+from tests.helpers import tiny_model
+
+
+def batches(vocab_size, sizes=((2, 12), (3, 12), (1, 12)), seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab_size, size, generator=generator) for size in sizes]
+
+
+@torch.no_grad()
+def hand_map(model, inputs) -> np.ndarray:
+    """SPEC §2 step 3 from captured q/k: softmax over S(l) + {l} of (mean of the group's query heads) . k / sqrt(d).
+
+    q and k are taken after their RMSNorm and before RoPE: at one position both carry the same rotation, so the
+    score is the same. Weights are averaged over samples, KV heads and tokens."""
+    config = model.config
+    depth = config.num_hidden_layers * config.num_loops
+    stride, window = config.resolved_depth_stride, config.depth_window
+    groups = config.num_attention_heads // config.num_key_value_heads
+    sums, count = np.zeros((depth, depth)), 0
+    for ids in inputs:
+        queries, keys = [], []  # per unrolled step, in call order: (B, T, H, d)
+        hooks = [m.register_forward_hook(lambda _m, _i, out, store=store: store.append(out.double()))
+                 for layer in model.model.layers
+                 for m, store in ((layer.self_attn.q_norm, queries), (layer.self_attn.k_norm, keys))]
+        model(ids)
+        for hook in hooks:
+            hook.remove()
+        for step in range(depth):
+            candidates = depth_sources(step, stride, window) + [step]
+            q = queries[step].unflatten(2, (config.num_key_value_heads, groups)).mean(3)  # (B, T, Hkv, d)
+            scores = torch.stack([(q * keys[j]).sum(-1) for j in candidates], -1) / config.head_dim ** 0.5
+            weights = torch.softmax(scores, -1)  # (B, T, Hkv, n)
+            sums[step, candidates] += weights.sum((0, 1, 2)).numpy()
+        count += ids.numel() * config.num_key_value_heads
+    return sums / count
+
+
+@pytest.mark.parametrize("settings", [
+    dict(num_hidden_layers=6, depth_stride=2),
+    dict(num_hidden_layers=5, depth_stride=3, depth_window=1),
+    dict(num_hidden_layers=3, depth_stride=1, num_loops=2),
+])
+def test_depth_map_matches_a_hand_computation(settings):
+    model = tiny_model(**settings)
+    inputs = batches(model.config.vocab_size)
+    matrix, count = depth_weight_map(model, inputs)
+    assert count == sum(ids.numel() for ids in inputs) * model.config.num_key_value_heads
+    expected = hand_map(model, inputs)
+    expected[0, 0] = 1.0  # layer 0 has no sources: it keeps its value
+    np.testing.assert_allclose(matrix, expected, atol=1e-6)
+
+
+def test_rows_sum_to_one_with_zeros_where_there_is_no_source():
+    model = tiny_model(num_hidden_layers=8, depth_stride=3)
+    matrix, _ = depth_weight_map(model, batches(model.config.vocab_size))
+    sources = step_sources(model)
+    assert sources[4] == [0, 3] and sources[7] == [0, 3, 6]
+    assert matrix.shape == (8, 8)
+    np.testing.assert_allclose(matrix.sum(1), 1.0, atol=1e-9)
+    for target, row in enumerate(matrix):
+        present = set(sources[target]) | {target}
+        assert all(row[j] == 0 for j in range(8) if j not in present)
+        assert all(0 < row[j] < 1 for j in present) or target == 0
+    assert matrix[0, 0] == 1.0
+
+
+def test_error_for_a_model_without_depth_attention(eval_data, tmp_path):
+    vanilla = tiny_model(cross_layer="none", vocab_size=384)
+    vanilla.save_pretrained(tmp_path / "vanilla")
+    with pytest.raises(ValueError, match="cross_layer is 'none'.*needs a Depth-Attention model"):
+        compute_depth_map(tmp_path / "vanilla", eval_data, samples=2, seq_len=8)
+
+
+def test_depth_map_command_writes_json_and_png(trained_model, eval_data, tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    depth_map_module.add_arguments(parser)
+    out = tmp_path / "map"
+    args = parser.parse_args([str(trained_model), "--data", str(eval_data), "--samples", "6", "--seq-len", "32",
+                              "--batch-size", "4", "--out", str(out)])
+    assert depth_map_module.run(args) == 0
+    assert "target layer" in capsys.readouterr().out
+    result = json.loads((out / "depth_map.json").read_text())
+    matrix = np.asarray(result["matrix"])
+    assert matrix.shape == (4, 4) and result["sources"] == {"0": [], "1": [0], "2": [0], "3": [0, 2]}
+    np.testing.assert_allclose(matrix.sum(1), 1.0, atol=1e-9)
+    assert matrix[3, 1] == 0 and matrix[0, 0] == 1
+    assert result["samples"] == 6 and result["seq_len"] == 32 and result["positions_per_layer"] == 6 * 32 * 2
+    assert {"depthattn_version", "date", "model", "data", "split"} <= result.keys()
+    png = (out / "depth_map.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    with pytest.raises(ValueError, match="exceeds the model's max_position_embeddings"):
+        compute_depth_map(trained_model, eval_data, samples=1, seq_len=1024)

@@ -1,0 +1,108 @@
+"""`depthattn harness`: lm-eval on the local offline tasks, lm-eval's own routes to a saved folder, and the paper8
+preset failing clearly without network (skipped without the `eval` extra)."""
+
+import argparse
+import json
+from importlib import metadata
+
+import pytest
+
+pytest.importorskip("lm_eval", reason="the harness needs the eval extra (lm-eval)")
+
+from depthattn.evaluate import harness  # noqa: E402
+from depthattn.evaluate.tasks import LOCAL_TASKS, TASKS_DIR  # noqa: E402
+
+
+def test_harness_runs_the_local_tasks_offline(trained_model, tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    harness.add_arguments(parser)
+    out = tmp_path / "harness.json"
+    args = parser.parse_args([str(trained_model), "--preset", "local", "--num-fewshot", "0", "2", "--limit", "24",
+                              "--batch-size", "16", "--bootstrap-iters", "50", "--out", str(out)])
+    assert harness.run(args) == 0
+    assert "depthattn_shakespeare_mc" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert result["lm_eval_version"] == metadata.version("lm_eval")
+    assert result["task_versions"] == {task: 1.0 for task in LOCAL_TASKS}
+    assert result["dtype"] == "float32" and result["batch_size"] == 16 and result["model"] == str(trained_model)
+    assert result["max_length"] == 64  # the training seq_len, from train_config.json
+    assert {"depthattn_version", "date", "torch_version", "transformers_version"} <= result.keys()
+    assert result["num_fewshot"] == [0, 2] and result["skipped_tasks"] == {} and result["hub_offline"]
+    for shots in ("0", "2"):
+        run = result["results"][shots]
+        assert run["n-shot"] == {task: int(shots) for task in LOCAL_TASKS}
+        mc, lastword = (run["results"][task] for task in LOCAL_TASKS)
+        assert 0 <= mc["acc,none"] <= 1 and 0 <= mc["acc_norm,none"] <= 1
+        assert 0 <= lastword["acc,none"] <= 1 and lastword["perplexity,none"] > 1
+    assert result["n_samples"]["depthattn_shakespeare_mc"] == {"original": 150, "effective": 24}
+
+
+def test_lm_evals_hf_model_loads_a_saved_folder_after_import(trained_model):
+    """lm-eval's `--model hf --model_args pretrained=DIR` route (HFLM with a path) and the instance route agree."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from depthattn import DepthAttentionForCausalLM
+    from depthattn.evaluate.loading import find_tokenizer, load_model
+
+    by_path = HFLM(pretrained=str(trained_model), device="cpu", batch_size=2, dtype="float32")
+    assert isinstance(by_path.model, DepthAttentionForCausalLM)
+    by_instance = HFLM(pretrained=load_model(trained_model, device="cpu"), tokenizer=find_tokenizer(trained_model),
+                       batch_size=2)
+    requests = [Instance("loglikelihood", {}, ("KING LEAR.\nGive me the map there.", " Know"), 0),
+                Instance("loglikelihood", {}, ("ROMEO.\n", "But soft"), 1)]
+    scores = [logprob for logprob, _ in by_path.loglikelihood(requests, disable_tqdm=True)]
+    assert all(logprob < 0 for logprob in scores)
+    assert scores == pytest.approx([lp for lp, _ in by_instance.loglikelihood(requests, disable_tqdm=True)], rel=1e-5)
+
+
+def test_lm_eval_cli_wrapper_adds_the_local_tasks(monkeypatch):
+    """`python -m depthattn.evaluate.lm_eval_cli ARGS` is lm-eval's CLI with ARGS and the local task folder (the
+    full CLI run is left out: lm-eval's task index alone takes seconds)."""
+    import sys
+
+    import lm_eval.__main__
+
+    from depthattn.evaluate import lm_eval_cli
+
+    seen = []
+    monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", lambda: seen.append(list(sys.argv)))
+    args = ["--model", "hf", "--model_args", "pretrained=runs/x/final", "--tasks", "depthattn_local"]
+    lm_eval_cli.main(args)
+    lm_eval_cli.main(["run", *args, "--include_path", "mine"])
+    assert seen == [["lm_eval", *args, "--include_path", str(TASKS_DIR)],
+                    ["lm_eval", "run", *args, "--include_path", "mine"]]
+    assert "depthattn" in sys.modules and sys.argv[0] != "lm_eval"
+
+
+@pytest.fixture(scope="module")
+def full_task_manager():
+    """lm-eval's task index with its own tasks (takes a few seconds)."""
+    return harness.make_task_manager(harness.PAPER8)
+
+
+def test_paper8_without_network_names_the_unreachable_tasks(full_task_manager, monkeypatch):
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(harness, "hub_reachable", lambda timeout=0: False)  # as without network: no retries
+    tasks = harness.resolve_tasks(preset="paper8")
+    assert tasks == ["lambada_openai", "piqa", "winogrande", "sciq", "hellaswag", "arc_easy", "arc_challenge", "race"]
+    offline = harness.hub_offline_by_env() or not harness.hub_reachable()
+    with harness.hub_offline(offline), pytest.raises(ValueError, match="unreachable: " + ", ".join(tasks)) as error:
+        harness.load_tasks(tasks, full_task_manager)
+    assert "--skip-unreachable" in str(error.value)
+    with harness.hub_offline(True):
+        objects, skipped = harness.load_tasks(["piqa", "depthattn_shakespeare_mc"], full_task_manager,
+                                              skip_unreachable=True)
+    assert [task.task_name for task in objects] == ["depthattn_shakespeare_mc"] and list(skipped) == ["piqa"]
+    with pytest.raises(ValueError, match="unknown lm-eval task 'pika' .*did you mean.*piqa"):
+        harness.load_tasks(["pika"], full_task_manager)
+
+
+def test_task_selection_errors():
+    assert harness.resolve_tasks(["a,b", "c", "a"]) == ["a", "b", "c"]
+    assert harness.resolve_tasks(preset="local") == list(LOCAL_TASKS)
+    with pytest.raises(ValueError, match="exactly one of --tasks"):
+        harness.resolve_tasks(["piqa"], preset="paper8")
+    with pytest.raises(ValueError, match="unknown preset"):
+        harness.resolve_tasks(preset="paper9")
