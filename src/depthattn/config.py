@@ -9,6 +9,7 @@ from transformers import GenerationConfig, PreTrainedConfig
 CROSS_LAYER_METHODS = ("none", "depth_attention", "value_residual", "denseformer", "attnres", "mhc", "hyper_connections")
 DEPTH_MIX_RULES = ("softmax", "uniform")
 DEPTH_MIX_STATES = ("v", "kv", "k")
+DEPTH_IMPLS = ("auto", "reference", "compiled", "triton")  # = depthattn.ops.DEPTH_IMPLS
 
 # Keyword arguments that PreTrainedConfig itself consumes (legacy names, loading bookkeeping).
 _HF_INIT_KWARGS = {
@@ -37,6 +38,9 @@ class DepthAttentionConfig(PreTrainedConfig):
     depth_mix_states (`str`, defaults to `"v"`):
         What is mixed and cached in place of the layer's own state: `"v"`, `"kv"` or `"k"`.
         Depth scores always compare the query with each source layer's own key.
+    depth_impl (`str`, defaults to `"auto"`):
+        How depth mixing is computed, with the same results (`depthattn.ops`): `"reference"` (`depthattn.depth`),
+        `"compiled"` (a few torch ops that `torch.compile` fuses), `"triton"` (GPU kernels), or `"auto"`.
     num_loops (`int`, defaults to 1):
         Looped Transformer: the stack of layers runs `num_loops` times with shared weights. Unrolled step
         `u = loop * num_hidden_layers + layer` has its own KV-cache slot `u`, and depth sources (and every
@@ -81,6 +85,7 @@ class DepthAttentionConfig(PreTrainedConfig):
     depth_window: int = 0
     depth_mix: str = "softmax"
     depth_mix_states: str = "v"
+    depth_impl: str = "auto"
     num_loops: int = 1
     denseformer_dilation: int = 1
     denseformer_period: int = 1
@@ -135,6 +140,7 @@ class DepthAttentionConfig(PreTrainedConfig):
         _check_choice("cross_layer", self.cross_layer, CROSS_LAYER_METHODS)
         _check_choice("depth_mix", self.depth_mix, DEPTH_MIX_RULES)
         _check_choice("depth_mix_states", self.depth_mix_states, DEPTH_MIX_STATES)
+        _check_choice("depth_impl", self.depth_impl, DEPTH_IMPLS)
         if self.depth_stride is not None and (not isinstance(self.depth_stride, int) or self.depth_stride < 1):
             raise ValueError(
                 f"depth_stride must be an integer >= 1 or None (None means half the unrolled depth), "

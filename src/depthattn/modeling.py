@@ -24,9 +24,10 @@ from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .config import DepthAttentionConfig
-from .depth import DepthState, depth_mix, depth_sources
+from .depth import DepthState, depth_sources
 from .methods import CrossLayerMethod, Residual, ValueResidual, build_method
 from .methods.value_residual import mix_first_value
+from .ops import get_depth_mix
 
 
 @dataclass
@@ -167,7 +168,7 @@ class DepthAttentionAttention(nn.Module):
         state, depth_weights = DepthState(key, key, value), None
         sources = self.loop_depth_sources[loop]
         if sources:
-            state, depth_weights = depth_mix(
+            state, depth_weights = get_depth_mix(self.config.depth_impl)(
                 query, state, [depth_states[j] for j in sources], self.scaling,
                 rule=self.config.depth_mix, mix_states=self.config.depth_mix_states,
             )

@@ -29,6 +29,7 @@ def test_round_trip(tmp_path):
     (dict(cross_layer="densformer"), "cross_layer"),
     (dict(depth_mix="max"), "depth_mix"),
     (dict(depth_mix_states="q"), "depth_mix_states"),
+    (dict(depth_impl="cuda"), "depth_impl"),
     (dict(hidden_size=30, num_attention_heads=4), "head_dim"),
     (dict(head_dim=7), "head_dim"),
     (dict(num_hidden_layers=0), "num_hidden_layers"),

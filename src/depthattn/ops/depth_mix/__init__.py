@@ -1,0 +1,76 @@
+"""Depth mixing (SPEC §2), one operation with interchangeable implementations.
+
+All share the signature and results of the reference `depthattn.depth.depth_mix`:
+
+    depth_mix(query, state, sources, scaling, rule="softmax", mix_states="v") -> (DepthState, weights)
+
+* `"reference"`: the plain reference (`naive.py`).
+* `"compiled"`: a few plain torch ops (`compiled.py`), fast in eager mode and fused by `torch.compile`
+  (no graph break with `fullgraph=True`).
+* `"triton"`: Triton kernels, forward and backward (`triton.py`); GPUs (or `TRITON_INTERPRET=1`).
+* `"auto"`: `"triton"` on a GPU where Triton is installed and outside `torch.compile`, else `"compiled"`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from depthattn.depth import DepthState
+
+from .compiled import depth_mix_compiled
+from .naive import depth_mix_reference
+from .triton import TRITON_AVAILABLE, depth_mix_triton, triton_runs_on
+
+DEPTH_IMPLS = ("auto", "reference", "compiled", "triton")
+
+
+def depth_mix_auto(
+    query: torch.Tensor,
+    state: DepthState,
+    sources: list[DepthState],
+    scaling: float,
+    rule: str = "softmax",
+    mix_states: str = "v",
+) -> tuple[DepthState, torch.Tensor]:
+    """The fastest implementation for these tensors: Triton on a GPU (eager), else the compiled form."""
+    if TRITON_AVAILABLE and query.device.type != "cpu" and not torch.compiler.is_compiling() \
+            and triton_runs_on(query.device):
+        return depth_mix_triton(query, state, sources, scaling, rule, mix_states)
+    return depth_mix_compiled(query, state, sources, scaling, rule, mix_states)
+
+
+_IMPLS: dict[str, Callable] = {
+    "auto": depth_mix_auto,
+    "reference": depth_mix_reference,
+    "compiled": depth_mix_compiled,
+    "triton": depth_mix_triton,
+}
+
+
+def get_depth_mix(impl: str = "auto") -> Callable:
+    """The depth-mixing function named `impl` (one of DEPTH_IMPLS)."""
+    try:
+        return _IMPLS[impl]
+    except KeyError:
+        raise ValueError(f"depth mixing implementation must be one of {', '.join(map(repr, DEPTH_IMPLS))}; "
+                         f"got {impl!r}") from None
+
+
+def depth_mix(query, state, sources, scaling, rule="softmax", mix_states="v", impl: str = "auto"):
+    """`depthattn.depth.depth_mix` through the implementation `impl` (see DEPTH_IMPLS)."""
+    return get_depth_mix(impl)(query, state, sources, scaling, rule, mix_states)
+
+
+__all__ = [
+    "DEPTH_IMPLS",
+    "TRITON_AVAILABLE",
+    "depth_mix",
+    "depth_mix_auto",
+    "depth_mix_compiled",
+    "depth_mix_reference",
+    "depth_mix_triton",
+    "get_depth_mix",
+    "triton_runs_on",
+]

@@ -1,0 +1,117 @@
+"""Depth mixing in a handful of plain torch ops: fast in eager mode, fused by `torch.compile`.
+
+Same signature and results as the reference `depthattn.depth.depth_mix` (SPEC §2). Two forms, chosen by size:
+
+* many rows (training, prefill): per-source multiply-and-reduce, then a running `w_j * v_j` sum. Nothing is
+  stacked or concatenated, so the sources are never copied, and under `torch.compile` (also with
+  `fullgraph=True` on the whole model) inductor fuses the scores, the softmax and the mix.
+* few rows (eager decoding, `B * Hkv * T <= SMALL_ROWS`): there the cost is per-op dispatch, so the states
+  read (one token each) are copied into one tensor, and scores and mix are one batched matmul each: 6 ops
+  and a few views, against ~20 ops in the reference.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from depthattn.depth import DepthState
+
+# rows (B * Hkv * T) up to which eager calls take the batched-matmul form; above it the per-source form is faster
+SMALL_ROWS = 256
+
+_zeros: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+# weights and sums in float32 at least (float64 stays float64), as the reference; a dict costs less than an op
+_ACC = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def depth_mix_compiled(
+    query: torch.Tensor,
+    state: DepthState,
+    sources: list[DepthState],
+    scaling: float,
+    rule: str = "softmax",
+    mix_states: str = "v",
+) -> tuple[DepthState, torch.Tensor]:
+    """query: (B, Hq, T, d); `state` and `sources` tensors: (B, Hkv, T, d). Returns (mixed state, weights
+    (B, Hkv, T, n) with self last, float32 or float64), as `depthattn.depth.depth_mix`."""
+    batch, num_heads, seq_len, head_dim = query.shape
+    num_kv_heads = state.score_key.shape[1]
+    if not torch.compiler.is_compiling() and batch * num_kv_heads * seq_len <= SMALL_ROWS:
+        return _mix_small(query, state, sources, scaling, rule, mix_states)
+    return _mix_rows(query, state, sources, scaling, rule, mix_states)
+
+
+def _mix_rows(query, state, sources, scaling, rule, mix_states):
+    batch, num_heads, seq_len, head_dim = query.shape
+    num_kv_heads = state.score_key.shape[1]
+    group = num_heads // num_kv_heads
+    candidates = [*sources, state]
+    n = len(candidates)
+    dtype = _ACC.get(query.dtype, query.dtype)
+    if rule == "uniform":
+        weights = query.new_full((n, batch, num_kv_heads, seq_len), 1.0 / n, dtype=dtype)
+    else:
+        projected = query.transpose(1, 2)  # (B, T, Hq, d): the q projection's own layout, usually contiguous
+        if projected.is_contiguous():  # sum the G heads of a group where they are adjacent in memory
+            depth_query = projected.view(batch, seq_len, num_kv_heads, group, head_dim).sum(3, dtype=dtype)
+            depth_query = depth_query.transpose(1, 2)  # (B, Hkv, T, d)
+        else:
+            depth_query = query.view(batch, num_kv_heads, group, seq_len, head_dim).sum(2, dtype=dtype)
+        # sources first (dim 0): a softmax over a short leading dim is far cheaper than over a short last dim
+        scores = torch.stack([(depth_query * c.score_key).sum(-1) for c in candidates])  # (n, B, Hkv, T)
+        weights = torch.softmax(scores * (scaling / group), dim=0)
+
+    def mix(tensors: list[torch.Tensor]) -> torch.Tensor:
+        out = weights[0, ..., None] * tensors[0]  # in the weights' dtype
+        for i in range(1, n):
+            out = torch.addcmul(out, weights[i, ..., None], tensors[i])
+        return out if out.dtype == tensors[-1].dtype else out.to(tensors[-1].dtype)
+
+    key = mix([c.key for c in candidates]) if "k" in mix_states else state.key
+    value = mix([c.value for c in candidates]) if "v" in mix_states else state.value
+    return DepthState(state.score_key, key, value), weights.movedim(0, -1)  # (B, Hkv, T, n)
+
+
+def _zero(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    zero = _zeros.get((dtype, device))
+    if zero is None:
+        with torch.inference_mode(False):  # a normal tensor, usable with autograd after inference mode
+            zero = _zeros[dtype, device] = torch.zeros((), dtype=dtype, device=device)
+    return zero
+
+
+def _mix_small(query, state, sources, scaling, rule, mix_states):
+    batch, num_heads, seq_len, head_dim = query.shape
+    num_kv_heads = state.score_key.shape[1]
+    group = num_heads // num_kv_heads
+    rows = batch * num_kv_heads * seq_len
+    candidates = [*sources, state]
+    n = len(candidates)
+    dtype = _ACC.get(query.dtype, query.dtype)
+    softmax, mix_k, mix_v = rule != "uniform", "k" in mix_states, "v" in mix_states
+    # one copy of every state this call reads, (rows, groups * n, d): score keys, keys (unless they are the
+    # score keys, as in modeling.py), values; few rows, so the copy is cheap and saves ops
+    groups = [[c.score_key for c in candidates]] if softmax else []
+    keys_are_score_keys = softmax and all(c.key is c.score_key for c in candidates)
+    if mix_k and not keys_are_score_keys:
+        groups.append([c.key for c in candidates])
+    if mix_v:
+        groups.append([c.value for c in candidates])
+    stacked = torch.stack([t for g in groups for t in g], dim=-2).view(rows, len(groups) * n, head_dim)
+    if stacked.dtype != dtype:
+        stacked = stacked.to(dtype)
+    if softmax:
+        depth_query = query.view(batch, num_kv_heads, group, seq_len, head_dim).sum(2, dtype=dtype)
+        scores = torch.baddbmm(_zero(dtype, query.device), depth_query.reshape(rows, 1, head_dim),
+                               stacked[:, :n].mT, beta=0, alpha=scaling / group)  # (rows, 1, n)
+        weights = torch.softmax(scores, dim=-1)
+    else:
+        weights = query.new_full((rows, 1, n), 1.0 / n, dtype=dtype)
+
+    def mix(index: int, like: torch.Tensor) -> torch.Tensor:
+        out = torch.bmm(weights, stacked[:, index * n:(index + 1) * n]).view(batch, num_kv_heads, seq_len, head_dim)
+        return out if out.dtype == like.dtype else out.to(like.dtype)
+
+    key = mix(0 if keys_are_score_keys else int(softmax), state.key) if mix_k else state.key
+    value = mix(len(groups) - 1, state.value) if mix_v else state.value
+    return DepthState(state.score_key, key, value), weights.view(batch, num_kv_heads, seq_len, n)

@@ -1,0 +1,44 @@
+"""The benchmark entry point at --quick size: it runs every candidate and writes the JSON and markdown reports.
+No timing is asserted."""
+
+import json
+
+import pytest
+
+from benchmarks.bench import main
+from benchmarks.candidates import all_candidates, parse_candidate
+from depthattn.config import CROSS_LAYER_METHODS
+
+
+def test_candidates_cover_every_method():
+    names = all_candidates("auto")
+    assert names[:2] == ["qwen3", "vanilla"]
+    assert {parse_candidate(n, "auto")[0] for n in names} == {"qwen3", *CROSS_LAYER_METHODS}
+    assert parse_candidate("depth_attention:reference", "auto") == ("depth_attention", "reference")
+    assert parse_candidate("depth_attention", "compiled") == ("depth_attention", "compiled")
+
+
+@pytest.mark.slow  # ~15-25 s on 2 busy cores: nine tiny models, three timed phases, profiled memory
+def test_quick_run_writes_json_and_markdown(tmp_path, capsys):
+    assert main(["--quick", "--reps", "1", "--warmup", "0", "--decode-tokens", "2", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "benchmark.json").read_text())
+    for key in ("machine", "size", "workload", "memory_method", "timing_method", "candidates",
+                "ratios_to_vanilla", "vanilla_to_qwen3", "goals"):
+        assert key in report, key
+    assert report["machine"]["torch_threads"] >= 1
+    assert set(report["candidates"]) == set(all_candidates("auto"))
+    for name, result in report["candidates"].items():
+        for key in ("train_step_s", "prefill_s", "decode_token_s"):
+            assert result[key]["median"] > 0 and result[key]["n"] == 1, (name, key)
+        assert result["peak_train_bytes"] > 0 and result["peak_prefill_bytes"] > 0, name
+        assert set(result["tokens_per_s"]) == {"train_step", "prefill", "decode_token"}
+        assert set(report["ratios_to_vanilla"][name]) == {
+            "train_step", "prefill", "decode_token", "peak_train_memory", "peak_prefill_memory"}
+    assert report["ratios_to_vanilla"]["vanilla"]["train_step"]["median"] == 1.0
+    assert {g["goal"] for g in report["goals"]} >= {"Depth-Attention / vanilla, decode per token",
+                                                     "vanilla / Qwen3, training step"}
+    table = (tmp_path / "benchmark.md").read_text()
+    assert "| candidate |" in table and "× vanilla" in table and "goal (issue 6)" in table
+    for name in report["candidates"]:
+        assert f"| {name} |" in table
+    assert "| candidate |" in capsys.readouterr().out

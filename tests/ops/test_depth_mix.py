@@ -1,0 +1,105 @@
+"""Every fast depth-mixing path against the reference `depthattn.depth.depth_mix`: outputs and gradients."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from depthattn import ops
+from depthattn.ops.depth_mix import compiled
+from tests.ops.depth_cases import assert_same, make_inputs
+
+REF = ops.depth_mix_reference
+TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.float64: dict(atol=1e-12, rtol=1e-10)}
+
+# (num_sources, Hq, Hkv, rule, mix_states): source counts 0..4, GQA ratios 1, 2, 4, both rules, all mixed states
+CASES = [
+    (1, 4, 2, "softmax", "v"),
+    (2, 4, 2, "softmax", "v"),
+    (4, 8, 2, "softmax", "v"),
+    (2, 4, 4, "softmax", "kv"),
+    (3, 4, 1, "softmax", "k"),
+    (0, 4, 2, "softmax", "v"),
+    (2, 4, 2, "uniform", "v"),
+    (3, 8, 2, "uniform", "kv"),
+]
+
+
+def case_id(case):
+    n, hq, hkv, rule, states = case
+    return f"n{n}-gqa{hq}x{hkv}-{rule}-{states}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+@pytest.mark.parametrize("seq_len", [1, 7, 200], ids=["decode", "few-rows", "many-rows"])  # both forms
+def test_compiled_matches_reference(case, dtype, seq_len):
+    n, hq, hkv, rule, states = case
+    q, state, sources = make_inputs(seq_len=seq_len, num_sources=n, num_heads=hq, num_kv_heads=hkv, dtype=dtype)
+    assert_same(ops.depth_mix_compiled, REF, q, state, sources, 0.25, rule, states, **TOL[dtype])
+
+
+def test_compiled_distinct_score_keys_and_strided_inputs():
+    q, state, sources = make_inputs(seq_len=70, num_sources=2, shared_key=False)
+    assert_same(ops.depth_mix_compiled, REF, q, state, sources, 0.3, "softmax", "kv", **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("seq_len", [1, 200], ids=["decode-rows", "many-rows"])
+def test_compiled_bfloat16_close_to_reference(seq_len):
+    q, state, sources = make_inputs(seq_len=seq_len, num_sources=2, dtype=torch.bfloat16)
+    assert_same(ops.depth_mix_compiled, REF, q, state, sources, 0.25, "softmax", "kv", atol=3e-2, rtol=3e-2)
+
+
+def test_both_compiled_forms_are_used():
+    assert 2 * 4 * 7 <= compiled.SMALL_ROWS < 2 * 1 * 200
+
+
+class _CopiesOfSources(TorchDispatchMode):
+    """Records cat/stack calls that take tensors of the sources' shape (copies of the sources)."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.shape, self.copies = tuple(shape), []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.cat, torch.ops.aten.stack):
+            if any(tuple(t.shape) == self.shape for t in args[0]):
+                self.copies.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_training_path_never_copies_the_sources():
+    q, state, sources = make_inputs(batch=2, seq_len=200, num_sources=3)
+    with _CopiesOfSources(state.value.shape) as mode:
+        mixed, weights = ops.depth_mix_compiled(q, state, sources, 0.25, "softmax", "kv")
+        (mixed.value.sum() + mixed.key.sum() + weights.sum()).backward()
+    assert mode.copies == []
+
+
+def test_dispatch():
+    assert ops.get_depth_mix("reference") is REF
+    assert ops.get_depth_mix("compiled") is ops.depth_mix_compiled
+    assert set(ops.DEPTH_IMPLS) == {"auto", "reference", "compiled", "triton"}
+    with pytest.raises(ValueError, match="'auto', 'reference', 'compiled', 'triton'"):
+        ops.get_depth_mix("fast")
+    q, state, sources = make_inputs()
+    a, wa = ops.depth_mix(q, state, sources, 0.25, impl="auto")  # CPU: the compiled form
+    b, wb = ops.depth_mix_compiled(q, state, sources, 0.25)
+    torch.testing.assert_close(a.value, b.value, rtol=0, atol=0)
+
+
+def test_package_imports_without_triton():
+    code = ("import sys; sys.modules['triton'] = None\n"
+            "import depthattn.ops as o\n"
+            "assert not o.TRITON_AVAILABLE\n"
+            "from tests.ops.depth_cases import make_inputs\n"
+            "q, s, src = make_inputs()\n"
+            "o.depth_mix(q, s, src, 0.25, impl='auto')\n"
+            "try:\n    o.depth_mix_triton(q, s, src, 0.25)\nexcept RuntimeError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert out.returncode == 0, out.stderr
+    assert "needs the `triton` package" in out.stdout

@@ -1,0 +1,68 @@
+"""Triton kernels: natively on a GPU; on CPU in Triton's interpreter (in a fresh process if need be)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from depthattn import ops
+from tests.ops.triton_cases import *  # noqa: F401,F403  (the cases, run here where this process can)
+from tests.ops.triton_cases import triton_device
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_triton_cases_in_a_fresh_interpreter_process():
+    if not ops.TRITON_AVAILABLE:
+        pytest.skip("triton is not installed (pip install triton)")
+    if triton_device()[0] is not None:
+        pytest.skip("the cases run in this process")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "tests/ops/triton_cases.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout and "failed" not in out.stdout, out.stdout[-2000:]
+    print(out.stdout[-1000:])
+
+
+def _compile_for_gpu(kernel, pointer_types: dict, constexprs: dict, arch: int = 90):
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    signature = {name: "constexpr" if name in constexprs else pointer_types.get(name, "i32")
+                 for name in kernel.arg_names}
+    source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_triton_kernels_compile_for_an_nvidia_gpu(dtype):
+    """Without a GPU: the kernels go through Triton's whole pipeline to a Hopper (sm_90) binary, with the
+    ptxas that the Triton wheel ships; this catches what the interpreter lets through (types, layouts)."""
+    if not ops.TRITON_AVAILABLE:
+        pytest.skip("triton is not installed (pip install triton)")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("TRITON_INTERPRET=1: kernels are interpreted, not compiled, in this process")
+    from depthattn.ops.depth_mix import _triton_kernels as kernels
+    tl = kernels.tl
+    ptr, acc = "*" + dtype, "*fp32"
+    common = dict(q_ptr=ptr, sk_table="*i64", k_table="*i64", v_table="*i64", w_ptr=acc, scale_ptr=acc)
+    flags = dict(G=4, D=64, BLOCK_D=64, BLOCK_T=32, SOFTMAX=True, MIX_K=True, MIX_V=True,
+                 DTYPE=getattr(tl, {"fp32": "float32", "bf16": "bfloat16"}[dtype]), ACC=tl.float32)
+    try:
+        forward = _compile_for_gpu(kernels.forward_kernel, {**common, "out_k_ptr": ptr, "out_v_ptr": ptr}, flags)
+        backward = _compile_for_gpu(
+            kernels.backward_kernel,
+            {**common, "dw_ptr": acc, "scratch_ptr": acc, **{k: ptr for k in (
+                "dout_k_ptr", "dout_v_ptr", "dq_ptr", "dsk_ptr", "dk_ptr", "dv_ptr")}},
+            {**flags, "HAS_DW": True})
+    except (RuntimeError, FileNotFoundError) as error:  # pragma: no cover - a Triton build without the CUDA backend
+        if "ptxas" in str(error) or "backend" in str(error).lower():
+            pytest.skip(f"this Triton build cannot compile for NVIDIA GPUs here: {error}")
+        raise
+    assert forward.asm.get("cubin") and backward.asm.get("cubin")
