@@ -26,7 +26,7 @@ from ..methods import count_parameters
 from ..presets import PRESETS
 from ..train import TrainConfig, evaluate, train
 from ..train.distributed import World
-from .plots import read_metrics
+from .plots import read_metrics, save_figure
 
 RESULT = "result.json"
 
@@ -178,11 +178,7 @@ def plot_validation_curves(grid: Grid, out_png: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp = out_png.with_name(f".{out_png.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(out_png)
-    return out_png
+    return save_figure(fig, out_png)
 
 
 def compare(grid: Grid) -> list[dict]:

@@ -33,11 +33,7 @@ def plot_loss_curves(runs: dict[str, str | Path], out_png: str | Path, title: st
     ax.legend()
     fig.tight_layout()
     out_png = Path(out_png)
-    tmp = out_png.with_name(f".{out_png.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(out_png)
-    return out_png
+    return save_figure(fig, out_png)
 
 
 def plot_depth_map(matrix, out_png: str | Path, present=None, title: str = "",
@@ -81,6 +77,14 @@ def plot_depth_map(matrix, out_png: str | Path, present=None, title: str = "",
     ax.set_title(title or "mean depth-attention weight (diagonal: own value)")
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="mean weight")
     fig.tight_layout()
+    out_png = Path(out_png)
+    return save_figure(fig, out_png)
+
+
+def save_figure(fig, out_png: str | Path) -> Path:
+    """Write a PNG under a temporary name and rename it, so a crash never leaves half a file."""
+    import matplotlib.pyplot as plt
+
     out_png = Path(out_png)
     tmp = out_png.with_name(f".{out_png.name}.tmp.png")
     fig.savefig(tmp, dpi=120)
