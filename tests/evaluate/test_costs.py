@@ -46,8 +46,10 @@ ELEMENTWISE = {aten.mul: _out_numel, aten.add: _out_numel, aten.sum: _in_numel, 
 
 
 def _model(**overrides):
+    """The reference depth mixing: its torch ops map one-to-one onto the analytic count (the fused forms
+    compute the same values with other ops, e.g. bmm)."""
     torch.manual_seed(0)
-    return depthattn.DepthAttentionForCausalLM(tiny_config(**overrides)).eval()
+    return depthattn.DepthAttentionForCausalLM(tiny_config(**{"depth_impl": "reference", **overrides})).eval()
 
 
 def _count(model, mapping, ops=None) -> int:
