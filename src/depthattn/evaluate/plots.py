@@ -32,7 +32,6 @@ def plot_loss_curves(runs: dict[str, str | Path], out_png: str | Path, title: st
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    out_png = Path(out_png)
     return save_figure(fig, out_png)
 
 
@@ -77,7 +76,6 @@ def plot_depth_map(matrix, out_png: str | Path, present=None, title: str = "",
     ax.set_title(title or "mean depth-attention weight (diagonal: own value)")
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="mean weight")
     fig.tight_layout()
-    out_png = Path(out_png)
     return save_figure(fig, out_png)
 
 
