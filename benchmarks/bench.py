@@ -1,5 +1,5 @@
 """`python -m benchmarks`: training step, prefill, decode per token and peak memory of every candidate, measured
-in one process with the candidates interleaved (rotating order, one sample each per repetition) so that machine
+in one process with the candidates interleaved (rotating order; decoding alternates every step) so that machine
 drift cancels; ratios to vanilla are medians of per-repetition ratios. Writes JSON and a markdown table."""
 
 from __future__ import annotations
@@ -140,39 +140,32 @@ class Bench:
         c.model.train()
         if c.optimizer is None:
             c.optimizer = torch.optim.AdamW(c.model.parameters(), lr=1e-4, weight_decay=0.1)
-        with c.active():
-            loss = c.model(input_ids=self.train_ids, labels=self.train_ids, use_cache=False).loss
-            loss.backward()
+        loss = c.model(input_ids=self.train_ids, labels=self.train_ids, use_cache=False).loss
+        loss.backward()
         c.optimizer.step()
         c.optimizer.zero_grad(set_to_none=True)
 
     def prefill(self, c: cand.Candidate):
         c.model.eval()
-        with torch.inference_mode(), c.active():
+        with torch.inference_mode():
             c.model(input_ids=self.train_ids, use_cache=True, logits_to_keep=1, **c.cache_kwargs(
                 transformers.DynamicCache(config=c.model.config)))
 
     def decode_setup(self, c: cand.Candidate):
         c.model.eval()
-        with torch.inference_mode(), c.active():
+        with torch.inference_mode():
             c.decode_cache = transformers.DynamicCache(config=c.model.config)
             out = c.model(input_ids=self.context_ids, use_cache=True, logits_to_keep=1,
                           **c.cache_kwargs(c.decode_cache))
             c.decode_token = out.logits[:, -1:].argmax(-1)
 
-    def decode(self, c: cand.Candidate):
-        n = self.work["decode_tokens"]
-        with torch.inference_mode(), c.active():
-            token = c.decode_token
-            for _ in range(n):
-                out = c.model(input_ids=token, use_cache=True, logits_to_keep=1, **c.cache_kwargs(c.decode_cache))
-                token = out.logits[:, -1:].argmax(-1)
-
-    def decode_reset(self, c: cand.Candidate):
-        c.decode_cache.crop(-self.work["decode_tokens"])
+    def decode_step(self, c: cand.Candidate, token: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            out = c.model(input_ids=token, use_cache=True, logits_to_keep=1, **c.cache_kwargs(c.decode_cache))
+            return out.logits[:, -1:].argmax(-1)
 
     # interleaved timing ---------------------------------------------------------------------------------
-    def timed_phase(self, phase: str, fn, per_call: int = 1, after=None):
+    def timed_phase(self, phase: str, fn):
         reps, warmup = self.work["reps"], self.work["warmup"]
         k = len(self.cands)
         start = time.perf_counter()
@@ -182,15 +175,45 @@ class Bench:
                 gc.collect()
                 gc.disable()
                 try:
-                    seconds = measure.timed(lambda: fn(c), self.device, self.work["clock"]) / per_call
+                    seconds = measure.timed(lambda: fn(c), self.device, self.work["clock"])
                 finally:
                     gc.enable()
-                if after is not None:
-                    after(c)
                 if rep >= warmup:
                     self.samples[c.name].setdefault(phase, []).append(seconds)
         self.log(f"  {phase}: {warmup} warm-up + {reps} timed repetitions x {k} candidates in "
                  f"{time.perf_counter() - start:.0f} s")
+
+    def timed_decode(self):
+        """Decode per token, interleaved step by step: in each repetition every candidate decodes the same number
+        of tokens from its own cache, one step each in turn (order rotated every step), then the caches are
+        cropped back to the context. Every step is a sample, paired with the other candidates' steps of the same
+        round, so that drift and bursts of load longer than one round cancel in the per-step ratios."""
+        reps, warmup, n = self.work["reps"], self.work["warmup"], self.work["decode_tokens"]
+        k = len(self.cands)
+        start = time.perf_counter()
+        for c in self.cands:
+            self.decode_setup(c)
+        for rep in range(warmup + reps):
+            tokens = {c.name: c.decode_token for c in self.cands}
+            gc.collect()
+            gc.disable()
+            try:
+                for step in range(n):
+                    rotation = (rep * n + step) % k
+                    for c in self.cands[rotation:] + self.cands[:rotation]:
+                        def step_once(c=c):
+                            tokens[c.name] = self.decode_step(c, tokens[c.name])
+                        seconds = measure.timed(step_once, self.device, self.work["clock"])
+                        if rep >= warmup:
+                            self.samples[c.name].setdefault("decode_token_s", []).append(seconds)
+            finally:
+                gc.enable()
+            for c in self.cands:
+                c.decode_cache.crop(-n)
+        for c in self.cands:
+            c.decode_cache = c.decode_token = None
+        self.log(f"  decode_token_s: {warmup} warm-up + {reps} timed repetitions of {n} steps x {k} candidates, "
+                 f"interleaved per step, in {time.perf_counter() - start:.0f} s")
 
     def run(self, phases: list[str]) -> dict:
         results = {c.name: {} for c in self.cands}
@@ -199,12 +222,7 @@ class Bench:
         if "prefill" in phases:
             self.timed_phase("prefill_s", self.prefill)
         if "decode" in phases:
-            for c in self.cands:
-                self.decode_setup(c)
-            self.timed_phase("decode_token_s", self.decode, per_call=self.work["decode_tokens"],
-                             after=self.decode_reset)
-            for c in self.cands:
-                c.decode_cache = c.decode_token = None
+            self.timed_decode()
         if "memory" in phases:
             start = time.perf_counter()
             for c in self.cands:
@@ -288,7 +306,9 @@ def main(argv=None) -> int:
              "process CPU time (time.process_time)")
             + f", {work['warmup']} warm-up and {work['reps']} "
             "timed repetitions; each repetition runs every candidate once, in an order rotated by one per "
-            "repetition; ratios are medians (and quartiles) of per-repetition ratios"),
+            "repetition (decoding: every candidate one step in turn, rotated every step, each step a sample); all "
+            "candidates share the backbone weight tensors; ratios are medians (and quartiles) of ratios of samples "
+            "taken in the same repetition (decoding: the same round)"),
         "candidates": results,
     }
     report.update(ratios_and_goals(report))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Callable
 
@@ -10,10 +9,9 @@ import torch
 from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 
 import depthattn
-import depthattn.modeling
-from depthattn.config import CROSS_LAYER_METHODS, DepthAttentionConfig
+from depthattn.config import CROSS_LAYER_METHODS
 from depthattn.convert import config_from_qwen3
-from depthattn.ops import DEPTH_IMPLS, get_depth_mix
+from depthattn.ops import DEPTH_IMPLS
 
 QWEN3 = "qwen3"
 VANILLA = "vanilla"
@@ -61,26 +59,6 @@ class Candidate:
     def cache_kwargs(self, cache) -> dict:
         return {"cache": cache}  # transformers 5.24 renamed past_key_values (deprecated) to cache
 
-    @contextlib.contextmanager
-    def active(self):
-        """While the candidate runs: its depth_mix implementation in place (see `_uses_config_field`)."""
-        if self.depth_impl is None or _uses_config_field():
-            yield
-            return
-        saved = depthattn.modeling.depth_mix
-        depthattn.modeling.depth_mix = get_depth_mix(self.depth_impl)
-        try:
-            yield
-        finally:
-            depthattn.modeling.depth_mix = saved
-
-
-def _uses_config_field() -> bool:
-    """True once DepthAttentionConfig has a `depth_impl` field (modeling dispatches on it itself); until then
-    the benchmark swaps `depthattn.modeling.depth_mix` while a Depth-Attention candidate runs."""
-    return "depth_impl" in getattr(DepthAttentionConfig, "__dataclass_fields__", {}) or hasattr(
-        DepthAttentionConfig, "depth_impl")
-
 
 def qwen3_config(size: dict) -> Qwen3Config:
     return Qwen3Config(
@@ -95,7 +73,7 @@ def qwen3_config(size: dict) -> Qwen3Config:
 
 def build(names: list[str], size: dict, depth_impl: str, device: torch.device, dtype: torch.dtype,
           seed: int = 0, log: Callable[[str], None] = print) -> list[Candidate]:
-    """Every candidate on one set of backbone weights (a transformers Qwen3 model, built once)."""
+    """Every candidate on one set of backbone weights (a transformers Qwen3 model, built once), shared in memory."""
     torch.manual_seed(seed)
     qwen3 = Qwen3ForCausalLM(qwen3_config(size)).to(device=device, dtype=dtype)
     weights = qwen3.state_dict()
@@ -106,13 +84,15 @@ def build(names: list[str], size: dict, depth_impl: str, device: torch.device, d
             model = qwen3
         else:
             settings = dict(cross_layer=method)
-            if impl is not None and _uses_config_field():
+            if impl is not None:
                 settings["depth_impl"] = impl
             config = config_from_qwen3(qwen3.config, **settings)
             config._attn_implementation = "sdpa"
             torch.manual_seed(seed + 1)  # a method's own parameters: the same initialisation in every run
             model = depthattn.DepthAttentionForCausalLM(config).to(device=device, dtype=dtype)
-            missing, unexpected = model.load_state_dict(weights, strict=False)
+            # assign: every candidate reads the same backbone tensors, so no candidate gains or loses from
+            # where in memory its weights happen to lie (decoding on a CPU is bound by reading them)
+            missing, unexpected = model.load_state_dict(weights, strict=False, assign=True)
             if unexpected or any(not k.startswith("model.cross_layer.") for k in missing):
                 raise RuntimeError(f"{name}: backbone weights do not match Qwen3's: missing {missing}, "
                                    f"unexpected {unexpected}")

@@ -268,8 +268,7 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
-            _check_token_ids(input_ids, self.config.vocab_size)
-            inputs_embeds = self.embed_tokens(input_ids)
+            inputs_embeds = _embed(self.embed_tokens, input_ids)
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
@@ -391,8 +390,22 @@ def _add_loop_slots(cache: Cache, slots: int):
     cache.layers.extend(copy.deepcopy(cache.layers[0]) for _ in range(missing))
 
 
+def _embed(embed_tokens: nn.Embedding, input_ids: torch.Tensor) -> torch.Tensor:
+    """Embed `input_ids`, with a clear error for ids outside the vocabulary. On a CPU the embedding's own
+    IndexError is translated (free when all ids are valid); elsewhere a bad id would be a device-side assert
+    that ends the process, so the ids are checked first."""
+    if input_ids.device.type != "cpu" and not torch.compiler.is_compiling():
+        _check_token_ids(input_ids, embed_tokens.num_embeddings)
+        return embed_tokens(input_ids)
+    try:
+        return embed_tokens(input_ids)
+    except IndexError:
+        _check_token_ids(input_ids, embed_tokens.num_embeddings)
+        raise
+
+
 def _check_token_ids(input_ids: torch.Tensor, vocab_size: int):
-    if torch.compiler.is_compiling() or input_ids.numel() == 0:
+    if input_ids.numel() == 0:
         return
     low, high = torch.stack(torch.aminmax(input_ids)).tolist()
     if low < 0 or high >= vocab_size:

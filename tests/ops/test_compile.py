@@ -1,48 +1,28 @@
 """torch.compile: the compiled depth-mixing form and the whole model with fullgraph=True (no graph break)."""
 
-import contextlib
-
 import pytest
 import torch
 
-import depthattn.modeling
 from depthattn import ops
-from depthattn.config import DepthAttentionConfig
 from tests.helpers import tiny_model
 from tests.ops.depth_cases import make_inputs, run
 
 
-@contextlib.contextmanager
-def depth_impl(impl: str, overrides: dict):
-    """Make models built inside use `impl`: through the config field once modeling.py has one, else by
-    swapping the function modeling.py calls."""
-    if "depth_impl" in getattr(DepthAttentionConfig, "__dataclass_fields__", {}):
-        overrides["depth_impl"] = impl
-        yield
-        return
-    saved = depthattn.modeling.depth_mix
-    depthattn.modeling.depth_mix = ops.get_depth_mix(impl)
-    try:
-        yield
-    finally:
-        depthattn.modeling.depth_mix = saved
-
-
 def test_whole_model_compiles_with_fullgraph_forward_and_backward():
     torch._dynamo.reset()
-    overrides = dict(depth_stride=1, depth_window=1, depth_mix_states="kv", num_hidden_layers=3)
-    with depth_impl("compiled", overrides):
-        model = tiny_model(**overrides).train()
-        ids = torch.randint(0, 97, (2, 12))
-        eager = model(ids, labels=ids, output_depth_weights=True)
-        eager.loss.backward()
-        expected = {n: p.grad.clone() for n, p in model.named_parameters()}
-        model.zero_grad()
-        # aot_eager: dynamo + AOT autograd exactly as inductor sees them (graph breaks raise with fullgraph),
-        # without inductor's C++ code generation, which is slow on CPU
-        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-        out = compiled(ids, labels=ids, output_depth_weights=True)
-        out.loss.backward()
+    overrides = dict(depth_stride=1, depth_window=1, depth_mix_states="kv", num_hidden_layers=3,
+                     depth_impl="compiled")
+    model = tiny_model(**overrides).train()
+    ids = torch.randint(0, 97, (2, 12))
+    eager = model(ids, labels=ids, output_depth_weights=True)
+    eager.loss.backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    # aot_eager: dynamo + AOT autograd exactly as inductor sees them (graph breaks raise with fullgraph),
+    # without inductor's C++ code generation, which is slow on CPU
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    out = compiled(ids, labels=ids, output_depth_weights=True)
+    out.loss.backward()
     torch.testing.assert_close(out.logits, eager.logits)
     torch.testing.assert_close(out.depth_weights[2], eager.depth_weights[2])
     for name, param in model.named_parameters():

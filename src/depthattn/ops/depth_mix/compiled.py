@@ -6,8 +6,9 @@ Same signature and results as the reference `depthattn.depth.depth_mix` (SPEC §
   stacked or concatenated, so the sources are never copied, and under `torch.compile` (also with
   `fullgraph=True` on the whole model) inductor fuses the scores, the softmax and the mix.
 * few rows (eager decoding, `B * Hkv * T <= SMALL_ROWS`): there the cost is per-op dispatch, so the states
-  read (one token each) are copied into one tensor, and scores and mix are one batched matmul each: 6 ops
-  and a few views, against ~20 ops in the reference.
+  read (one token each) are copied into one tensor, and scores and mix are one batched matmul each: 7 ops
+  and a few views, against ~20 ops in the reference. (`baddbmm` with alpha would save the scaling op, but
+  in a decode step, between the large projections, it took ~60 us against ~15 us for `bmm` plus a multiply.)
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from depthattn.depth import DepthState
 # rows (B * Hkv * T) up to which eager calls take the batched-matmul form; above it the per-source form is faster
 SMALL_ROWS = 256
 
-_zeros: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 # weights and sums in float32 at least (float64 stays float64), as the reference; a dict costs less than an op
 _ACC = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
@@ -72,14 +72,6 @@ def _mix_rows(query, state, sources, scaling, rule, mix_states):
     return DepthState(state.score_key, key, value), weights.movedim(0, -1)  # (B, Hkv, T, n)
 
 
-def _zero(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    zero = _zeros.get((dtype, device))
-    if zero is None:
-        with torch.inference_mode(False):  # a normal tensor, usable with autograd after inference mode
-            zero = _zeros[dtype, device] = torch.zeros((), dtype=dtype, device=device)
-    return zero
-
-
 def _mix_small(query, state, sources, scaling, rule, mix_states):
     batch, num_heads, seq_len, head_dim = query.shape
     num_kv_heads = state.score_key.shape[1]
@@ -102,9 +94,8 @@ def _mix_small(query, state, sources, scaling, rule, mix_states):
         stacked = stacked.to(dtype)
     if softmax:
         depth_query = query.view(batch, num_kv_heads, group, seq_len, head_dim).sum(2, dtype=dtype)
-        scores = torch.baddbmm(_zero(dtype, query.device), depth_query.reshape(rows, 1, head_dim),
-                               stacked[:, :n].mT, beta=0, alpha=scaling / group)  # (rows, 1, n)
-        weights = torch.softmax(scores, dim=-1)
+        scores = torch.bmm(depth_query.reshape(rows, 1, head_dim), stacked[:, :n].mT)  # (rows, 1, n)
+        weights = torch.softmax(scores * (scaling / group), dim=-1)
     else:
         weights = query.new_full((rows, 1, n), 1.0 / n, dtype=dtype)
 
