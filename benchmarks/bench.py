@@ -30,6 +30,7 @@ DEFAULT_SIZE = dict(num_hidden_layers=12, hidden_size=512, intermediate_size=153
 QUICK_SIZE = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=256)
 PHASES = ("train", "prefill", "decode", "memory")
+PREFILL_REPS_PER_REP = 4  # prefill repetitions per --reps
 # dense bf16 peak TFLOP/s by device name, for model FLOPs utilisation (pass --peak-tflops for others)
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0}
 
@@ -56,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     run.add_argument("--context", type=int, help="tokens in the cache while decoding (default: --seq)")
     run.add_argument("--decode-batch", type=int, default=1)
     run.add_argument("--decode-tokens", type=int, help="tokens decoded per repetition (default 32; quick 4)")
-    run.add_argument("--reps", type=int, help="timed repetitions per phase (default 10; quick 2)")
+    run.add_argument("--reps", type=int, help="timed repetitions per phase (default 10; quick 2; prefill 4x)")
     run.add_argument("--warmup", type=int, help="untimed repetitions first (default 2; quick 1)")
     run.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     run.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
@@ -165,8 +166,8 @@ class Bench:
             return out.logits[:, -1:].argmax(-1)
 
     # interleaved timing ---------------------------------------------------------------------------------
-    def timed_phase(self, phase: str, fn):
-        reps, warmup = self.work["reps"], self.work["warmup"]
+    def timed_phase(self, phase: str, fn, reps: int):
+        warmup = self.work["warmup"]
         k = len(self.cands)
         start = time.perf_counter()
         for rep in range(warmup + reps):
@@ -218,9 +219,9 @@ class Bench:
     def run(self, phases: list[str]) -> dict:
         results = {c.name: {} for c in self.cands}
         if "train" in phases:
-            self.timed_phase("train_step_s", self.train_step)
-        if "prefill" in phases:
-            self.timed_phase("prefill_s", self.prefill)
+            self.timed_phase("train_step_s", self.train_step, self.work["reps"])
+        if "prefill" in phases:  # a tenth of a training step: more samples for the same time
+            self.timed_phase("prefill_s", self.prefill, PREFILL_REPS_PER_REP * self.work["reps"])
         if "decode" in phases:
             self.timed_decode()
         if "memory" in phases:
@@ -304,8 +305,8 @@ def main(argv=None) -> int:
         "timing_method": (
             ("wall clock (time.perf_counter, device synchronised)" if work["clock"] == "wall" else
              "process CPU time (time.process_time)")
-            + f", {work['warmup']} warm-up and {work['reps']} "
-            "timed repetitions; each repetition runs every candidate once, in an order rotated by one per "
+            + f", {work['warmup']} warm-up and {work['reps']} timed repetitions "
+            f"({PREFILL_REPS_PER_REP * work['reps']} for prefill); each repetition runs every candidate once, in an order rotated by one per "
             "repetition (decoding: every candidate one step in turn, rotated every step, each step a sample); all "
             "candidates share the backbone weight tensors; ratios are medians (and quartiles) of ratios of samples "
             "taken in the same repetition (decoding: the same round)"),
