@@ -149,20 +149,20 @@ class Bench:
     def prefill(self, c: cand.Candidate):
         c.model.eval()
         with torch.inference_mode():
-            c.model(input_ids=self.train_ids, use_cache=True, logits_to_keep=1, **c.cache_kwargs(
-                transformers.DynamicCache(config=c.model.config)))
+            c.model(input_ids=self.train_ids, use_cache=True, logits_to_keep=1,
+                    cache=transformers.DynamicCache(config=c.model.config))
 
     def decode_setup(self, c: cand.Candidate):
         c.model.eval()
         with torch.inference_mode():
             c.decode_cache = transformers.DynamicCache(config=c.model.config)
             out = c.model(input_ids=self.context_ids, use_cache=True, logits_to_keep=1,
-                          **c.cache_kwargs(c.decode_cache))
+                          cache=c.decode_cache)
             c.decode_token = out.logits[:, -1:].argmax(-1)
 
     def decode_step(self, c: cand.Candidate, token: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode():
-            out = c.model(input_ids=token, use_cache=True, logits_to_keep=1, **c.cache_kwargs(c.decode_cache))
+            out = c.model(input_ids=token, use_cache=True, logits_to_keep=1, cache=c.decode_cache)
             return out.logits[:, -1:].argmax(-1)
 
     # interleaved timing ---------------------------------------------------------------------------------

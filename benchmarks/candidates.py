@@ -52,13 +52,6 @@ class Candidate:
     decode_cache: DynamicCache | None = None
     decode_token: torch.Tensor | None = None
 
-    @property
-    def is_qwen3(self) -> bool:
-        return self.name == QWEN3
-
-    def cache_kwargs(self, cache) -> dict:
-        return {"cache": cache}  # transformers 5.24 renamed past_key_values (deprecated) to cache
-
 
 def qwen3_config(size: dict) -> Qwen3Config:
     return Qwen3Config(

@@ -13,7 +13,10 @@ CPU_MEMORY_METHOD = (
     "the peak of the running sum of every allocation and free during the step, as recorded by torch.profiler "
     "(profile_memory=True) in a separate, untimed step"
 )
-CUDA_MEMORY_METHOD = "torch.cuda.max_memory_allocated over one untimed step (after reset_peak_memory_stats)"
+CUDA_MEMORY_METHOD = (
+    "bytes held before the step (parameters, buffers, optimizer state, gradients) plus the peak rise of "
+    "torch.cuda.max_memory_allocated over one untimed step (after reset_peak_memory_stats)"
+)
 
 
 def synchronize(device: torch.device):
@@ -51,7 +54,8 @@ def summary(samples: list[float]) -> dict:
 
 
 def paired_ratio(samples: list[float], baseline: list[float]) -> dict | None:
-    """Ratios of interleaved samples taken in the same repetition (so drift cancels): median and quartiles."""
+    """Ratios of interleaved samples taken in the same repetition (decoding: the same round), so drift cancels:
+    median and quartiles."""
     pairs = [a / b for a, b in zip(samples, baseline) if b > 0]
     if not pairs:
         return None
@@ -103,7 +107,8 @@ def peak_bytes(fn: Callable[[], object], device: torch.device, before: int) -> i
     if device.type == "cuda":
         synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)  # every candidate's tensors, not only this one's
         fn()
         synchronize(device)
-        return torch.cuda.max_memory_allocated(device)
+        return before + torch.cuda.max_memory_allocated(device) - start
     return before + cpu_peak_bytes(fn)

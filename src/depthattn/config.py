@@ -9,7 +9,7 @@ from transformers import GenerationConfig, PreTrainedConfig
 CROSS_LAYER_METHODS = ("none", "depth_attention", "value_residual", "denseformer", "attnres", "mhc", "hyper_connections")
 DEPTH_MIX_RULES = ("softmax", "uniform")
 DEPTH_MIX_STATES = ("v", "kv", "k")
-DEPTH_IMPLS = ("auto", "reference", "compiled", "triton")  # = depthattn.ops.DEPTH_IMPLS
+DEPTH_IMPLS = ("auto", "reference", "compiled", "triton")  # depthattn.ops.depth_mix implementations
 
 # Keyword arguments that PreTrainedConfig itself consumes (legacy names, loading bookkeeping).
 _HF_INIT_KWARGS = {

@@ -103,7 +103,7 @@ def test_bits_per_byte_by_hand(trained_model, tmp_path):
     with torch.no_grad():
         nats = F.cross_entropy(model(ids[None, :-1]).logits[0].double(), ids[1:], reduction="sum").item()
     num_bytes = len(text.encode("utf-8"))  # the dash is 3 bytes: bytes, not characters
-    assert num_bytes == len(text) + 2
+    assert num_bytes == len(text) + 2  # guards the point of the test: a multi-byte character in the text
     assert result["tokens"] == len(ids) - 1 and result["bytes"] == num_bytes
     assert result["loss"] == pytest.approx(nats / (len(ids) - 1), rel=1e-6)
     assert result["bits_per_byte"] == pytest.approx(nats / math.log(2) / num_bytes, rel=1e-6)

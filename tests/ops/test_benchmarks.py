@@ -35,7 +35,7 @@ def test_quick_run_writes_json_and_markdown(tmp_path, capsys):
         assert set(result["tokens_per_s"]) == {"train_step", "prefill", "decode_token"}
         assert set(report["ratios_to_vanilla"][name]) == {
             "train_step", "prefill", "decode_token", "peak_train_memory", "peak_prefill_memory"}
-    assert report["ratios_to_vanilla"]["vanilla"]["train_step"]["median"] == 1.0
+    assert report["ratios_to_vanilla"]["depth_attention"]["decode_token"]["n"] == 2  # paired per decode step
     assert {g["goal"] for g in report["goals"]} >= {"Depth-Attention / vanilla, decode per token",
                                                      "vanilla / Qwen3, training step"}
     table = (tmp_path / "benchmark.md").read_text()
@@ -57,3 +57,11 @@ def test_candidates_share_the_backbone_tensors():
         for name, param in candidate.model.named_parameters():
             assert param.data_ptr() == reference[name].data_ptr(), (candidate.name, name)
             assert param.requires_grad
+
+
+def test_paired_ratio_pairs_samples_in_order():
+    from benchmarks.measure import paired_ratio
+
+    ratio = paired_ratio([2.0, 3.0, 8.0], [1.0, 3.0, 2.0])  # per pair: 2, 1, 4
+    assert ratio["median"] == 2.0 and ratio["n"] == 3
+    assert paired_ratio([1.0], [0.0]) is None

@@ -89,6 +89,7 @@ def test_dispatch():
     a, wa = ops.depth_mix(q, state, sources, 0.25, impl="auto")  # CPU: the compiled form
     b, wb = ops.depth_mix_compiled(q, state, sources, 0.25)
     torch.testing.assert_close(a.value, b.value, rtol=0, atol=0)
+    torch.testing.assert_close(wa, wb, rtol=0, atol=0)
 
 
 def test_package_imports_without_triton():

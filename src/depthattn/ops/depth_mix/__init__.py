@@ -17,13 +17,12 @@ from typing import Callable
 
 import torch
 
+from depthattn.config import DEPTH_IMPLS
 from depthattn.depth import DepthState
 
 from .compiled import depth_mix_compiled
 from .naive import depth_mix_reference
 from .triton import TRITON_AVAILABLE, depth_mix_triton, triton_runs_on
-
-DEPTH_IMPLS = ("auto", "reference", "compiled", "triton")
 
 
 def depth_mix_auto(

@@ -85,7 +85,7 @@ def backward_kernel(
     sk_table, k_table, v_table,
     w_ptr, dw_ptr,  # saved weights and the weights' incoming gradient (B, Hkv, T, n), ACC dtype
     dout_k_ptr, dout_v_ptr,  # incoming gradients of the mixed key / value, (B, Hkv, T, d) contiguous
-    dq_ptr,  # (B, Hq, T, d) contiguous, zero-filled by the caller
+    dq_ptr,  # (B, Hq, T, d) contiguous, every element written here
     dsk_ptr, dk_ptr, dv_ptr,  # (n, B, Hkv, T, d) contiguous gradients of the sources
     scratch_ptr,  # (B, Hkv, T, n) ACC dtype: dL/dw per source
     n, T, Hkv, scale_ptr, BHTD,
