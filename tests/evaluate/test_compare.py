@@ -54,6 +54,14 @@ def test_grid_trains_every_cell_once_and_reports(tiny_data, tmp_path):
     again = compare(Grid.load(write_grid(tmp_path, tiny_data)))  # finished cells are not rerun
     assert result_file.stat().st_mtime_ns == before and again == rows
 
+    # killed after the last checkpoint, before its result was written: resumes at the end and still reports
+    first = json.loads(result_file.read_text())
+    result_file.unlink()
+    assert compare(Grid.load(write_grid(tmp_path, tiny_data))) == rows
+    redone = json.loads(result_file.read_text())
+    for key in ("val_loss", "train_tokens", "tokens_per_s", "params_total"):
+        assert redone[key] == first[key], key
+
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(methods=("vanilla", "densformer")), "not a preset"),

@@ -18,14 +18,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import AutoModelForCausalLM
-
 from ..data.files import atomic_write_bytes, atomic_write_json
 from ..data.shards import TokenShards
 from ..methods import count_parameters
 from ..presets import PRESETS
 from ..train import TrainConfig, evaluate, train
 from ..train.distributed import World
+from .loading import load_model
 from .plots import read_metrics, save_figure
 
 RESULT = "result.json"
@@ -83,13 +82,17 @@ def run_cell(grid: Grid, method: str, seed: int) -> dict:
     if (cell / RESULT).exists():
         return json.loads((cell / RESULT).read_text())
     started = time.perf_counter()
-    summary = train(cfg, resume=True)
-    model = AutoModelForCausalLM.from_pretrained(cell / "final").eval()
+    train(cfg, resume=True)
+    # from the metrics log, which a resumed run keeps whole (a run resumed at its last step trains nothing)
+    steps = [r for r in read_metrics(cell / "metrics.jsonl") if "tokens_per_s" in r]
+    model = load_model(cell / "final")
     val = TokenShards(cfg.data.path, "val")
-    val_loss = evaluate(model, val, cfg.train.batch_size, cfg.data.seq_len, max_batches=1_000_000, world=World())
+    world = World(device=next(model.parameters()).device)
+    val_loss = evaluate(model, val, cfg.train.batch_size, cfg.data.seq_len, max_batches=None, world=world)
     result = {
         "method": method, "seed": seed, "val_loss": val_loss, "val_ppl": math.exp(val_loss),
-        "val_tokens": len(val), "train_tokens": summary["tokens"], "tokens_per_s": summary["tokens_per_s"],
+        "val_tokens": len(val), "train_tokens": steps[-1]["tokens"],
+        "tokens_per_s": statistics.median(r["tokens_per_s"] for r in steps),
         **{f"params_{k}": v for k, v in count_parameters(model).items()},
         "seconds": time.perf_counter() - started,
     }

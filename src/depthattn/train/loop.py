@@ -58,7 +58,7 @@ def lm_loss(model, input_ids: torch.Tensor, labels: torch.Tensor, amp: torch.dty
 
 
 @torch.no_grad()
-def evaluate(model, shards: TokenShards, batch_size: int, seq_len: int, max_batches: int, world: World,
+def evaluate(model, shards: TokenShards, batch_size: int, seq_len: int, max_batches: int | None, world: World,
              amp=None) -> float:
     """Token-weighted mean loss over the first `max_batches` fixed validation batches of the global batch size:
     the same windows whatever the number of processes, each process taking its slice of each batch."""
