@@ -162,3 +162,14 @@ def test_token_stream_reads_across_prefix_and_shards(eval_data):
         assert (stream.read(start, length) == whole[start:start + length]).all()
     with pytest.raises(IndexError):
         stream.read(11_999, 2)
+
+
+def test_data_with_a_larger_vocabulary_than_the_model_is_a_clear_error(eval_data, tmp_path):
+    from depthattn.evaluate.depth_map import compute_depth_map
+
+    small = tmp_path / "small"
+    tiny_model().save_pretrained(small)  # 97 ids; the data was tokenized with 384
+    with pytest.raises(ValueError, match="tokenized with 384 ids, more than the model's 97"):
+        evaluate_perplexity(small, data=eval_data, progress=False)
+    with pytest.raises(ValueError, match="tokenized with 384 ids, more than the model's 97"):
+        compute_depth_map(small, eval_data, seq_len=16)

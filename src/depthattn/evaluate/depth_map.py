@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .loading import DTYPE_CHOICES, check_model_dir, load_model, model_dtype_name, run_metadata
+from .loading import DTYPE_CHOICES, check_data_vocab, check_model_dir, load_model, model_dtype_name, run_metadata
 
 DEFAULT_SAMPLES = 16
 DEFAULT_SEQ_LEN = 256
@@ -118,9 +118,7 @@ def compute_depth_map(
     if batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
     shards = TokenShards(data, split)
-    if shards.vocab_size > model.config.vocab_size:
-        raise ValueError(f"{data} was tokenized with {shards.vocab_size} ids, more than the model's "
-                         f"{model.config.vocab_size}: pass the dataset the model was trained on")
+    check_data_vocab(shards, model, data)
     starts = sample_windows(len(shards), samples, seq_len)
     batches = (torch.from_numpy(np.stack([shards.read(s, seq_len) for s in starts[i:i + batch_size]]))
                for i in range(0, len(starts), batch_size))

@@ -51,6 +51,13 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
     return model.to(device or default_device()).eval()
 
 
+def check_data_vocab(shards, model, data) -> None:
+    """A clear error when prepared data holds token ids beyond the model's vocabulary."""
+    if shards.vocab_size > model.config.vocab_size:
+        raise ValueError(f"{data} was tokenized with {shards.vocab_size} ids, more than the model's "
+                         f"{model.config.vocab_size}: pass the dataset the model was trained on")
+
+
 def model_dtype_name(model) -> str:
     return str(next(model.parameters()).dtype).removeprefix("torch.")
 

@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .loading import (DTYPE_CHOICES, check_model_dir, check_vocab, default_context_length, find_tokenizer, load_model,
-                      max_positions_of, model_dtype_name, run_metadata)
+from .loading import (DTYPE_CHOICES, check_data_vocab, check_model_dir, check_vocab, default_context_length,
+                      find_tokenizer, load_model, max_positions_of, model_dtype_name, run_metadata)
 
 DEFAULT_BATCH_SIZE = 8
 DECODE_CHUNK_TOKENS = 1 << 20
@@ -135,7 +135,7 @@ def score_stream(model, stream, block_size: int, stride: int | None = None, batc
         scored = torch.tensor([span[2] for span in batch], device=device)
         mask = torch.arange(keep, device=device)[None] >= keep - scored[:, None]  # the last num_scored targets
         total += nll.double().masked_fill(~mask, 0).sum()
-        bar.update(int(scored.sum()))
+        bar.update(sum(span[2] for span in batch))  # from the host: no device sync per batch
     bar.close()
     model.train(was_training)
     return total.item(), num_scored, len(spans)
@@ -234,6 +234,7 @@ def evaluate_perplexity(
 
     if data is not None:
         shards = TokenShards(data, split)
+        check_data_vocab(shards, model, data)
         tok = find_tokenizer(model_path, tokenizer, fallbacks=(Path(data) / TOKENIZER_DIR,))
         source, described = shards, {"data": str(data), "split": split}
     else:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..data.files import AtomicFile
+
 
 def read_metrics(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
@@ -80,12 +82,13 @@ def plot_depth_map(matrix, out_png: str | Path, present=None, title: str = "",
 
 
 def save_figure(fig, out_png: str | Path) -> Path:
-    """Write a PNG under a temporary name and rename it, so a crash never leaves half a file."""
+    """Write a PNG atomically (temporary name, fsync, rename), so a crash never leaves half a file."""
     import matplotlib.pyplot as plt
 
     out_png = Path(out_png)
-    tmp = out_png.with_name(f".{out_png.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(out_png)
+    try:
+        with AtomicFile(out_png) as file:
+            fig.savefig(file.file, format="png", dpi=120)
+    finally:
+        plt.close(fig)
     return out_png
