@@ -32,10 +32,12 @@ def temporary_sibling(path: Path) -> Path:
 
 
 class AtomicFile:
-    """A binary file written under a temporary name and renamed to `path` on commit()."""
+    """A binary file written under a temporary name and renamed to `path` on commit(); missing parent
+    directories are made."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.temp_path = temporary_sibling(self.path)
         self.file = open(self.temp_path, "xb")
 

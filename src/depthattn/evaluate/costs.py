@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-from pathlib import Path
 
 from ..config import CROSS_LAYER_METHODS, DepthAttentionConfig
 from ..depth import depth_sources
@@ -467,7 +466,6 @@ def run(args) -> int:
     if args.out:
         from ..data.files import atomic_write_json
 
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.out, records)
         print(f"wrote {args.out}")
     return 0

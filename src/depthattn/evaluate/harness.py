@@ -26,7 +26,6 @@ import socket
 import sys
 from collections.abc import Sequence
 from importlib import metadata
-from pathlib import Path
 from urllib.parse import urlparse
 
 from .loading import (DTYPE_CHOICES, check_model_dir, check_vocab, default_context_length, find_tokenizer, load_model,
@@ -101,13 +100,16 @@ def resolve_tasks(tasks: Sequence[str] | str | None = None, preset: str | None =
     return [name for name in dict.fromkeys(names) if name]
 
 
+def _local_only(task_names: Sequence[str]) -> bool:
+    return all(name in (*LOCAL_TASKS, LOCAL_TAG) for name in task_names)
+
+
 def make_task_manager(task_names: Sequence[str]):
     """lm-eval's TaskManager with the local tasks on its include path; lm-eval's own task index (several
     seconds to build) only when a task is not a local one."""
     from lm_eval.tasks import TaskManager
 
-    local_only = all(name in (*LOCAL_TASKS, LOCAL_TAG) for name in task_names)
-    return TaskManager(include_path=str(TASKS_DIR), include_defaults=not local_only)
+    return TaskManager(include_path=str(TASKS_DIR), include_defaults=not _local_only(task_names))
 
 
 def load_tasks(task_names: Sequence[str], task_manager, skip_unreachable: bool = False) -> tuple[list, dict]:
@@ -190,8 +192,7 @@ def harness_evaluate(
     if batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
     check_vocab(model, tokenizer)
-    local_only = all(name in (*LOCAL_TASKS, LOCAL_TAG) for name in tasks)
-    offline = hub_offline_by_env() or local_only or not hub_reachable()
+    offline = hub_offline_by_env() or _local_only(tasks) or not hub_reachable()
     level = logging.INFO if verbose else logging.ERROR
     runs, versions, skipped, n_samples, configs = {}, {}, {}, {}, {}
     with _lm_eval_log_level(level), hub_offline(offline):
@@ -335,7 +336,6 @@ def run(args: argparse.Namespace) -> int:
     if result["skipped_tasks"]:
         print(f"skipped (data unreachable): {', '.join(result['skipped_tasks'])}", file=sys.stderr)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.out, result)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0

@@ -308,7 +308,6 @@ def run(args: argparse.Namespace) -> int:
           f"loss {result['loss']:.4f} nats/token, perplexity {result['perplexity']:.3f}, "
           f"bits per byte {result['bits_per_byte']:.4f}")
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.out, result)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0

@@ -75,22 +75,22 @@ def source_name(record: dict) -> str:
     return f"{record['title']}, part {record['part']} of {record['num_parts']}"
 
 
-def build_mc(documents: list[dict], rng: random.Random, continuation_lines: int = MC_LINES) -> list[dict]:
-    """Passages of one speech, then the true next `continuation_lines` verse lines among three runs of as many
+def build_mc(documents: list[dict], rng: random.Random) -> list[dict]:
+    """Passages of one speech, then the true next `MC_LINES` verse lines among three runs of as many
     consecutive verse lines of similar length from other held-out documents."""
     def runs(lines: list[str]) -> list[str]:
-        return ["\n".join(lines[i:i + continuation_lines]) for i in range(len(lines) - continuation_lines + 1)
-                if all(is_verse(line) for line in lines[i:i + continuation_lines])]
+        return ["\n".join(lines[i:i + MC_LINES]) for i in range(len(lines) - MC_LINES + 1)
+                if all(is_verse(line) for line in lines[i:i + MC_LINES])]
 
     pools = [runs(d["text"].split("\n")) for d in documents]
     items = []
     for index, document in enumerate(documents):
         lines = document["text"].split("\n")
-        ok = lambda t: t + continuation_lines <= len(lines) and all(  # noqa: E731
-            is_verse(line) for line in lines[t:t + continuation_lines])
+        ok = lambda t: t + MC_LINES <= len(lines) and all(  # noqa: E731
+            is_verse(line) for line in lines[t:t + MC_LINES])
         for first, target in passages(lines, ok, MC_CONTEXT_CHARS, speech_only=True):
             items.append((index, "\n".join(lines[first:target]) + "\n",
-                          "\n".join(lines[target:target + continuation_lines])))
+                          "\n".join(lines[target:target + MC_LINES])))
     rng.shuffle(items)
     rows = []
     for index, context, answer in items[:NUM_TEST + NUM_FEWSHOT]:
