@@ -1,6 +1,7 @@
 """`python -m benchmarks`: training step, prefill, decode per token and peak memory of every candidate, measured
 in one process with the candidates interleaved (rotating order; decoding alternates every step) so that machine
-drift cancels; ratios to vanilla are medians of per-repetition ratios. Writes JSON and a markdown table."""
+drift cancels; ratios to vanilla are medians of paired ratios (per repetition; decoding: per step). Writes
+JSON and a markdown table."""
 
 from __future__ import annotations
 
@@ -306,7 +307,8 @@ def main(argv=None) -> int:
             ("wall clock (time.perf_counter, device synchronised)" if work["clock"] == "wall" else
              "process CPU time (time.process_time)")
             + f", {work['warmup']} warm-up and {work['reps']} timed repetitions "
-            f"({PREFILL_REPS_PER_REP * work['reps']} for prefill); each repetition runs every candidate once, in an order rotated by one per "
+            f"({PREFILL_REPS_PER_REP * work['reps']} for prefill); each repetition runs every candidate once, in an "
+            "order rotated by one per "
             "repetition (decoding: every candidate one step in turn, rotated every step, each step a sample); all "
             "candidates share the backbone weight tensors; ratios are medians (and quartiles) of ratios of samples "
             "taken in the same repetition (decoding: the same round)"),
