@@ -67,6 +67,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     run.add_argument("--clock", choices=sorted(measure.CLOCKS), default="wall",
                      help="wall (default) or cpu: this process's CPU time, steadier on a busy machine (use with "
                           "--threads 1: more threads add OpenMP spinning to it); GPU runs always use wall")
+    run.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
+                     help="time the training step of torch.compile'd models (backend default inductor; "
+                          "'depth_attention' then takes the compiled depth_mix); prefill and decode stay eager")
     run.add_argument("--peak-tflops", type=float, help="device peak TFLOP/s for MFU (default: looked up on GPUs)")
     run.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/benchmarks", help="output directory (benchmark.json, benchmark.md)")
@@ -89,7 +92,7 @@ def resolve(args) -> tuple[dict, dict]:
             1 if args.quick else 2),
         device=args.device, dtype=args.dtype or ("float32" if args.device == "cpu" else "bfloat16"),
         threads=args.threads, depth_impl=args.depth_impl, seed=args.seed,
-        clock="wall" if args.device != "cpu" else args.clock,
+        clock="wall" if args.device != "cpu" else args.clock, compile=args.compile,
     )
     size["max_position_embeddings"] = max(seq, work["context"] + work["decode_tokens"]) + 8
     return size, work
@@ -142,7 +145,7 @@ class Bench:
         c.model.train()
         if c.optimizer is None:
             c.optimizer = torch.optim.AdamW(c.model.parameters(), lr=1e-4, weight_decay=0.1)
-        loss = c.model(input_ids=self.train_ids, labels=self.train_ids, use_cache=False).loss
+        loss = c.train_forward(input_ids=self.train_ids, labels=self.train_ids, use_cache=False).loss
         loss.backward()
         c.optimizer.step()
         c.optimizer.zero_grad(set_to_none=True)
@@ -263,6 +266,8 @@ def main(argv=None) -> int:
     if bad:
         raise SystemExit(f"unknown phases {bad}; choose among {PHASES}")
     size, work = resolve(args)
+    if args.compile and work["warmup"] < 1:
+        raise SystemExit("--compile needs --warmup 1 or more: the first step compiles, and must not be timed")
     device = torch.device(work["device"])
     dtype = getattr(torch, work["dtype"])
     torch.set_num_threads(work["threads"])
@@ -284,6 +289,13 @@ def main(argv=None) -> int:
     log(f"size {size}; workload {work}")
     start = time.perf_counter()
     cands = cand.build(names, size, args.depth_impl, device, dtype, seed=args.seed, log=log)
+    if args.compile:
+        # one compiled graph per candidate, all from the same forward code: raise dynamo's per-code limit
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 4 * len(cands))
+        torch._dynamo.config.accumulated_cache_size_limit = max(
+            torch._dynamo.config.accumulated_cache_size_limit, 8 * len(cands))
+        for c in cands:
+            c.train_forward = torch.compile(c.model, backend=args.compile)
     bench = Bench(cands, size, work, device, log)
     results = bench.run(phases)
 

@@ -51,6 +51,7 @@ class Candidate:
     optimizer: torch.optim.Optimizer | None = None
     decode_cache: DynamicCache | None = None
     decode_token: torch.Tensor | None = None
+    train_forward: Callable | None = None  # the model, or its torch.compile'd form (--compile)
 
 
 def qwen3_config(size: dict) -> Qwen3Config:
@@ -68,7 +69,8 @@ def build(names: list[str], size: dict, depth_impl: str, device: torch.device, d
           seed: int = 0, log: Callable[[str], None] = print) -> list[Candidate]:
     """Every candidate on one set of backbone weights (a transformers Qwen3 model, built once), shared in memory."""
     torch.manual_seed(seed)
-    qwen3 = Qwen3ForCausalLM(qwen3_config(size)).to(device=device, dtype=dtype)
+    with torch.device(device):  # initialised where it runs: a 1.5B model is slow to initialise on a CPU
+        qwen3 = Qwen3ForCausalLM(qwen3_config(size)).to(dtype=dtype)
     weights = qwen3.state_dict()
     out = []
     for name in names:
@@ -82,14 +84,15 @@ def build(names: list[str], size: dict, depth_impl: str, device: torch.device, d
             config = config_from_qwen3(qwen3.config, **settings)
             config._attn_implementation = "sdpa"
             torch.manual_seed(seed + 1)  # a method's own parameters: the same initialisation in every run
-            model = depthattn.DepthAttentionForCausalLM(config).to(device=device, dtype=dtype)
+            with torch.device(device):
+                model = depthattn.DepthAttentionForCausalLM(config).to(dtype=dtype)
             # assign: every candidate reads the same backbone tensors, so no candidate gains or loses from
             # where in memory its weights happen to lie (decoding on a CPU is bound by reading them)
             missing, unexpected = model.load_state_dict(weights, strict=False, assign=True)
             if unexpected or any(not k.startswith("model.cross_layer.") for k in missing):
                 raise RuntimeError(f"{name}: backbone weights do not match Qwen3's: missing {missing}, "
                                    f"unexpected {unexpected}")
-        out.append(Candidate(name=name, model=model, depth_impl=impl))
+        out.append(Candidate(name=name, model=model, depth_impl=impl, train_forward=model))
         params = sum(p.numel() for p in model.parameters()) / 1e6
         log(f"  built {name}: {params:.2f}M parameters" + (f", depth_mix implementation {impl!r}" if impl else ""))
     return out

@@ -65,3 +65,30 @@ def test_paired_ratio_pairs_samples_in_order():
     ratio = paired_ratio([2.0, 3.0, 8.0], [1.0, 3.0, 2.0])  # per pair: 2, 1, 4
     assert ratio["median"] == 2.0 and ratio["n"] == 3
     assert paired_ratio([1.0], [0.0]) is None
+
+
+def test_compiled_training_step(tmp_path):
+    torch._dynamo.reset()
+    # aot_eager: dynamo and AOT autograd, without inductor's slow C++ code generation on a CPU
+    assert main(["--quick", "--methods", "vanilla,depth_attention", "--phases", "train", "--reps", "1",
+                 "--warmup", "1", "--compile", "aot_eager", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "benchmark.json").read_text())
+    assert report["workload"]["compile"] == "aot_eager"
+    assert "torch.compile'd models (backend aot_eager)" in (tmp_path / "benchmark.md").read_text()
+    for result in report["candidates"].values():
+        assert result["train_step_s"]["n"] == 1
+    with pytest.raises(SystemExit, match="--warmup 1"):
+        main(["--quick", "--compile", "--warmup", "0", "--out", str(tmp_path)])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_quick_run_on_gpu_reports_mfu(tmp_path):
+    assert main(["--quick", "--device", "cuda", "--methods", "qwen3,vanilla,depth_attention", "--reps", "2",
+                 "--warmup", "1", "--decode-tokens", "2", "--peak-tflops", "100", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "benchmark.json").read_text())
+    assert report["workload"]["dtype"] == "bfloat16" and report["machine"]["gpu"]
+    assert report["candidates"]["depth_attention"]["depth_impl"] == "auto"
+    for name, result in report["candidates"].items():
+        assert 0 < result["mfu"] < 1, name
+        assert result["peak_train_bytes"] > result["parameters"] * 2, name  # bf16 weights alone are 2 bytes each
+    assert "MFU" in (tmp_path / "benchmark.md").read_text()

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The GPU checks in one go, for a machine with a CUDA GPU and torch + triton installed (run from the repository
+# root): the GPU tests, then the benchmark at the paper's 1.5B size, at the issue's size with every method, and
+# with compiled training steps. Each step has a time limit, and a step that would not fit in the time left
+# (GPU_BUDGET_S, default 560 s) is skipped, so the earlier results always come back.
+#
+#   benchmarks/gpu.sh OUT_DIR          -> OUT_DIR/log.txt and OUT_DIR/{b15,issue,compiled}/benchmark.{json,md}
+#
+# transformers older than the project's minimum is replaced from a wheel in .whl/ if one is there.
+set -u
+out=${1:?usage: benchmarks/gpu.sh OUT_DIR}
+budget=${GPU_BUDGET_S:-560}
+mkdir -p "$out"
+export PYTHONPATH="$PWD/src:$PWD" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+exec > >(tee "$out/log.txt") 2>&1
+
+if ! python3 -c 'import sys, transformers; v = tuple(map(int, transformers.__version__.split(".")[:2])); sys.exit(v < (5, 24))' \
+        && ls .whl/transformers-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH="/tmp/site:$PYTHONPATH"
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton", triton.__version__,
+"transformers", transformers.__version__, torch.cuda.get_device_name())'
+
+step() {  # step NAME LIMIT_S COMMAND...: run COMMAND under LIMIT_S seconds if that fits in the budget left
+    local name=$1 limit=$2; shift 2
+    if (( SECONDS + limit > budget )); then
+        echo "== $name: skipped, ${limit} s would not fit in the $((budget - SECONDS)) s left"
+        return
+    fi
+    echo "== $name (at ${SECONDS} s, limit ${limit} s)"
+    timeout "$limit" "$@"
+    echo "== $name: exit $? at ${SECONDS} s"
+}
+
+parallel=$(python3 -c 'import xdist' 2>/dev/null && echo "-n 8")
+step tests 150 python3 -m pytest -p no:cacheprovider -q -rs $parallel tests/ops tests/model
+# the paper's 1.5B shape (SPEC §5; stride 24 is the default D/2), batch 4 x 2048 tokens
+step b15 200 python3 -m benchmarks --layers 48 --hidden 1536 --intermediate 4096 --heads 24 --kv-heads 6 \
+    --seq 2048 --batch 4 --context 2048 --reps 10 --out "$out/b15" \
+    --methods qwen3,vanilla,depth_attention,depth_attention:compiled,depth_attention:reference,denseformer,attnres
+step issue 100 python3 -m benchmarks --reps 10 --out "$out/issue"
+step compiled 150 python3 -m benchmarks --seq 2048 --batch 8 --phases train,memory --reps 10 --compile \
+    --methods qwen3,vanilla,depth_attention --out "$out/compiled"
+for f in "$out"/*/benchmark.md; do echo "== $f"; cat "$f"; done
