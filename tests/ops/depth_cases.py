@@ -38,7 +38,7 @@ def run(fn, query, state, sources, scaling, rule, mix_states, seed=1):
     """Outputs of `fn` and the gradients of a loss that reads the mixed key, the mixed value and the weights."""
     mixed, weights = fn(query, state, sources, scaling, rule, mix_states)
     g = torch.Generator().manual_seed(seed)
-    loss = sum((t.double() * torch.randn(t.shape, generator=g, dtype=torch.float64)).sum()
+    loss = sum((t.double() * torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.device)).sum()
                for t in (mixed.key, mixed.value, weights))
     inputs = leaves(query, state, sources)
     grads = torch.autograd.grad(loss, inputs, allow_unused=True)

@@ -59,9 +59,13 @@ def _kernels():
 
 def _tables(groups: list[list[torch.Tensor]], device: torch.device) -> list[torch.Tensor]:
     """One int64 table per group of tensors, rows [data pointer, stride_b, stride_h, stride_t], built on the
-    host and moved to `device` in a single copy."""
+    host and moved to `device` in a single copy. On CUDA the host table is pinned: a copy from pageable memory
+    makes the host wait for the stream's queued work, once per call; a pinned one is queued like a kernel."""
     rows = [[t.data_ptr(), *t.stride()[:3]] for group in groups for t in group]
-    table = torch.tensor(rows, dtype=torch.int64).to(device, non_blocking=True)
+    table = torch.tensor(rows, dtype=torch.int64)
+    if device.type == "cuda":
+        table = table.pin_memory()  # torch's pinned-block cache keeps it until the copy has run
+    table = table.to(device, non_blocking=True)
     return list(table.split([len(group) for group in groups]))
 
 
