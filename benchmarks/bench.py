@@ -68,8 +68,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                      help="wall (default) or cpu: this process's CPU time, steadier on a busy machine (use with "
                           "--threads 1: more threads add OpenMP spinning to it); GPU runs always use wall")
     run.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
-                     help="time the training step of torch.compile'd models (backend default inductor; "
-                          "'depth_attention' then takes the compiled depth_mix); prefill and decode stay eager")
+                     help="time training and decoding steps of torch.compile'd models (backend default inductor; "
+                          "decoding then writes a StaticCache; 'depth_attention' takes the compiled depth_mix); "
+                          "prefill stays eager")
     run.add_argument("--peak-tflops", type=float, help="device peak TFLOP/s for MFU (default: looked up on GPUs)")
     run.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/benchmarks", help="output directory (benchmark.json, benchmark.md)")
@@ -159,14 +160,18 @@ class Bench:
     def decode_setup(self, c: cand.Candidate):
         c.model.eval()
         with torch.inference_mode():
-            c.decode_cache = transformers.DynamicCache(config=c.model.config)
+            if self.work["compile"]:  # fixed shapes, so the compiled decoding step is compiled once
+                c.decode_cache = transformers.StaticCache(
+                    config=c.model.config, max_cache_len=self.work["context"] + self.work["decode_tokens"])
+            else:
+                c.decode_cache = transformers.DynamicCache(config=c.model.config)
             out = c.model(input_ids=self.context_ids, use_cache=True, logits_to_keep=1,
                           cache=c.decode_cache)
             c.decode_token = out.logits[:, -1:].argmax(-1)
 
     def decode_step(self, c: cand.Candidate, token: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode():
-            out = c.model(input_ids=token, use_cache=True, logits_to_keep=1, cache=c.decode_cache)
+            out = c.decode_forward(input_ids=token, use_cache=True, logits_to_keep=1, cache=c.decode_cache)
             return out.logits[:, -1:].argmax(-1)
 
     # interleaved timing ---------------------------------------------------------------------------------
@@ -213,8 +218,9 @@ class Bench:
                             self.samples[c.name].setdefault("decode_token_s", []).append(seconds)
             finally:
                 gc.enable()
-            for c in self.cands:
-                c.decode_cache.crop(-n)
+            with torch.inference_mode():  # a StaticCache crops its (inference-mode) length counter in place
+                for c in self.cands:
+                    c.decode_cache.crop(-n)
         for c in self.cands:
             c.decode_cache = c.decode_token = None
         self.log(f"  decode_token_s: {warmup} warm-up + {reps} timed repetitions of {n} steps x {k} candidates, "
@@ -296,6 +302,7 @@ def main(argv=None) -> int:
             torch._dynamo.config.accumulated_cache_size_limit, 8 * len(cands))
         for c in cands:
             c.train_forward = torch.compile(c.model, backend=args.compile)
+            c.decode_forward = torch.compile(c.model, backend=args.compile)
     bench = Bench(cands, size, work, device, log)
     results = bench.run(phases)
 

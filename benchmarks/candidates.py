@@ -6,7 +6,7 @@ import dataclasses
 from typing import Callable
 
 import torch
-from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
+from transformers import Cache, Qwen3Config, Qwen3ForCausalLM
 
 import depthattn
 from depthattn.config import CROSS_LAYER_METHODS
@@ -49,9 +49,11 @@ class Candidate:
     model: torch.nn.Module
     depth_impl: str | None = None  # for Depth-Attention: which depth_mix implementation runs
     optimizer: torch.optim.Optimizer | None = None
-    decode_cache: DynamicCache | None = None
+    decode_cache: Cache | None = None
     decode_token: torch.Tensor | None = None
-    train_forward: Callable | None = None  # the model, or its torch.compile'd form (--compile)
+    # the model, or (--compile) its torch.compile'd forms: one for training steps, one for decoding steps
+    train_forward: Callable | None = None
+    decode_forward: Callable | None = None
 
 
 def qwen3_config(size: dict) -> Qwen3Config:
@@ -92,7 +94,8 @@ def build(names: list[str], size: dict, depth_impl: str, device: torch.device, d
             if unexpected or any(not k.startswith("model.cross_layer.") for k in missing):
                 raise RuntimeError(f"{name}: backbone weights do not match Qwen3's: missing {missing}, "
                                    f"unexpected {unexpected}")
-        out.append(Candidate(name=name, model=model, depth_impl=impl, train_forward=model))
+        out.append(Candidate(name=name, model=model, depth_impl=impl, train_forward=model,
+                             decode_forward=model))
         params = sum(p.numel() for p in model.parameters()) / 1e6
         log(f"  built {name}: {params:.2f}M parameters" + (f", depth_mix implementation {impl!r}" if impl else ""))
     return out

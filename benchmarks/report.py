@@ -75,7 +75,8 @@ def markdown(report: dict) -> str:
         f"heads {size['num_attention_heads']}/{size['num_key_value_heads']}, vocab {size['vocab_size']}. "
         f"Training and prefill: batch {work['batch']} x {work['seq']} tokens; decode: batch {work['decode_batch']}, "
         f"context {work['context']}, {work['decode_tokens']} tokens per repetition."
-        + (f" Training steps run torch.compile'd models (backend {work['compile']}); prefill and decode are eager."
+        + (f" Training and decoding steps run torch.compile'd models (backend {work['compile']}; decoding into a "
+           "StaticCache); prefill is eager."
            if work.get("compile") else ""),
         f"Timing: {report['timing_method']}."
         + (f" Load average (1/5/15 min) at start {m['load_average_at_start']}, at end {m['load_average_at_end']}."

@@ -67,16 +67,16 @@ def test_paired_ratio_pairs_samples_in_order():
     assert paired_ratio([1.0], [0.0]) is None
 
 
-def test_compiled_training_step(tmp_path):
+def test_compiled_training_and_decoding_steps(tmp_path):
     torch._dynamo.reset()
     # aot_eager: dynamo and AOT autograd, without inductor's slow C++ code generation on a CPU
-    assert main(["--quick", "--methods", "vanilla,depth_attention", "--phases", "train", "--reps", "1",
-                 "--warmup", "1", "--compile", "aot_eager", "--out", str(tmp_path)]) == 0
+    assert main(["--quick", "--methods", "qwen3,vanilla,depth_attention", "--phases", "train,decode", "--reps", "1",
+                 "--warmup", "1", "--decode-tokens", "3", "--compile", "aot_eager", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "benchmark.json").read_text())
     assert report["workload"]["compile"] == "aot_eager"
-    assert "torch.compile'd models (backend aot_eager)" in (tmp_path / "benchmark.md").read_text()
+    assert "torch.compile'd models (backend aot_eager;" in (tmp_path / "benchmark.md").read_text()
     for result in report["candidates"].values():
-        assert result["train_step_s"]["n"] == 1
+        assert result["train_step_s"]["n"] == 1 and result["decode_token_s"]["n"] == 3
     with pytest.raises(SystemExit, match="--warmup 1"):
         main(["--quick", "--compile", "--warmup", "0", "--out", str(tmp_path)])
 

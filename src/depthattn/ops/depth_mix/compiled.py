@@ -72,37 +72,40 @@ def _mix_rows(query, state, sources, scaling, rule, mix_states):
     return DepthState(state.score_key, key, value), weights.movedim(0, -1)  # (B, Hkv, T, n)
 
 
+def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return t if t.dtype == dtype else t.to(dtype)  # a no-op .to() still costs a dispatch
+
+
 def _mix_small(query, state, sources, scaling, rule, mix_states):
+    # kept short: at this size each Python-level step costs about as much as the arithmetic
     batch, num_heads, seq_len, head_dim = query.shape
     num_kv_heads = state.score_key.shape[1]
-    group = num_heads // num_kv_heads
-    rows = batch * num_kv_heads * seq_len
+    rows, n = batch * num_kv_heads * seq_len, len(sources) + 1
     candidates = [*sources, state]
-    n = len(candidates)
-    dtype = _ACC.get(query.dtype, query.dtype)
     softmax, mix_k, mix_v = rule != "uniform", "k" in mix_states, "v" in mix_states
     # one copy of every state this call reads, (rows, groups * n, d): score keys, keys (unless they are the
-    # score keys, as in modeling.py), values; few rows, so the copy is cheap and saves ops
-    groups = [[c.score_key for c in candidates]] if softmax else []
-    keys_are_score_keys = softmax and all(c.key is c.score_key for c in candidates)
-    if mix_k and not keys_are_score_keys:
-        groups.append([c.key for c in candidates])
+    # score keys, as in modeling.py), values
+    own_keys = mix_k and not (softmax and all(c.key is c.score_key for c in candidates))
+    tensors = [c.score_key for c in candidates] if softmax else []
+    if own_keys:
+        tensors += [c.key for c in candidates]
     if mix_v:
-        groups.append([c.value for c in candidates])
-    stacked = torch.stack([t for g in groups for t in g], dim=-2).view(rows, len(groups) * n, head_dim)
+        tensors += [c.value for c in candidates]
+    stacked = torch.stack(tensors, dim=-2).view(rows, -1, head_dim)
+    dtype = _ACC.get(query.dtype, query.dtype)
     if stacked.dtype != dtype:
         stacked = stacked.to(dtype)
     if softmax:
-        depth_query = query.view(batch, num_kv_heads, group, seq_len, head_dim).sum(2, dtype=dtype)
-        scores = torch.bmm(depth_query.reshape(rows, 1, head_dim), stacked[:, :n].mT)  # (rows, 1, n)
-        weights = torch.softmax(scores * (scaling / group), dim=-1)
+        depth_query = query.view(batch, num_kv_heads, -1, seq_len, head_dim).sum(2, dtype=dtype)  # (B, Hkv, T, d)
+        scores = torch.bmm(depth_query.view(rows, 1, head_dim), stacked[:, :n].mT)  # (rows, 1, n)
+        weights = torch.softmax(scores * (scaling * num_kv_heads / num_heads), dim=-1)
     else:
         weights = query.new_full((rows, 1, n), 1.0 / n, dtype=dtype)
-
-    def mix(index: int, like: torch.Tensor) -> torch.Tensor:
-        out = torch.bmm(weights, stacked[:, index * n:(index + 1) * n]).view(batch, num_kv_heads, seq_len, head_dim)
-        return out if out.dtype == like.dtype else out.to(like.dtype)
-
-    key = mix(0 if keys_are_score_keys else int(softmax), state.key) if mix_k else state.key
-    value = mix(len(groups) - 1, state.value) if mix_v else state.value
+    out_shape = (batch, num_kv_heads, seq_len, head_dim)
+    key, value = state.key, state.value
+    if mix_k:
+        start = n * softmax if own_keys else 0  # after the score keys, if both were stacked
+        key = _cast(torch.bmm(weights, stacked[:, start:start + n]).view(out_shape), key.dtype)
+    if mix_v:
+        value = _cast(torch.bmm(weights, stacked[:, -n:]).view(out_shape), value.dtype)
     return DepthState(state.score_key, key, value), weights.view(batch, num_kv_heads, seq_len, n)
