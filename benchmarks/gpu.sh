@@ -2,7 +2,8 @@
 # The GPU checks in one go, for a machine with a CUDA GPU and torch + triton installed (run from the repository
 # root): the GPU tests, then the benchmark at the paper's 1.5B shape, at the issue's size, and with compiled
 # training steps. Each step has a time limit, and a step that would not fit in the time left (GPU_BUDGET_S,
-# default 560 s) is skipped, so the earlier results always come back. On an H200 the steps took about 310 s.
+# default 560 s) is skipped, so the earlier results always come back. On an H200 the steps took about 310 s
+# before compiled decoding was added to the last one.
 #
 #   benchmarks/gpu.sh OUT_DIR          -> OUT_DIR/log.txt and OUT_DIR/{b15,issue,compiled}/benchmark.{json,md}
 #
@@ -43,7 +44,8 @@ step b15 120 python3 -m benchmarks --layers 48 --hidden 1536 --intermediate 4096
 # the issue's size (launch-bound on a GPU at batch 1): ~30 s
 step issue 90 python3 -m benchmarks --reps 5 --decode-tokens 16 \
     --methods qwen3,vanilla,depth_attention,depth_attention:reference --out "$out/issue"
-# inductor-compiled training steps at the issue's model size, batch 8 x 2048: ~120 s, mostly compilation
-step compiled 180 python3 -m benchmarks --seq 2048 --batch 8 --phases train,memory --reps 10 --compile \
+# inductor-compiled training steps at the issue's model size, batch 8 x 2048 (~120 s, mostly compilation),
+# and compiled decoding steps into a StaticCache at context 2048 (not yet timed on a GPU)
+step compiled 240 python3 -m benchmarks --seq 2048 --batch 8 --phases train,decode,memory --reps 10 --compile \
     --methods qwen3,vanilla,depth_attention --out "$out/compiled"
 for f in "$out"/*/benchmark.md; do echo "== $f"; cat "$f"; done
