@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks in one go, for a machine with a CUDA GPU and torch + triton installed (run from the repository
 # root): the GPU tests, then the benchmark at the paper's 1.5B shape, at the issue's size, and with compiled
-# training and decoding steps. Each step has a time limit, and a step that would not fit in the time left (GPU_BUDGET_S,
-# default 560 s) is skipped, so the earlier results always come back. On an H200 the steps took about 310 s
-# before compiled decoding was added to the last one.
+# training and decoding steps. Each step has a time limit, and a step that would not fit in the time left
+# (GPU_BUDGET_S, default 560 s) is skipped, so the earlier results always come back. On an H200 the steps took
+# about 310 s before compiled decoding was added to the last one.
 #
 #   benchmarks/gpu.sh OUT_DIR          -> OUT_DIR/log.txt and OUT_DIR/{b15,issue,compiled}/benchmark.{json,md}
 #
