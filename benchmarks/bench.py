@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import json
 import os
 import platform
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 import torch
 import transformers
 
+from depthattn.data.files import atomic_write_bytes, atomic_write_json
 from depthattn.ops import DEPTH_IMPLS, TRITON_AVAILABLE
 
 from . import candidates as cand
@@ -338,10 +338,9 @@ def main(argv=None) -> int:
     if hasattr(os, "getloadavg"):
         info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "benchmark.json").write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write_json(out / "benchmark.json", report)
     table = markdown(report)
-    (out / "benchmark.md").write_text(table)
+    atomic_write_bytes(out / "benchmark.md", table.encode("utf-8"))
     print(table)
     log(f"wrote {out / 'benchmark.json'} and {out / 'benchmark.md'} in {report['elapsed_s']:.0f} s")
     return 0
