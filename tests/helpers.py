@@ -50,3 +50,14 @@ def with_backbone_of(model, source):
     missing, unexpected = model.load_state_dict(source.state_dict(), strict=False)
     assert not unexpected and all(key.startswith("model.cross_layer.") for key in missing)
     return model
+
+
+def prefill_then_decode(model, ids: torch.Tensor, prompt_len: int):
+    """Logits of a cached prefill of ids[:, :prompt_len] and then one cached step per remaining token,
+    concatenated along T (to compare with the uncached forward's), and the final cache."""
+    out = model(ids[:, :prompt_len], use_cache=True)
+    steps = [out.logits]
+    for t in range(prompt_len, ids.shape[1]):
+        out = model(ids[:, t:t + 1], cache=out.cache, use_cache=True)
+        steps.append(out.logits)
+    return torch.cat(steps, 1), out.cache

@@ -5,7 +5,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 from depthattn import depth_sources
-from tests.helpers import METHOD_SETTINGS, perturb_method, tiny_model
+from tests.helpers import METHOD_SETTINGS, perturb_method, prefill_then_decode, tiny_model
 from tests.model.test_depth_reference import reference_logits
 
 ATOL = 1e-5
@@ -70,13 +70,9 @@ def test_looped_cached_decoding_matches_the_full_forward(name):
         perturb_method(model)
     ids = torch.randint(0, 97, (2, 11))
     full = model(ids, use_cache=False).logits
-    out = model(ids[:, :4], use_cache=True)
-    steps = [out.logits]
-    for t in range(4, 11):
-        out = model(ids[:, t:t + 1], cache=out.cache, use_cache=True)
-        steps.append(out.logits)
-    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=ATOL)
-    assert len(out.cache.layers) == 8  # one slot per unrolled step
+    cached, cache = prefill_then_decode(model, ids, 4)
+    torch.testing.assert_close(cached, full, rtol=0, atol=ATOL)
+    assert len(cache.layers) == 8  # one slot per unrolled step
     cache = DynamicCache(config=model.config)
     chunks = [model(ids[:, a:b], cache=cache, use_cache=True).logits for a, b in [(0, 3), (3, 8), (8, 11)]]
     torch.testing.assert_close(torch.cat(chunks, 1), full, rtol=0, atol=ATOL)

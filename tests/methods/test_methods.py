@@ -11,7 +11,8 @@ from depthattn import DepthAttentionForCausalLM, count_parameters
 from depthattn.config import CROSS_LAYER_METHODS
 from depthattn.methods import INFERENCE_STATE, METHODS
 from depthattn.methods.mhc import sinkhorn
-from tests.helpers import METHOD_SETTINGS, perturb_method, tiny_config, tiny_model, with_backbone_of
+from tests.helpers import (METHOD_SETTINGS, perturb_method, prefill_then_decode, tiny_config, tiny_model,
+                           with_backbone_of)
 
 NAMES = list(METHOD_SETTINGS)
 ATOL = 1e-5
@@ -43,12 +44,8 @@ def test_cached_decoding_and_chunked_prefill_match_the_full_forward(name):
     model = method_model(name)
     ids = torch.randint(0, 97, (2, 12))
     full = model(ids, use_cache=False).logits
-    out = model(ids[:, :5], use_cache=True)
-    steps = [out.logits]
-    for t in range(5, 12):
-        out = model(ids[:, t:t + 1], cache=out.cache, use_cache=True)
-        steps.append(out.logits)
-    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=ATOL)
+    cached, _ = prefill_then_decode(model, ids, 5)
+    torch.testing.assert_close(cached, full, rtol=0, atol=ATOL)
     cache = DynamicCache(config=model.config)
     chunks = [model(ids[:, a:b], cache=cache, use_cache=True).logits for a, b in [(0, 4), (4, 9), (9, 10), (10, 12)]]
     torch.testing.assert_close(torch.cat(chunks, 1), full, rtol=0, atol=ATOL)

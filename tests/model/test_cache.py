@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import DynamicCache, StaticCache
 
-from tests.helpers import tiny_model
+from tests.helpers import prefill_then_decode, tiny_model
 
 VARIANTS = [
     dict(),
@@ -23,12 +23,8 @@ def test_token_by_token_decoding_matches_full_forward(settings):
     model = tiny_model(**settings)
     ids = torch.randint(0, model.config.vocab_size, (2, 12))
     full = model(ids, use_cache=False).logits
-    out = model(ids[:, :5], use_cache=True)
-    steps = [out.logits]
-    for t in range(5, 12):
-        out = model(ids[:, t:t + 1], cache=out.cache, use_cache=True)
-        steps.append(out.logits)
-    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=ATOL)
+    cached, _ = prefill_then_decode(model, ids, 5)
+    torch.testing.assert_close(cached, full, rtol=0, atol=ATOL)
 
 
 @pytest.mark.parametrize("settings", VARIANTS, ids=ids_of)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from depthattn import ops
-from tests.helpers import tiny_model
+from tests.helpers import prefill_then_decode, tiny_model
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -57,12 +57,8 @@ def test_cached_decoding_matches_full_forward(settings):
     ids = torch.randint(0, 97, (2, 24), device="cuda")
     with torch.no_grad():
         full = model(ids, use_cache=False).logits
-        out = model(ids[:, :9], use_cache=True)
-        steps = [out.logits]
-        for t in range(9, 24):
-            out = model(ids[:, t:t + 1], cache=out.cache, use_cache=True)
-            steps.append(out.logits)
-    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-4, atol=1e-4)
+        cached, _ = prefill_then_decode(model, ids, 9)
+    torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-4)
 
 
 def test_inductor_compiled_model_matches_eager():
