@@ -131,6 +131,7 @@ class _DepthMixFunction(torch.autograd.Function):
         batch, num_heads, seq_len, head_dim = query.shape
         num_kv_heads = score_keys[0].shape[1]
         device, dtype = query.device, query.dtype
+        # rebuilt, not kept from forward: saved tensors can come back at new addresses (saved-tensor hooks)
         tables = _tables([score_keys, keys or score_keys, values or score_keys], device)
         shape = (n, batch, num_kv_heads, seq_len, head_dim)
         dq = torch.empty_like(query, memory_format=torch.contiguous_format) if softmax else None
