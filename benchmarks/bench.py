@@ -274,6 +274,9 @@ def main(argv=None) -> int:
     size, work = resolve(args)
     if args.compile and work["warmup"] < 1:
         raise SystemExit("--compile needs --warmup 1 or more: the first step compiles, and must not be timed")
+    if args.compile and args.compile not in torch._dynamo.list_backends(exclude_tags=()):
+        raise SystemExit(f"unknown --compile backend {args.compile!r}; choose among "
+                         f"{', '.join(torch._dynamo.list_backends())} (default inductor)")
     device = torch.device(work["device"])
     dtype = getattr(torch, work["dtype"])
     torch.set_num_threads(work["threads"])

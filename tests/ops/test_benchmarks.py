@@ -79,6 +79,8 @@ def test_compiled_training_and_decoding_steps(tmp_path):
         assert result["train_step_s"]["n"] == 1 and result["decode_token_s"]["n"] == 3
     with pytest.raises(SystemExit, match="--warmup 1"):
         main(["--quick", "--compile", "--warmup", "0", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="unknown --compile backend 'inductr'.*inductor"):
+        main(["--quick", "--compile", "inductr", "--out", str(tmp_path)])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
