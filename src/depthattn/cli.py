@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     from .evaluate.compare import add_arguments as add_compare_arguments, run as run_compare
 
     add_compare_arguments(commands.add_parser("compare", help="train methods x seeds and report mean ± sd"))
+    from .evaluate.study import add_arguments as add_study_arguments, run as run_study
+
+    add_study_arguments(commands.add_parser(
+        "study", help="sweeps of methods x seeds over model, data and budget axes, with paired statistics"))
 
     from .evaluate.costs import add_arguments as add_costs_arguments, run as run_costs
     from .evaluate.depth_map import add_arguments as add_depth_map_arguments, run as run_depth_map
@@ -69,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "compare":
             return run_compare(args)
+        if args.command == "study":
+            return run_study(args)
         if args.command == "eval":
             return run_eval(args)
         if args.command == "harness":

@@ -233,7 +233,12 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, CrossLayerMethod):
-            module.reset_parameters()  # the method's documented initialisation (guarded: loaded values stay)
+            # the method's documented initialisation (guarded: loaded values stay), drawn from its own random
+            # stream, so that with the same seed the backbone starts from vanilla's weights whatever the method
+            devices = [p.device for p in module.parameters() if p.device.type == "cuda"][:1]
+            with torch.random.fork_rng(devices=devices):
+                torch.manual_seed(torch.initial_seed() + 1)
+                module.reset_parameters()
 
 
 class DepthAttentionModel(DepthAttentionPreTrainedModel):

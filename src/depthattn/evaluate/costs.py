@@ -340,7 +340,8 @@ def method_configs(backbone: dict, methods=DEFAULT_METHODS, num_loops: int = 1,
     configs = {}
     for name in methods:
         settings = dict(backbone)
-        settings.update(method_settings(name, backbone["num_hidden_layers"], num_loops))
+        layers = overrides.get("num_hidden_layers", backbone["num_hidden_layers"])  # strides follow the built depth
+        settings.update(method_settings(name, layers, num_loops))
         settings.update(overrides)
         configs[name] = DepthAttentionConfig(**settings)
     return configs

@@ -30,9 +30,10 @@ class TrainingDiverged(RuntimeError):
 
 
 def build_model_config(cfg: TrainConfig, vocab_size: int, eos_id: int | None) -> DepthAttentionConfig:
-    settings = dict(MODEL_PRESETS[cfg.model.preset])
-    settings.update(method_settings(cfg.model.method, settings["num_hidden_layers"], cfg.model.num_loops))
-    settings.update(cfg.model.overrides)
+    settings = {**MODEL_PRESETS[cfg.model.preset], **cfg.model.overrides}
+    # strides are fractions of the depth actually built, so the method reads the overridden layer count
+    settings = {**settings, **method_settings(cfg.model.method, settings["num_hidden_layers"], cfg.model.num_loops),
+                **cfg.model.overrides}
     settings.setdefault("vocab_size", vocab_size)
     if settings["vocab_size"] < vocab_size:
         raise ValueError(f"model.overrides.vocab_size={settings['vocab_size']} is smaller than the tokenizer's "

@@ -1,0 +1,536 @@
+"""`depthattn study`: sweeps of methods x seeds over model, data and budget axes, with paired statistics.
+
+A study config (configs/study/*.toml) holds:
+
+    [study]                       title, methods, seeds, baseline; optionally more_seeds (run where a
+                                  difference's 95% interval still spans zero) and contrasts (extra method
+                                  pairs, e.g. [["depth_attention", "value_residual"]])
+    [axes.NAME]                   key = a training-config key ("model.overrides.num_hidden_layers", "data.path",
+                                  "train.steps", ...); values = a list, or a table {label = value}
+    [datasets.NAME]               a dataset the study prepares from the embedded corpus when its folder is
+                                  missing: path, vocab_size (258 = plain bytes: no merges)
+    [base.SECTION]                the training config every cell starts from
+    extends = "core.toml"         (in [study]) take another study's [base] and [datasets], then apply this file's
+
+A setting is one combination of axis values; a cell is (setting, method, seed). Cells with the same setting
+and seed share the data order and the backbone's initial weights, so differences are paired by seed.
+
+A cell is stored under a key made from its training config (a hash of everything but the method and seed):
+checkpoints in `runs/study/<key>/<method>/seed_<s>/`, the small result file in
+`docs/results/study/cells/<key>/<method>/seed_<s>.json` (commit these). So studies that share a cell train it
+once, a changed config gets a new key instead of a stale result, a cell whose result file exists is never
+rerun, and an interrupted one resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import math
+import os
+import statistics
+import time
+import tomllib
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..data import MANIFEST_NAME, prepare
+from ..data.files import atomic_write_bytes, atomic_write_json
+from ..data.manifest import TOKENIZER_DIR
+from ..data.shards import TokenShards
+from ..data.tokenizer import load_tokenizer
+from ..methods import count_parameters
+from ..presets import PRESETS
+from ..train import TrainConfig, train
+from .loading import load_model, run_metadata
+from .perplexity import compute_perplexity
+from .plots import read_metrics
+
+CONFIDENCE = 0.95
+
+
+@dataclass
+class Axis:
+    name: str
+    key: str  # "section.key" or "model.overrides.field"
+    values: dict  # label -> value
+
+
+@dataclass
+class Study:
+    name: str
+    title: str
+    methods: list[str]
+    seeds: list[int]
+    baseline: str = "vanilla"
+    out_dir: str = "runs/study"  # checkpoints, never committed
+    results: str = "docs/results/study"  # cells/<key>/... result files and each study's report
+    more_seeds: list[int] = field(default_factory=list)
+    contrasts: list[list[str]] = field(default_factory=list)
+    axes: list[Axis] = field(default_factory=list)
+    datasets: dict = field(default_factory=dict)  # path -> prepare settings
+    base: dict = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Study":
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"study config {path} does not exist; see configs/study/")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError(f"{path} is not valid TOML: {error}") from None
+        unknown = set(data) - {"study", "axes", "datasets", "base"}
+        if unknown:
+            raise ValueError(f"{path}: unknown sections {sorted(unknown)}; a study has [study], [axes.*], "
+                             "[datasets.*] and [base.*]")
+        head = dict(data.get("study", {}))
+        if "extends" in head:  # another study's [base] and [datasets], under this file's
+            parent = path.parent / head.pop("extends")
+            if not parent.is_file():
+                raise FileNotFoundError(f"{path}: extends {parent}, which does not exist")
+            inherited = tomllib.loads(parent.read_text())
+            data["datasets"] = {**inherited.get("datasets", {}), **data.get("datasets", {})}
+            data["base"] = _merge(inherited.get("base", {}), data.get("base", {}))
+        known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts"}
+        if set(head) - known:
+            raise ValueError(f"{path}: unknown [study] keys {sorted(set(head) - known)}; known: {', '.join(sorted(known))}")
+        missing = {"methods", "seeds"} - set(head)
+        if missing:
+            raise ValueError(f"{path}: [study] needs {', '.join(sorted(missing))}")
+        axes = []
+        for name, axis in data.get("axes", {}).items():
+            if set(axis) != {"key", "values"}:
+                raise ValueError(f"{path}: [axes.{name}] needs exactly key and values, got {sorted(axis)}")
+            values = axis["values"]
+            if not isinstance(values, dict):
+                values = {str(v): v for v in values}
+            if not values:
+                raise ValueError(f"{path}: [axes.{name}] has no values")
+            axes.append(Axis(name, axis["key"], values))
+        datasets = {}
+        for name, spec in data.get("datasets", {}).items():
+            if set(spec) - {"path", "vocab_size"} or "path" not in spec:
+                raise ValueError(f"{path}: [datasets.{name}] takes path and vocab_size, got {sorted(spec)}")
+            datasets[spec["path"]] = {"vocab_size": spec.get("vocab_size", 4096)}
+        head.setdefault("title", path.stem)
+        study = cls(name=path.stem, axes=axes, datasets=datasets, base=data.get("base", {}), **head)
+        return study.check()
+
+    def check(self) -> "Study":
+        for method in self.methods:
+            if method not in PRESETS:
+                raise ValueError(f"study method {method!r} is not a preset; choose from {', '.join(PRESETS)}")
+        if self.baseline not in self.methods:
+            raise ValueError(f"the baseline {self.baseline!r} must be one of the study's methods {self.methods}")
+        for pair in self.contrasts:
+            if len(pair) != 2 or not set(pair) <= set(self.methods):
+                raise ValueError(f"contrast {pair} must name two of the study's methods {self.methods}")
+        seeds = self.seeds + self.more_seeds
+        if not self.seeds or len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds and more_seeds must be distinct and seeds non-empty, got {seeds}")
+        for setting in self.settings():  # every cell's config is valid before anything trains
+            self.cell_config(setting, self.methods[0], self.seeds[0])
+        return self
+
+    def settings(self) -> list[dict[str, str]]:
+        """Every combination of axis labels, in the order of the axes: [{axis name: label}, ...]."""
+        combos = itertools.product(*[list(axis.values) for axis in self.axes])
+        return [dict(zip([axis.name for axis in self.axes], labels)) for labels in combos]
+
+    def setting_config(self, setting: dict) -> dict:
+        data = json.loads(json.dumps(self.base))  # a deep copy
+        for axis in self.axes:
+            set_key(data, axis.key, axis.values[setting[axis.name]])
+        return data
+
+    def cell_path(self, setting: dict, method: str, seed: int) -> Path:
+        return Path(cell_key(self.setting_config(setting))) / method / f"seed_{seed}"
+
+    def result_path(self, setting: dict, method: str, seed: int) -> Path:
+        return Path(self.results) / "cells" / self.cell_path(setting, method, seed).with_suffix(".json")
+
+    def cell_config(self, setting: dict, method: str, seed: int) -> TrainConfig:
+        data = self.setting_config(setting)
+        data.setdefault("model", {})["method"] = method
+        cell = self.cell_path(setting, method, seed)
+        data.setdefault("train", {}).update(seed=seed, out_dir=str(Path(self.out_dir) / cell))
+        return TrainConfig.from_dict(data, source=f"study {self.name}, {setting_label(setting) or 'base'}, {cell}")
+
+    def read_results(self) -> list[dict]:
+        """The result of every finished cell of this study, with its setting."""
+        results = []
+        for setting in self.settings():
+            for method in self.methods:
+                for seed in self.seeds + self.more_seeds:
+                    path = self.result_path(setting, method, seed)
+                    if path.exists():
+                        results.append({**json.loads(path.read_text()), "setting": setting})
+        return results
+
+
+# settings that change neither the model nor its training, so they do not enter a cell's key
+_NOT_IN_KEY = {"train": {"out_dir", "progress", "log_every", "checkpoint_every", "keep_checkpoints"}, "logging": "*"}
+
+
+def cell_key(config: dict) -> str:
+    """A short hash of a training config without its method and seed: the same settings give the same key."""
+    full = TrainConfig.from_dict(json.loads(json.dumps(config)), source="study cell").to_dict()
+    full["model"].pop("method")
+    full["train"].pop("seed")
+    for section, keys in _NOT_IN_KEY.items():
+        if keys == "*":
+            full.pop(section)
+        else:
+            for key in keys:
+                full[section].pop(key)
+    return hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _merge(base: dict, top: dict) -> dict:
+    merged = dict(base)
+    for key, value in top.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+def set_key(data: dict, key: str, value) -> None:
+    parts = key.split(".")
+    if len(parts) < 2:
+        raise ValueError(f"axis key {key!r} must name a config section and key, e.g. model.overrides.num_hidden_layers")
+    for part in parts[:-1]:
+        data = data.setdefault(part, {})
+    data[parts[-1]] = value
+
+
+def setting_label(setting: dict) -> str:
+    return ",".join(f"{name}={label}" for name, label in setting.items())
+
+
+# ---------------------------------------------------------------- running cells
+
+
+def ensure_dataset(study: Study, path: str) -> None:
+    if (Path(path) / MANIFEST_NAME).exists():
+        return
+    if path not in study.datasets:
+        raise FileNotFoundError(f"{path} holds no prepared data; run depthattn prepare --out {path}, or declare it "
+                                f"under [datasets.NAME] in the study config so the study prepares it")
+    print(f"preparing the embedded corpus into {path} ({study.datasets[path]})")
+    prepare(["embedded"], Path(path), **study.datasets[path])
+
+
+def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int | None = None) -> dict:
+    """Train (or resume) one cell, score the whole validation split, and write the cell's result file."""
+    path = study.result_path(setting, method, seed)
+    if path.exists():
+        return json.loads(path.read_text())
+    if threads:
+        torch.set_num_threads(threads)
+    cfg = study.cell_config(setting, method, seed)
+    started = time.perf_counter()
+    train(cfg, resume=True)
+    cell = Path(cfg.train.out_dir)
+    records = read_metrics(cell / "metrics.jsonl")
+    model = load_model(cell / "final", device="cpu")
+    val = TokenShards(cfg.data.path, "val")
+    scored = compute_perplexity(model, val, block_size=cfg.data.seq_len,
+                                tokenizer=load_tokenizer(Path(cfg.data.path) / TOKENIZER_DIR))
+    result = {
+        "method": method, "seed": seed,
+        "val_loss": scored["loss"], "val_bits_per_byte": scored["bits_per_byte"],
+        "val_tokens": scored["tokens"], "val_bytes": scored["bytes"],
+        "train_tokens": records[-1]["tokens"], "final_train_loss": records[-1]["loss"],
+        "curve": [[r["tokens"], r["val_loss"]] for r in records if "val_loss" in r],  # eval-subset loss
+        "tokens_per_s": statistics.median(r["tokens_per_s"] for r in records),
+        **{f"params_{k}": v for k, v in count_parameters(model).items()},
+        "seconds": time.perf_counter() - started, "threads": torch.get_num_threads(),
+        "config": cfg.to_dict(), **run_metadata(),
+    }
+    result["config"]["train"].pop("out_dir")
+    atomic_write_json(path, result)
+    return result
+
+
+def pending_cells(study: Study, seeds: list[int] | None = None, methods: list[str] | None = None) -> list[tuple]:
+    """Cells without a result file, seed-major so early results cover every method of every setting."""
+    seeds = seeds or study.seeds
+    methods = methods or study.methods
+    return [(setting, method, seed) for seed in seeds for setting in study.settings() for method in methods
+            if not study.result_path(setting, method, seed).exists()]
+
+
+def uncertain_cells(study: Study) -> list[tuple]:
+    """The more_seeds cells of each (setting, method) whose difference to the baseline still spans zero."""
+    if not study.more_seeds:
+        return []
+    table = summarize(study, study.read_results())
+    wanted = []
+    for setting in study.settings():
+        rows = table[setting_label(setting)]["rows"]
+        unsure = [r["method"] for r in rows if "diff_low" in r and r["diff_low"] < 0 < r["diff_high"]]
+        unsure += [m for pair in study.contrasts for c in table[setting_label(setting)]["contrasts"]
+                   if c["pair"] == pair and c.get("diff_low", 0) < 0 < c.get("diff_high", 0) for m in pair]
+        for method in dict.fromkeys([study.baseline, *unsure] if unsure else []):
+            wanted += [(setting, method, s) for s in study.more_seeds
+                       if not study.result_path(setting, method, s).exists()]
+    return wanted
+
+
+def run_study(study: Study, workers: int = 1, threads: int | None = None, methods=None, seeds=None) -> None:
+    for path in {study.cell_config(s, study.methods[0], study.seeds[0]).data.path for s in study.settings()}:
+        ensure_dataset(study, path)
+    rounds = [lambda: pending_cells(study, seeds, methods)]
+    if seeds is None and methods is None:
+        rounds.append(lambda: uncertain_cells(study))
+    for cells_of in rounds:
+        cells = cells_of()
+        if not cells:
+            continue
+        print(f"study {study.name}: {len(cells)} cells to run, {workers} at a time")
+        if workers == 1:
+            for i, cell in enumerate(cells, 1):
+                print(f"[{i}/{len(cells)}] {setting_label(cell[0]) or 'default'} {cell[1]} seed {cell[2]}")
+                run_cell(study, *cell, threads=threads)
+            continue
+        with ProcessPoolExecutor(workers) as pool:
+            futures = [pool.submit(run_cell, study, *cell, threads) for cell in cells]
+            for i, (cell, future) in enumerate(zip(cells, futures), 1):
+                result = future.result()
+                print(f"[{i}/{len(cells)}] {setting_label(cell[0]) or 'default'} {cell[1]} seed {cell[2]}: "
+                      f"val loss {result['val_loss']:.4f} ({result['seconds']:.0f} s)", flush=True)
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def paired_difference(values: list[float], baseline: list[float], confidence: float = CONFIDENCE) -> dict:
+    """method - baseline over paired seeds: mean, sd, two-sided paired t-test and its confidence interval."""
+    diffs = [a - b for a, b in zip(values, baseline, strict=True)]
+    out = {"n": len(diffs), "diff_mean": statistics.fmean(diffs),
+           "diff_std": statistics.stdev(diffs) if len(diffs) > 1 else 0.0, "wins": sum(d < 0 for d in diffs),
+           "p_value": math.nan, "diff_low": math.nan, "diff_high": math.nan}
+    if len(diffs) > 1 and out["diff_std"] > 0:
+        try:
+            from scipy.stats import ttest_rel
+        except ImportError:
+            raise ImportError("the paired test needs scipy: pip install 'depthattn[analysis]'") from None
+        test = ttest_rel(values, baseline)
+        interval = test.confidence_interval(confidence)
+        out.update(p_value=float(test.pvalue), diff_low=float(interval.low), diff_high=float(interval.high))
+    return out
+
+
+def _paired(results: list[dict], a: str, b: str, key: str) -> tuple[list[float], list[float]]:
+    by_seed = {m: {r["seed"]: r[key] for r in results if r["method"] == m} for m in (a, b)}
+    seeds = sorted(set(by_seed[a]) & set(by_seed[b]))
+    return [by_seed[a][s] for s in seeds], [by_seed[b][s] for s in seeds]
+
+
+def summarize(study: Study, results: list[dict], key: str = "val_loss") -> dict:
+    """Per setting label: rows (one per method with results) and contrasts, differences paired by seed."""
+    table = {}
+    for setting in study.settings():
+        label = setting_label(setting)
+        cells = [r for r in results if r["setting"] == setting]
+        rows = []
+        for method in study.methods:
+            runs = [r for r in cells if r["method"] == method]
+            if not runs:
+                continue
+            values = [r[key] for r in runs]
+            row = {"method": method, "seeds": len(runs), "mean": statistics.fmean(values),
+                   "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+                   "extra_params": runs[0]["params_extra_over_vanilla"],
+                   "tokens_per_s": statistics.fmean(r["tokens_per_s"] for r in runs)}
+            if method != study.baseline:
+                pair = _paired(cells, method, study.baseline, key)
+                if pair[0]:
+                    row.update(paired_difference(*pair))
+            rows.append(row)
+        contrasts = []
+        for a, b in study.contrasts:
+            pair = _paired(cells, a, b, key)
+            if pair[0]:
+                contrasts.append({"pair": [a, b], **paired_difference(*pair)})
+        table[label] = {"setting": setting, "rows": rows, "contrasts": contrasts}
+    return table
+
+
+# ---------------------------------------------------------------- report
+
+
+def _interval(row: dict) -> str:
+    if "diff_mean" not in row:
+        return "—"
+    if math.isnan(row["diff_low"]):
+        return f"{row['diff_mean']:+.4f} (n={row['n']})"
+    return f"{row['diff_mean']:+.4f} [{row['diff_low']:+.4f}, {row['diff_high']:+.4f}]"
+
+
+def verdict(row: dict) -> str:
+    """'better' / 'worse' when the 95% interval excludes zero, else 'no difference shown'."""
+    if "diff_low" not in row or math.isnan(row["diff_low"]):
+        return "too few seeds"
+    if row["diff_high"] < 0:
+        return "better"
+    if row["diff_low"] > 0:
+        return "worse"
+    return "no difference shown"
+
+
+def markdown_report(study: Study, results: list[dict]) -> str:
+    loss, bpb = summarize(study, results, "val_loss"), summarize(study, results, "val_bits_per_byte")
+    lines = [f"### {study.title}", "",
+             f"`depthattn study configs/study/{study.name}.toml`; val loss = mean next-token loss (nats) over the "
+             f"whole held-out split; Δ = method − {study.baseline} paired by seed, with its 95% t-interval; "
+             "negative is better.", ""]
+    for label, table in loss.items():
+        if not table["rows"]:
+            continue
+        cells = [r for r in results if r["setting"] == table["setting"]]
+        head = cells[0]
+        if label:
+            lines += [f"**{label}**", ""]
+        lines += [f"Training: {head['train_tokens']:,} tokens per run; cell key "
+                  f"`{study.cell_path(table['setting'], study.baseline, 0).parts[0]}`.", "",
+                  f"| method | seeds | val loss (mean ± sd) | bits/byte | Δ loss vs {study.baseline} [95% CI] | p "
+                  "| seeds better | verdict | extra params | train tok/s |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        bpb_rows = {r["method"]: r for r in bpb[label]["rows"]}
+        for r in table["rows"]:
+            p = f"{r['p_value']:.3f}" if "p_value" in r and not math.isnan(r["p_value"]) else "—"
+            wins = f"{r['wins']}/{r['n']}" if "wins" in r else "—"
+            lines.append(
+                f"| {r['method']} | {r['seeds']} | {r['mean']:.4f} ± {r['std']:.4f} | "
+                f"{bpb_rows[r['method']]['mean']:.4f} | {_interval(r)} | {p} | {wins} | "
+                f"{verdict(r) if 'diff_mean' in r else '—'} | {r['extra_params']:,} | {r['tokens_per_s']:,.0f} |")
+        for c in table["contrasts"]:
+            a, b = c["pair"]
+            lines += ["", f"{a} − {b}: {_interval(c)}, p = {c['p_value']:.3f}, {a} lower in {c['wins']}/{c['n']} "
+                          f"seeds: **{verdict(c).replace('better', f'{a} better').replace('worse', f'{b} better')}**."]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def plot_differences(study: Study, results: list[dict], out_png: Path) -> Path | None:
+    """Paired Δ val loss vs the baseline with its 95% interval: against the first axis, or per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .plots import save_figure
+
+    table = summarize(study, results)
+    methods = [m for m in study.methods if m != study.baseline]
+    axis = study.axes[0] if study.axes else None
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    labels = list(table)
+    for i, method in enumerate(methods):
+        xs, ys, lows, highs = [], [], [], []
+        for j, label in enumerate(labels):
+            row = next((r for r in table[label]["rows"] if r["method"] == method and "diff_mean" in r), None)
+            if row is None:
+                continue
+            x = j + (i - (len(methods) - 1) / 2) * 0.08 if axis else i
+            low, high = (row["diff_low"], row["diff_high"]) if not math.isnan(row["diff_low"]) else (row["diff_mean"],) * 2
+            xs.append(x), ys.append(row["diff_mean"]), lows.append(row["diff_mean"] - low), highs.append(high - row["diff_mean"])
+        if xs:
+            ax.errorbar(xs, ys, yerr=[lows, highs], fmt="o-" if axis else "o", capsize=3, color=f"C{i}", label=method)
+    ax.axhline(0, color="black", lw=0.8)
+    if axis:
+        ax.set_xticks(range(len(labels)), [table[l]["setting"][axis.name] for l in labels])
+        ax.set_xlabel(axis.name)
+    else:
+        ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
+    ax.set_ylabel(f"Δ val loss vs {study.baseline} (nats), 95% CI")
+    ax.set_title(study.title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, out_png)
+
+
+def plot_curve_differences(study: Study, results: list[dict], out_png: Path) -> Path:
+    """Paired Δ of the validation curves (eval subset) against training tokens: where the gap goes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .plots import save_figure
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    styles = ["-", "--", ":", "-."]
+    for s, setting in enumerate(study.settings()):
+        cells = [r for r in results if r["setting"] == setting]
+        base = {r["seed"]: dict(map(tuple, r["curve"])) for r in cells if r["method"] == study.baseline}
+        for i, method in enumerate(m for m in study.methods if m != study.baseline):
+            runs = [r for r in cells if r["method"] == method and r["seed"] in base]
+            if not runs:
+                continue
+            tokens = [t for t, _ in runs[0]["curve"]]
+            diffs = [[v - base[r["seed"]][t] for t, v in r["curve"]] for r in runs]
+            mean = [statistics.fmean(d) for d in zip(*diffs)]
+            ax.plot(tokens, mean, styles[s % len(styles)], color=f"C{i}",
+                    label=f"{method} {setting_label(setting)} ({len(runs)} seeds)")
+            if len(runs) > 1:
+                ax.fill_between(tokens, [min(d) for d in zip(*diffs)], [max(d) for d in zip(*diffs)],
+                                color=f"C{i}", alpha=0.1)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel(f"Δ val loss vs {study.baseline} (nats; eval subset)")
+    ax.set_title(f"{study.title}: mean over seeds, shaded min-max", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return save_figure(fig, out_png)
+
+
+def write_report(study: Study) -> Path:
+    """results/<name>.md, .json and plots from the committed cell results (no training)."""
+    results = study.read_results()
+    root = Path(study.results)
+    text = markdown_report(study, results)
+    if results:
+        text += f"\n![Δ vs {study.baseline}]({study.name}_difference.png)\n"
+        text += f"\n![Δ along training]({study.name}_curves.png)\n"
+        plot_differences(study, results, root / f"{study.name}_difference.png")
+        plot_curve_differences(study, results, root / f"{study.name}_curves.png")
+    atomic_write_bytes(root / f"{study.name}.md", text.encode())
+    summary = {label: table for label, table in summarize(study, results).items()}
+    atomic_write_json(root / f"{study.name}.json", {"study": study.name, "title": study.title, "summary": summary})
+    return root / f"{study.name}.md"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("configs", nargs="+", help="study configs (configs/study/*.toml), run in this order")
+    parser.add_argument("--report-only", action="store_true", help="write the reports from finished cells; train nothing")
+    parser.add_argument("--workers", type=int, default=1, help="cells trained at once (processes)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per worker")
+    parser.add_argument("--methods", nargs="+", help="run only these methods")
+    parser.add_argument("--seeds", nargs="+", type=int, help="run only these seeds")
+    parser.add_argument("--out-dir", help="checkpoints and logs (default: the config's out_dir, runs/study)")
+    parser.add_argument("--results", help="cell results and reports (default: the config's results, docs/results/study)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    studies = [Study.load(path) for path in args.configs]
+    for study in studies:
+        study.out_dir = args.out_dir or study.out_dir
+        study.results = args.results or study.results
+    for study in studies:
+        if not args.report_only:
+            started = time.perf_counter()
+            run_study(study, args.workers, args.threads, args.methods, args.seeds)
+            print(f"study {study.name}: done in {time.perf_counter() - started:.0f} s")
+        print(f"report: {write_report(study)}")
+    return 0
