@@ -38,6 +38,10 @@ class DepthAttentionConfig(PreTrainedConfig):
     depth_mix_states (`str`, defaults to `"v"`):
         What is mixed and cached in place of the layer's own state: `"v"`, `"kv"` or `"k"`.
         Depth scores always compare the query with each source layer's own key.
+    depth_score_bias (`bool`, defaults to `False`):
+        A learned bias per layer and per source (self included) added to the depth scores before the softmax,
+        initialised to zero, so the model starts as plain Depth-Attention. With `depth_mix="uniform"` the
+        weights are the softmax of the bias alone: a learned mix that ignores the tokens.
     depth_impl (`str`, defaults to `"auto"`):
         How depth mixing is computed, with the same results (`depthattn.ops`): `"reference"` (`depthattn.depth`),
         `"compiled"` (a few torch ops that `torch.compile` fuses), `"triton"` (GPU kernels), or `"auto"`.
@@ -85,6 +89,7 @@ class DepthAttentionConfig(PreTrainedConfig):
     depth_window: int = 0
     depth_mix: str = "softmax"
     depth_mix_states: str = "v"
+    depth_score_bias: bool = False
     depth_impl: str = "auto"
     num_loops: int = 1
     denseformer_dilation: int = 1
@@ -146,6 +151,10 @@ class DepthAttentionConfig(PreTrainedConfig):
                 f"depth_stride must be an integer >= 1 or None (None means half the unrolled depth), "
                 f"got {self.depth_stride!r}"
             )
+        if not isinstance(self.depth_score_bias, bool):
+            raise ValueError(f"depth_score_bias must be true or false, got {self.depth_score_bias!r}")
+        if self.depth_score_bias and self.depth_impl == "triton":
+            raise ValueError("depth_score_bias is not in the Triton kernels; use depth_impl 'auto' or 'compiled'")
         if not isinstance(self.depth_window, int) or self.depth_window < 0:
             raise ValueError(f"depth_window must be an integer >= 0, got {self.depth_window!r}")
         for name, low in (("num_loops", 1), ("denseformer_dilation", 1), ("denseformer_period", 1),

@@ -33,10 +33,12 @@ def depth_mix(
     scaling: float,
     rule: str = "softmax",
     mix_states: str = "v",
+    score_bias: torch.Tensor | None = None,
 ) -> tuple[DepthState, torch.Tensor]:
     """Mix the states of `sources` (earlier layers, same tokens) into this layer's `state`.
 
-    query: (B, Hq, T, d); every tensor of `state` and `sources`: (B, Hkv, T, d).
+    query: (B, Hq, T, d); every tensor of `state` and `sources`: (B, Hkv, T, d); score_bias: (len(sources) + 1,),
+    added to the scores (zero for the uniform rule) before the softmax.
     Returns the mixed state and the depth weights (B, Hkv, T, len(sources) + 1), self last, in float32
     (float64 for a float64 model).
     """
@@ -44,14 +46,20 @@ def depth_mix(
     num_kv_heads = state.score_key.shape[1]
     candidates = [*sources, state]
     dtype = torch.promote_types(query.dtype, torch.float32)  # weights and sums in float32 at least
-    if rule == "uniform":
+    if rule == "uniform" and score_bias is None:
         weights = query.new_full((batch, num_kv_heads, seq_len, len(candidates)), 1.0 / len(candidates), dtype=dtype)
     else:
-        # the group-mean query: heads g*G .. g*G+G-1 share KV head g, as in repeat_kv
-        groups = query.to(dtype).view(batch, num_kv_heads, num_heads // num_kv_heads, seq_len, head_dim)
-        depth_query = groups.mean(2)  # (B, Hkv, T, d)
-        scores = torch.stack([(depth_query * c.score_key.to(dtype)).sum(-1) for c in candidates], dim=-1)
-        weights = torch.softmax(scores * scaling, dim=-1)  # (B, Hkv, T, n)
+        if rule == "uniform":
+            scores = query.new_zeros((batch, num_kv_heads, seq_len, len(candidates)), dtype=dtype)
+        else:
+            # the group-mean query: heads g*G .. g*G+G-1 share KV head g, as in repeat_kv
+            groups = query.to(dtype).view(batch, num_kv_heads, num_heads // num_kv_heads, seq_len, head_dim)
+            depth_query = groups.mean(2)  # (B, Hkv, T, d)
+            scores = torch.stack([(depth_query * c.score_key.to(dtype)).sum(-1) for c in candidates], dim=-1)
+            scores = scores * scaling
+        if score_bias is not None:
+            scores = scores + score_bias.to(dtype)
+        weights = torch.softmax(scores, dim=-1)  # (B, Hkv, T, n)
 
     def mix(tensors: list[torch.Tensor]) -> torch.Tensor:
         mixed = sum(weights[..., i, None] * t for i, t in enumerate(tensors))  # in the weights' dtype

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask
@@ -145,6 +146,11 @@ class DepthAttentionAttention(nn.Module):
             for loop in range(config.num_loops)
         ]
         self.depth_sources = self.loop_depth_sources[0]
+        # depth_score_bias: per loop, one learned score per source (self last); zero-initialised
+        self.depth_score_bias = nn.ParameterList(
+            nn.Parameter(torch.zeros(len(sources) + 1)) for sources in self.loop_depth_sources if sources
+        ) if config.depth_score_bias else None
+        self._first_loop_with_sources = next((k for k, sources in enumerate(self.loop_depth_sources) if sources), 0)
 
     def forward(
         self,
@@ -171,6 +177,8 @@ class DepthAttentionAttention(nn.Module):
             state, depth_weights = get_depth_mix(self.config.depth_impl)(
                 query, state, [depth_states[j] for j in sources], self.scaling,
                 rule=self.config.depth_mix, mix_states=self.config.depth_mix_states,
+                score_bias=self.depth_score_bias[loop - self._first_loop_with_sources]
+                if self.depth_score_bias is not None else None,
             )
         elif value_lambdas is not None:
             state = mix_first_value(state, depth_states[0].value, value_lambdas)
@@ -232,6 +240,9 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module):
         super()._init_weights(module)
+        if isinstance(module, DepthAttentionAttention) and module.depth_score_bias is not None:
+            for bias in module.depth_score_bias:
+                init.zeros_(bias)
         if isinstance(module, CrossLayerMethod):
             # the method's documented initialisation (guarded: loaded values stay), drawn from its own random
             # stream, so that with the same seed the backbone starts from vanilla's weights whatever the method

@@ -13,6 +13,8 @@ unrolled steps); the other fields keep their defaults unless given.
 | depth_every | depth_stride = 1: every earlier step is a source |
 | depth_uniform | depth_mix="uniform" (plain average over the default sources) |
 | depth_mix_v, depth_mix_kv, depth_mix_k | depth_mix_states "v" (default), "kv", "k" |
+| depth_bias | depth_score_bias=True: a learned score per layer and source, starting at zero |
+| depth_static | depth_mix="uniform" with depth_score_bias: a learned mix per layer that ignores the tokens |
 | value_residual, denseformer, attnres, mhc, hyper_connections | cross_layer=<name>, method defaults |
 """
 
@@ -39,6 +41,8 @@ PRESETS: dict[str, dict] = {
     "depth_mix_v": {**_DEPTH, "depth_stride": _stride(2), "depth_mix_states": "v"},
     "depth_mix_kv": {**_DEPTH, "depth_stride": _stride(2), "depth_mix_states": "kv"},
     "depth_mix_k": {**_DEPTH, "depth_stride": _stride(2), "depth_mix_states": "k"},
+    "depth_bias": {**_DEPTH, "depth_stride": _stride(2), "depth_score_bias": True},
+    "depth_static": {**_DEPTH, "depth_stride": _stride(2), "depth_mix": "uniform", "depth_score_bias": True},
     "value_residual": {"cross_layer": "value_residual"},
     "denseformer": {"cross_layer": "denseformer"},
     "attnres": {"cross_layer": "attnres"},

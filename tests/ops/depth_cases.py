@@ -34,21 +34,22 @@ def leaves(query, state, sources):
     return out
 
 
-def run(fn, query, state, sources, scaling, rule, mix_states, seed=1):
+def run(fn, query, state, sources, scaling, rule, mix_states, seed=1, score_bias=None):
     """Outputs of `fn` and the gradients of a loss that reads the mixed key, the mixed value and the weights."""
-    mixed, weights = fn(query, state, sources, scaling, rule, mix_states)
+    extra = () if score_bias is None else (score_bias,)
+    mixed, weights = fn(query, state, sources, scaling, rule, mix_states, *extra)
     g = torch.Generator().manual_seed(seed)
     loss = sum((t.double() * torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.device)).sum()
                for t in (mixed.key, mixed.value, weights))
-    inputs = leaves(query, state, sources)
+    inputs = leaves(query, state, sources) + list(extra)
     grads = torch.autograd.grad(loss, inputs, allow_unused=True)
     grads = [torch.zeros_like(t) if gr is None else gr for t, gr in zip(inputs, grads)]
     return mixed, weights, grads
 
 
-def assert_same(fn, ref, query, state, sources, scaling, rule, mix_states, atol, rtol):
-    a_mixed, a_w, a_grads = run(fn, query, state, sources, scaling, rule, mix_states)
-    b_mixed, b_w, b_grads = run(ref, query, state, sources, scaling, rule, mix_states)
+def assert_same(fn, ref, query, state, sources, scaling, rule, mix_states, atol, rtol, score_bias=None):
+    a_mixed, a_w, a_grads = run(fn, query, state, sources, scaling, rule, mix_states, score_bias=score_bias)
+    b_mixed, b_w, b_grads = run(ref, query, state, sources, scaling, rule, mix_states, score_bias=score_bias)
     assert a_w.dtype == b_w.dtype and a_w.shape == b_w.shape
     assert a_mixed.key.dtype == b_mixed.key.dtype and a_mixed.value.dtype == b_mixed.value.dtype
     assert a_mixed.score_key is state.score_key

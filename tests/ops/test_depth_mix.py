@@ -42,6 +42,26 @@ def test_compiled_matches_reference(case, dtype, seq_len):
     assert_same(ops.depth_mix_compiled, REF, q, state, sources, 0.25, rule, states, **TOL[dtype])
 
 
+@pytest.mark.parametrize("rule", ["softmax", "uniform"])
+@pytest.mark.parametrize("seq_len", [1, 200], ids=["decode-rows", "many-rows"])
+def test_compiled_score_bias_matches_reference(rule, seq_len):
+    q, state, sources = make_inputs(seq_len=seq_len, num_sources=3, dtype=torch.float64)
+    bias = torch.tensor([0.5, -1.0, 0.25, 2.0], dtype=torch.float64, requires_grad=True)
+    assert_same(ops.depth_mix_compiled, REF, q, state, sources, 0.25, rule, "kv", score_bias=bias,
+                **TOL[torch.float64])
+
+
+def test_zero_score_bias_is_plain_depth_attention():
+    q, state, sources = make_inputs(seq_len=7, num_sources=2)
+    for rule in ("softmax", "uniform"):
+        plain = REF(q, state, sources, 0.25, rule, "v")
+        biased = REF(q, state, sources, 0.25, rule, "v", torch.zeros(3))
+        torch.testing.assert_close(biased[1], plain[1], atol=1e-7, rtol=0)
+        torch.testing.assert_close(biased[0].value, plain[0].value, atol=1e-7, rtol=0)
+    uniform = REF(q, state, sources, 0.25, "uniform", "v", torch.tensor([0.0, 1.0, 2.0]))[1]
+    torch.testing.assert_close(uniform[0, 0, 0], torch.softmax(torch.tensor([0.0, 1.0, 2.0]), 0))
+
+
 def test_compiled_distinct_score_keys_and_strided_inputs():
     q, state, sources = make_inputs(seq_len=70, num_sources=2, shared_key=False)
     assert_same(ops.depth_mix_compiled, REF, q, state, sources, 0.3, "softmax", "kv", **TOL[torch.float32])

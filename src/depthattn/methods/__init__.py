@@ -46,12 +46,14 @@ def build_method(config) -> CrossLayerMethod | None:
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:
-    """`total`: distinct parameters (tied embeddings once); `extra_over_vanilla`: those of the cross-layer method."""
+    """`total`: distinct parameters (tied embeddings once); `extra_over_vanilla`: those of the cross-layer method
+    and Depth-Attention's optional score biases."""
     base = getattr(model, "model", model)
     method = getattr(base, "cross_layer", None)
+    extra = sum(p.numel() for name, p in base.named_parameters() if "depth_score_bias" in name)
     return {
         "total": sum(p.numel() for p in model.parameters()),
-        "extra_over_vanilla": sum(p.numel() for p in method.parameters()) if method is not None else 0,
+        "extra_over_vanilla": extra + (sum(p.numel() for p in method.parameters()) if method is not None else 0),
     }
 
 

@@ -32,12 +32,13 @@ def depth_mix_auto(
     scaling: float,
     rule: str = "softmax",
     mix_states: str = "v",
+    score_bias: torch.Tensor | None = None,
 ) -> tuple[DepthState, torch.Tensor]:
-    """The fastest implementation for these tensors: Triton on a GPU (eager), else the compiled form."""
-    if TRITON_AVAILABLE and query.device.type != "cpu" and not torch.compiler.is_compiling() \
-            and triton_runs_on(query.device):
+    """The fastest implementation for these tensors: Triton on a GPU (eager, no score bias), else the compiled form."""
+    if TRITON_AVAILABLE and score_bias is None and query.device.type != "cpu" \
+            and not torch.compiler.is_compiling() and triton_runs_on(query.device):
         return depth_mix_triton(query, state, sources, scaling, rule, mix_states)
-    return depth_mix_compiled(query, state, sources, scaling, rule, mix_states)
+    return depth_mix_compiled(query, state, sources, scaling, rule, mix_states, score_bias)
 
 
 _IMPLS: dict[str, Callable] = {
@@ -57,9 +58,9 @@ def get_depth_mix(impl: str = "auto") -> Callable:
                          f"got {impl!r}") from None
 
 
-def depth_mix(query, state, sources, scaling, rule="softmax", mix_states="v", impl: str = "auto"):
+def depth_mix(query, state, sources, scaling, rule="softmax", mix_states="v", score_bias=None, impl: str = "auto"):
     """`depthattn.depth.depth_mix` through the implementation `impl` (see DEPTH_IMPLS)."""
-    return get_depth_mix(impl)(query, state, sources, scaling, rule, mix_states)
+    return get_depth_mix(impl)(query, state, sources, scaling, rule, mix_states, score_bias)
 
 
 __all__ = [

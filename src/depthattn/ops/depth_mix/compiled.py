@@ -31,24 +31,27 @@ def depth_mix_compiled(
     scaling: float,
     rule: str = "softmax",
     mix_states: str = "v",
+    score_bias: torch.Tensor | None = None,
 ) -> tuple[DepthState, torch.Tensor]:
     """query: (B, Hq, T, d); `state` and `sources` tensors: (B, Hkv, T, d). Returns (mixed state, weights
     (B, Hkv, T, n) with self last, float32 or float64), as `depthattn.depth.depth_mix`."""
     batch, num_heads, seq_len, head_dim = query.shape
     num_kv_heads = state.score_key.shape[1]
     if not torch.compiler.is_compiling() and batch * num_kv_heads * seq_len <= SMALL_ROWS:
-        return _mix_small(query, state, sources, scaling, rule, mix_states)
-    return _mix_rows(query, state, sources, scaling, rule, mix_states)
+        return _mix_small(query, state, sources, scaling, rule, mix_states, score_bias)
+    return _mix_rows(query, state, sources, scaling, rule, mix_states, score_bias)
 
 
-def _mix_rows(query, state, sources, scaling, rule, mix_states):
+def _mix_rows(query, state, sources, scaling, rule, mix_states, score_bias):
     batch, num_heads, seq_len, head_dim = query.shape
     num_kv_heads = state.score_key.shape[1]
     group = num_heads // num_kv_heads
     candidates = [*sources, state]
     n = len(candidates)
     dtype = _ACC.get(query.dtype, query.dtype)
-    if rule == "uniform":
+    if rule == "uniform" and score_bias is not None:
+        weights = torch.softmax(score_bias.to(dtype), dim=0)[:, None, None, None].expand(n, batch, num_kv_heads, seq_len)
+    elif rule == "uniform":
         weights = query.new_full((n, batch, num_kv_heads, seq_len), 1.0 / n, dtype=dtype)
     else:
         projected = query.transpose(1, 2)  # (B, T, Hq, d): the q projection's own layout, usually contiguous
@@ -59,7 +62,10 @@ def _mix_rows(query, state, sources, scaling, rule, mix_states):
             depth_query = query.view(batch, num_kv_heads, group, seq_len, head_dim).sum(2, dtype=dtype)
         # sources first (dim 0): a softmax over a short leading dim is far cheaper than over a short last dim
         scores = torch.stack([(depth_query * c.score_key).sum(-1) for c in candidates])  # (n, B, Hkv, T)
-        weights = torch.softmax(scores * (scaling / group), dim=0)
+        scores = scores * (scaling / group)
+        if score_bias is not None:
+            scores = scores + score_bias.to(dtype)[:, None, None, None]
+        weights = torch.softmax(scores, dim=0)
 
     def mix(tensors: list[torch.Tensor]) -> torch.Tensor:
         out = weights[0, ..., None] * tensors[0]  # in the weights' dtype
@@ -76,7 +82,7 @@ def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if t.dtype == dtype else t.to(dtype)  # a no-op .to() still costs a dispatch
 
 
-def _mix_small(query, state, sources, scaling, rule, mix_states):
+def _mix_small(query, state, sources, scaling, rule, mix_states, score_bias):
     # kept short: at this size each Python-level step costs about as much as the arithmetic
     batch, num_heads, seq_len, head_dim = query.shape
     num_kv_heads = state.score_key.shape[1]
@@ -98,7 +104,10 @@ def _mix_small(query, state, sources, scaling, rule, mix_states):
     if softmax:
         depth_query = query.view(batch, num_kv_heads, -1, seq_len, head_dim).sum(2, dtype=dtype)  # (B, Hkv, T, d)
         scores = torch.bmm(depth_query.view(rows, 1, head_dim), stacked[:, :n].mT)  # (rows, 1, n)
-        weights = torch.softmax(scores * (scaling * num_kv_heads / num_heads), dim=-1)
+        scores = scores * (scaling * num_kv_heads / num_heads)
+        weights = torch.softmax(scores if score_bias is None else scores + score_bias.to(dtype), dim=-1)
+    elif score_bias is not None:
+        weights = torch.softmax(score_bias.to(dtype), dim=0).expand(rows, 1, n)
     else:
         weights = query.new_full((rows, 1, n), 1.0 / n, dtype=dtype)
     out_shape = (batch, num_kv_heads, seq_len, head_dim)

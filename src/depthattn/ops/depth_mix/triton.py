@@ -177,8 +177,11 @@ def depth_mix_triton(
     scaling: float,
     rule: str = "softmax",
     mix_states: str = "v",
+    score_bias: torch.Tensor | None = None,
 ) -> tuple[DepthState, torch.Tensor]:
     """Same contract as `depthattn.depth.depth_mix`, computed by the Triton kernels (forward and backward)."""
+    if score_bias is not None:
+        raise ValueError("the Triton kernels take no score bias; use the compiled or reference depth mixing")
     if not TRITON_AVAILABLE:
         raise RuntimeError("depth_mix_triton needs the `triton` package (pip install triton)")
     if not triton_runs_on(query.device):

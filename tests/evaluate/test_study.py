@@ -1,0 +1,159 @@
+import json
+import math
+
+import pytest
+from scipy import stats
+
+from depthattn.evaluate.study import (
+    Study, cell_key, markdown_report, paired_difference, pending_cells, run_study, summarize, uncertain_cells,
+    verdict, write_report,
+)
+
+BASE = """
+[base.model]
+preset = "tiny"
+overrides = {{ hidden_size = 32, intermediate_size = 64, num_hidden_layers = 2 }}
+[base.data]
+path = "{data}"
+seq_len = 32
+[base.train]
+steps = 3
+batch_size = 4
+eval_every = 2
+eval_batches = 1
+checkpoint_every = 2
+progress = false
+"""
+
+
+def write_study(tmp_path, data, head="", axes="", name="s.toml", base=True):
+    path = tmp_path / name
+    path.write_text(f"""
+[study]
+methods = ["vanilla", "depth_attention"]
+seeds = [0, 1]
+out_dir = "{tmp_path / 'runs'}"
+results = "{tmp_path / 'results'}"
+{head}
+{axes}
+{BASE.format(data=data) if base else ""}
+""")
+    return path
+
+
+def test_paired_difference_and_interval_match_scipy():
+    method, base = [2.0, 2.05, 1.9, 2.0], [2.2, 2.15, 2.0, 2.1]
+    result = paired_difference(method, base)
+    diffs = [a - b for a, b in zip(method, base)]
+    half = stats.t.ppf(0.975, len(diffs) - 1) * stats.tstd(diffs) / math.sqrt(len(diffs))
+    assert result["diff_mean"] == pytest.approx(-0.125)
+    assert result["p_value"] == pytest.approx(stats.ttest_rel(method, base).pvalue)
+    assert (result["diff_low"], result["diff_high"]) == pytest.approx((-0.125 - half, -0.125 + half))
+    assert result["wins"] == 4 and result["n"] == 4 and verdict(result) == "better"
+    assert verdict(paired_difference([2.0, 2.2], [2.1, 2.1])) == "no difference shown"
+    assert verdict(paired_difference(base, method)) == "worse"
+    assert math.isnan(paired_difference([1.0], [2.0])["diff_low"])
+    with pytest.raises(ValueError):
+        paired_difference([1.0, 2.0], [1.0])
+
+
+def test_axes_expand_into_settings_and_cells_share_keys(tiny_data, tmp_path):
+    axes = """
+[axes.layers]
+key = "model.overrides.num_hidden_layers"
+values = [2, 3]
+[axes.budget]
+key = "train.steps"
+values = { short = 3, long = 6 }
+"""
+    study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
+    assert study.settings() == [{"layers": "2", "budget": "short"}, {"layers": "2", "budget": "long"},
+                                {"layers": "3", "budget": "short"}, {"layers": "3", "budget": "long"}]
+    cfg = study.cell_config({"layers": "3", "budget": "long"}, "depth_attention", 1)
+    assert cfg.model.overrides["num_hidden_layers"] == 3 and cfg.train.steps == 6 and cfg.train.seed == 1
+    assert cfg.model.method == "depth_attention"
+    # the (2, short) setting is exactly the plain base config: one key, whatever study asks for it
+    plain = Study.load(write_study(tmp_path, tiny_data, name="plain.toml"))
+    assert study.cell_path({"layers": "2", "budget": "short"}, "vanilla", 0) == plain.cell_path({}, "vanilla", 0)
+    keys = {study.cell_path(s, "vanilla", 0).parts[0] for s in study.settings()}
+    assert len(keys) == 4
+    # settings that change nothing trained share the key; anything trained changes it
+    config = plain.setting_config({})
+    assert cell_key(config) == cell_key({**config, "train": {**config["train"], "progress": True}})
+    assert cell_key(config) != cell_key({**config, "optim": {"lr": 1e-4}})
+    assert len(pending_cells(study)) == 4 * 2 * 2
+
+
+def test_extends_takes_the_parent_base(tiny_data, tmp_path):
+    write_study(tmp_path, tiny_data, name="parent.toml")
+    child = write_study(tmp_path, tiny_data, head='extends = "parent.toml"', base=False, name="child.toml",
+                        axes='[axes.lr]\nkey = "optim.lr"\nvalues = [0.001]\n')
+    study = Study.load(child)
+    assert study.cell_config({"lr": "0.001"}, "vanilla", 0).data.seq_len == 32
+
+
+@pytest.mark.parametrize("head, axes, message", [
+    ('baseline = "value_residual"', "", "baseline 'value_residual' must be one of"),
+    ('contrasts = [["vanilla", "mhc"]]', "", "contrast"),
+    ("more_seeds = [1]", "", "distinct"),
+    ("steps = 3", "", "unknown \\[study\\] keys"),
+    ("", '[axes.x]\nkey = "train.stepz"\nvalues = [1]\n', "unknown key 'stepz'"),
+    ("", '[axes.x]\nkey = "steps"\nvalues = [1]\n', "must name a config section"),
+    ("", '[axes.x]\nkey = "train.steps"\n', "needs exactly key and values"),
+])
+def test_bad_studies_name_the_problem(tiny_data, tmp_path, head, axes, message):
+    with pytest.raises(ValueError, match=message):
+        Study.load(write_study(tmp_path, tiny_data, head=head, axes=axes))
+
+
+def test_sweep_runs_each_cell_once_resumes_and_reports(tiny_data, tmp_path):
+    study = Study.load(write_study(tmp_path, tiny_data, head='contrasts = [["depth_attention", "vanilla"]]'))
+    run_study(study, seeds=[0])  # as if the sweep had stopped after seed 0
+    assert [cell[2] for cell in pending_cells(study)] == [1, 1]
+    done = study.result_path({}, "vanilla", 0)
+    before = done.stat().st_mtime_ns
+
+    # a cell killed after its last checkpoint, before its result file: it resumes and reports the same numbers
+    interrupted = study.result_path({}, "depth_attention", 0)
+    first = json.loads(interrupted.read_text())
+    interrupted.unlink()
+    run_study(study)
+    assert done.stat().st_mtime_ns == before  # finished cells are never rerun
+    again = json.loads(interrupted.read_text())
+    for key in ("val_loss", "val_bits_per_byte", "curve", "train_tokens", "params_total"):
+        assert again[key] == first[key], key
+    assert pending_cells(study) == []
+
+    results = study.read_results()
+    assert len(results) == 4 and all(r["curve"] and r["val_bits_per_byte"] > 0 for r in results)
+    table = summarize(study, results)[""]
+    da = next(r for r in table["rows"] if r["method"] == "depth_attention")
+    losses = {(r["method"], r["seed"]): r["val_loss"] for r in results}
+    diffs = [losses["depth_attention", s] - losses["vanilla", s] for s in (0, 1)]
+    assert da["diff_mean"] == pytest.approx(sum(diffs) / 2) and da["n"] == 2
+    assert table["contrasts"][0]["diff_mean"] == pytest.approx(da["diff_mean"])
+    report = write_report(study)
+    text = report.read_text()
+    assert "| depth_attention | 2 |" in text and "depth_attention − vanilla" in text
+    assert (report.parent / "s_difference.png").stat().st_size > 0
+    assert (report.parent / "s_curves.png").stat().st_size > 0
+
+
+def test_more_seeds_go_where_the_interval_spans_zero(tmp_path, tiny_data):
+    study = Study.load(write_study(tmp_path, tiny_data, head="more_seeds = [5]"))
+    results_dir = tmp_path / "results"
+
+    def fake(method, seed, loss):
+        path = study.result_path({}, method, seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"method": method, "seed": seed, "val_loss": loss, "val_bits_per_byte": loss,
+                                    "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "train_tokens": 10,
+                                    "curve": [[10, loss]]}))
+
+    fake("vanilla", 0, 2.0), fake("vanilla", 1, 2.0)
+    fake("depth_attention", 0, 1.9), fake("depth_attention", 1, 2.05)  # spans zero
+    assert [(c[1], c[2]) for c in uncertain_cells(study)] == [("vanilla", 5), ("depth_attention", 5)]
+    fake("depth_attention", 1, 1.89)  # now clearly better: no more seeds
+    assert uncertain_cells(study) == []
+    assert "better" in markdown_report(study, study.read_results())
+    assert results_dir.is_dir()
