@@ -4,7 +4,7 @@ TORCH ?= torch==2.13.0
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo clean
+.PHONY: test demo study study-report clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,14 @@ test: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/depthattn demo
+
+# The whole study (hours on 2 cores; resumable, finished cells are skipped), then its pages in docs/results/.
+STUDIES := core budget depth tokenization ablations
+study: $(VENV)/.installed
+	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) --workers 2 --threads 1 --index docs/results/study.md
+
+study-report: $(VENV)/.installed
+	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) --report-only --index docs/results/study.md
 
 clean:
 	rm -rf $(VENV) runs

@@ -24,8 +24,8 @@ from . import candidates as cand
 from . import measure
 from .report import markdown, ratios_and_goals
 
-# The issue's size: 12 layers, hidden 512, GQA 8/2 (head dim 64), sequence 512; the vocabulary is the paper's
-# (SPEC §5: 50304), the MLP width 3 x hidden (the issue fixes neither)
+# The benchmark size: 12 layers, hidden 512, GQA 8/2 (head dim 64), sequence 512; the vocabulary is the paper's
+# (the paper's 50304), the MLP width 3 x hidden (the goals fix neither)
 DEFAULT_SIZE = dict(num_hidden_layers=12, hidden_size=512, intermediate_size=1536, num_attention_heads=8,
                     num_key_value_heads=2, vocab_size=50304)
 QUICK_SIZE = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
@@ -45,7 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--depth-impl", default="auto", choices=DEPTH_IMPLS,
                    help="depth_mix implementation of the 'depth_attention' candidate (default auto)")
     p.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated subset of {','.join(PHASES)}")
-    size = p.add_argument_group("model size (defaults: the issue's 12 x 512, GQA 8/2)")
+    size = p.add_argument_group("model size (defaults: 12 x 512, GQA 8/2)")
     size.add_argument("--layers", type=int)
     size.add_argument("--hidden", type=int)
     size.add_argument("--intermediate", type=int)

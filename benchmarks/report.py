@@ -1,4 +1,4 @@
-"""Ratios, the issue's goals, and the markdown table."""
+"""Ratios, the speed goals, and the markdown table."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from .measure import paired_ratio
 
 TIMED = {"train_step": "train_step_s", "prefill": "prefill_s", "decode_token": "decode_token_s"}
 MEMORY = {"peak_train_memory": "peak_train_bytes", "peak_prefill_memory": "peak_prefill_bytes"}
-# (name, numerator, denominator, measure, limit) from the project's issue 6
+# (name, numerator, denominator, measure, limit): the project's speed goals
 GOALS = [
     ("Depth-Attention / vanilla, training step", "depth_attention", VANILLA, "train_step", 1.03),
     ("Depth-Attention / vanilla, decode per token", "depth_attention", VANILLA, "decode_token", 1.02),
@@ -108,7 +108,7 @@ def markdown(report: dict) -> str:
         lines += ["", "Our vanilla / transformers' Qwen3ForCausalLM (same weights): "
                   + ", ".join(f"{k.replace('_', ' ')} {_ratio(v)}" for k, v in vq.items() if v) + "."]
     if report["goals"]:
-        lines += ["", "| goal (issue 6) | ratio (quartiles) | limit | met |", "|---|---|---|---|"]
+        lines += ["", "| goal | ratio (quartiles) | limit | met |", "|---|---|---|---|"]
         for g in report["goals"]:
             spread = f" ({g['p25']:.3f}–{g['p75']:.3f})" if g.get("p25") is not None else ""
             lines.append(f"| {g['goal']} | {g['ratio']:.3f}{spread} | <= {g['limit']:.2f} | "

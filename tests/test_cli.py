@@ -42,3 +42,12 @@ def test_errors_are_one_clear_line(argv, message, capsys, tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 1
     assert message in capsys.readouterr().err
+
+
+def test_demo_trains_the_study_base_setting(tmp_path):
+    from depthattn.demo import STUDY_CONFIG, demo_config
+    from depthattn.evaluate.study import Study, cell_key
+
+    study = Study.load(STUDY_CONFIG)  # the tests run from the repository root
+    demo = demo_config(study.base["data"]["path"], tmp_path, "vanilla", 200).to_dict()
+    assert cell_key(demo) == cell_key(study.setting_config({}))

@@ -25,7 +25,7 @@ class DepthAttentionConfig(PreTrainedConfig):
     Qwen3 fields keep their Qwen3 names and meaning. Cross-layer fields:
 
     cross_layer (`str`, defaults to `"depth_attention"`):
-        `"none"` for a vanilla decoder, `"depth_attention"` for Depth-Attention, or a baseline (SPEC §4,
+        `"none"` for a vanilla decoder, `"depth_attention"` for Depth-Attention, or a baseline (docs/method.md#baselines,
         one module each in `depthattn.methods`): `"value_residual"`, `"denseformer"`, `"attnres"`, `"mhc"`,
         `"hyper_connections"`.
     depth_stride (`int` or `None`):

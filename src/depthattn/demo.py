@@ -1,4 +1,8 @@
-"""The main job: train Depth-Attention and its vanilla twin on the embedded corpus and compare them.
+"""The main job: train Depth-Attention and its vanilla twin in the study's base setting and compare them.
+
+The setting is the study's (configs/study/core.toml: plain bytes of the embedded corpus, 8 layers x 128,
+200 steps of 16 x 256 tokens), where the study finds the clearest Depth-Attention vs vanilla difference on a
+CPU. The demo trains seed 0 of that setting and quotes the study's result over every seed it ran.
 
 Every stage is resumable: rerunning after a crash or Ctrl-C picks up from the last checkpoint,
 and finished stages (prepared data, finished runs) are reused.
@@ -11,29 +15,62 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .data import MANIFEST_NAME, TokenShards, prepare
+from .evaluate.perplexity import compute_perplexity
 from .evaluate.plots import plot_loss_curves, read_metrics
 from .generate import sample
 from .inference import cached_decoding_error, kv_cache_bytes
-from .train import TrainConfig, evaluate, train
-from .train.distributed import World
+from .train import TrainConfig, train
 
 METHODS = {"Depth-Attention": "depth_attention", "vanilla": "vanilla"}
-STEPS = 500
+STEPS = 200
 PROMPT = "ROMEO.\n"
+BYTE_VOCAB = 258  # a byte-level BPE with no merges: the 256 bytes and two special tokens
+STUDY_CONFIG = Path("configs/study/core.toml")  # the study whose base setting the demo trains
+
+
+def demo_settings(data: Path, steps: int = STEPS) -> dict:
+    """The study's base setting (a test keeps the two equal), trained for `steps`."""
+    return {
+        "model": {"preset": "tiny", "overrides": {"num_hidden_layers": 8}},
+        "data": {"path": str(data), "seq_len": 256},
+        "optim": {"lr": 2e-3, "warmup_steps": 20},
+        "train": {"steps": steps, "batch_size": 16, "eval_every": 25, "eval_batches": 8},
+    }
 
 
 def demo_config(data: Path, out_dir: Path, method: str, steps: int) -> TrainConfig:
-    return TrainConfig.from_dict({
-        "model": {"preset": "tiny", "method": method, "overrides": {"num_hidden_layers": 6}},
-        "data": {"path": str(data), "seq_len": 256},
-        "optim": {"lr": 2e-3, "warmup_steps": 30},
-        "train": {"out_dir": str(out_dir), "steps": steps, "batch_size": 16, "eval_every": 100,
-                  "eval_batches": 8, "checkpoint_every": 100, "seed": 0},
-    }, source="demo")
+    settings = demo_settings(data, steps)
+    settings["model"]["method"] = method
+    settings["train"].update(out_dir=str(out_dir), checkpoint_every=50, seed=0)
+    return TrainConfig.from_dict(settings, source="demo")
+
+
+def study_quote(steps: int) -> list[str]:
+    """What the study found in the demo's setting, from its committed result files."""
+    if steps != STEPS:
+        return [f"(the study's numbers are for {STEPS} steps; this run trained {steps})"]
+    if not STUDY_CONFIG.is_file():
+        return [f"(run from the repository root to see the study's result: docs/results/study.md)"]
+    from .evaluate.study import Study, summarize
+
+    study = Study.load(STUDY_CONFIG)
+    table = summarize(study, study.read_results())[""]
+    rows = {r["method"]: r for r in table["rows"]}
+    lines = []
+    for method, label in (("depth_attention", "Depth-Attention − vanilla"),
+                          ("value_residual", "value residual − vanilla")):
+        row = rows.get(method)
+        if row and row.get("n", 0) > 1:
+            lines.append(f"{label}: {row['diff_mean']:+.4f} nats, 95% CI [{row['diff_low']:+.4f}, "
+                         f"{row['diff_high']:+.4f}], p = {row['p_value']:.3g}, lower in {row['wins']}/{row['n']} seeds")
+    for c in table["contrasts"]:
+        if c["pair"] == ["depth_attention", "value_residual"] and c["n"] > 1:
+            lines.append(f"Depth-Attention − value residual: {c['diff_mean']:+.4f} nats, 95% CI "
+                         f"[{c['diff_low']:+.4f}, {c['diff_high']:+.4f}], lower in {c['wins']}/{c['n']} seeds")
+    return lines or ["(the study has fewer than two seeds of this setting so far: docs/results/study.md)"]
 
 
 def run_demo(args) -> int:
@@ -42,14 +79,15 @@ def run_demo(args) -> int:
     data = out / "data"
     started = time.perf_counter()
     if not (data / MANIFEST_NAME).exists():
-        print(f"[1/4] preparing the embedded corpus (Shakespeare, 42 works) into {data}")
-        prepare(["embedded"], data, vocab_size=4096)
+        print(f"[1/4] preparing the embedded corpus (Shakespeare, 42 works) as plain bytes into {data}")
+        prepare(["embedded"], data, vocab_size=BYTE_VOCAB)
     else:
         print(f"[1/4] reusing the prepared corpus in {data}")
 
     for i, (name, method) in enumerate(METHODS.items()):
         run_dir = out / method
-        print(f"[2/4] training {name} ({i + 1}/{len(METHODS)}) in {run_dir}")
+        print(f"[2/4] training {name} ({i + 1}/{len(METHODS)}) in {run_dir}: 8 layers x 128, {steps} steps "
+              f"of 16 x 256 bytes, seed 0")
         if (run_dir / "final" / "model.safetensors").exists():
             print("      finished earlier; reusing it")
         else:
@@ -58,37 +96,43 @@ def run_demo(args) -> int:
     print("[3/4] evaluating on the whole held-out split")
     val = TokenShards(data, "val")
     tokenizer = AutoTokenizer.from_pretrained(out / "depth_attention" / "final")
-    rows = []
+    rows = {}
     for name, method in METHODS.items():
         model = AutoModelForCausalLM.from_pretrained(out / method / "final").eval()
-        val_loss = evaluate(model, val, 16, 256, max_batches=10_000, world=World())
+        scored = compute_perplexity(model, val, block_size=256, tokenizer=tokenizer)
         prompt = tokenizer(PROMPT, return_tensors="pt").input_ids
         generated = model.generate(prompt, max_new_tokens=64, do_sample=False, return_dict_in_generate=True,
                                    pad_token_id=tokenizer.pad_token_id)
-        cache_per_token = kv_cache_bytes(generated.cache) / (generated.sequences.shape[1] - 1)
-        error = cached_decoding_error(model, generated.sequences, prefill=prompt.shape[1])
-        text = sample(model, tokenizer, PROMPT, 60, temperature=0.8, top_k=50, seed=0)
-        tokens_per_s = statistics.median(r["tokens_per_s"] for r in read_metrics(out / method / "metrics.jsonl"))
-        rows.append((name, sum(p.numel() for p in model.parameters()), val_loss, math.exp(val_loss),
-                     tokens_per_s, cache_per_token, error, text))
+        rows[name] = dict(
+            params=sum(p.numel() for p in model.parameters()), loss=scored["loss"], bpb=scored["bits_per_byte"],
+            tok_s=statistics.median(r["tokens_per_s"] for r in read_metrics(out / method / "metrics.jsonl")),
+            cache=kv_cache_bytes(generated.cache) / (generated.sequences.shape[1] - 1),
+            error=cached_decoding_error(model, generated.sequences, prefill=prompt.shape[1]),
+            text=sample(model, tokenizer, PROMPT, 120, temperature=0.8, top_k=50, seed=0))
 
-    print(f"\nheld-out split: {len(val):,} tokens; {steps} steps x {16 * 256:,} tokens per model\n")
-    header = f"| {'model':<15} | {'parameters':>10} | {'val loss':>8} | {'val ppl':>8} | {'median tok/s':>12} | " \
+    print(f"\nheld-out split: {len(val):,} bytes; {steps} steps x {16 * 256:,} bytes per model\n")
+    header = f"| {'model':<15} | {'parameters':>10} | {'val loss':>8} | {'bits/byte':>9} | {'median tok/s':>12} | " \
              f"{'KV bytes/token':>14} | {'cached vs full':>14} |"
     print(header)
     print("|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|")
-    for name, params, loss, ppl, tok_s, cache, error, _ in rows:
-        print(f"| {name:<15} | {params:>10,} | {loss:>8.4f} | {ppl:>8.2f} | {tok_s:>12,.0f} | {cache:>14,.0f} | "
-              f"{error:>14.1e} |")
+    for name, r in rows.items():
+        print(f"| {name:<15} | {r['params']:>10,} | {r['loss']:>8.4f} | {r['bpb']:>9.4f} | {r['tok_s']:>12,.0f} | "
+              f"{r['cache']:>14,.0f} | {r['error']:>14.1e} |")
+    difference = rows["Depth-Attention"]["loss"] - rows["vanilla"]["loss"]
+    print(f"\nthis run (seed 0): Depth-Attention − vanilla = {difference:+.4f} nats per byte "
+          f"({'Depth-Attention ahead' if difference < 0 else 'vanilla ahead'})")
+    print("the study, same setting, paired by seed (configs/study/core.toml, docs/results/study.md):")
+    for line in study_quote(steps):
+        print(f"  {line}")
 
     plot = plot_loss_curves({name: out / method / "metrics.jsonl" for name, method in METHODS.items()},
-                            out / "loss_curves.png", title="Depth-Attention vs vanilla on the embedded corpus")
+                            out / "loss_curves.png", title="Depth-Attention vs vanilla on the embedded corpus (bytes)")
     print(f"\n[4/4] loss curves: {plot}")
-    for name, *_, text in rows:
-        print(f"\n--- {name} sample (temperature 0.8) ---\n{text}")
+    for name, r in rows.items():
+        print(f"\n--- {name} sample (temperature 0.8) ---\n{r['text']}")
     print(f"\ndone in {time.perf_counter() - started:.0f} s; models in {out}/*/final "
           f"(load with AutoModelForCausalLM.from_pretrained)")
-    worst = max(row[6] for row in rows)
+    worst = max(r["error"] for r in rows.values())
     if worst > 1e-4:
         print(f"cached decoding differs from the full forward by {worst:.1e}")
         return 1

@@ -1,5 +1,5 @@
 """Depth-Attention: before sequence attention, a layer's query attends over the keys of a few earlier
-layers at the same position and mixes their (already mixed) values into its own (SPEC §2).
+layers at the same position and mixes their (already mixed) values into its own (docs/method.md#the-operation).
 
 This is the plain reference; fast paths in `depthattn.ops` are tested against it.
 """

@@ -18,6 +18,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
@@ -27,6 +28,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from .config import DepthAttentionConfig
 from .depth import DepthState, depth_sources
 from .methods import CrossLayerMethod, Residual, ValueResidual, build_method
+from .methods.base import rms_normalize
 from .methods.value_residual import mix_first_value
 from .ops import get_depth_mix
 
@@ -50,10 +52,7 @@ class DepthAttentionRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.to(torch.promote_types(dtype, torch.float32))  # as Qwen3: float32 for half-precision inputs
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        return self.weight * rms_normalize(x, self.eps).to(x.dtype)  # as Qwen3: normalised in float32 at least
 
 
 class DepthAttentionMLP(nn.Module):
@@ -195,7 +194,7 @@ class DepthAttentionAttention(nn.Module):
         return out, state, depth_weights, attn_weights
 
 
-class DepthAttentionDecoderLayer(nn.Module):
+class DepthAttentionDecoderLayer(GradientCheckpointingLayer):
     def __init__(self, config: DepthAttentionConfig, layer_idx: int):
         super().__init__()
         self.self_attn = DepthAttentionAttention(config, layer_idx)
@@ -233,10 +232,18 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
     config_class = DepthAttentionConfig
     base_model_prefix = "model"
     _no_split_modules = ["DepthAttentionDecoderLayer"]
+    supports_gradient_checkpointing = True
     _supports_sdpa = True
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
+
+    def _activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers=1, offload=False):
+        if (activation_checkpointing_kwargs or {}).get("use_reentrant"):
+            raise ValueError("use_reentrant=True would lose the gradients that reach earlier layers through depth mixing "
+                             "and the cross-layer methods (they are not positional tensor inputs of a layer); "
+                             "leave use_reentrant at its default, False")
+        super()._activation_checkpointing_enable(activation_checkpointing_kwargs, every_n_layers, offload)
 
     def _init_weights(self, module):
         super()._init_weights(module)

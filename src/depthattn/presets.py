@@ -1,7 +1,7 @@
 """Named method settings, so that a training config can say `method: depth_quarter`.
 
 `method_settings(name, num_hidden_layers, num_loops=1)` returns the `DepthAttentionConfig` fields of a preset.
-Strides are fractions of the unrolled depth `D = num_hidden_layers * num_loops` (SPEC §3: depth counts
+Strides are fractions of the unrolled depth `D = num_hidden_layers * num_loops` (docs/method.md#variants: depth counts
 unrolled steps); the other fields keep their defaults unless given.
 
 | preset | settings |

@@ -1,4 +1,4 @@
-"""Every cross-layer baseline (SPEC §4, issue 4): training, cached inference, save/load, initial behaviour, cost."""
+"""Every cross-layer baseline (docs/method.md#baselines): training, cached inference, save/load, initial behaviour, cost."""
 
 import math
 import sys

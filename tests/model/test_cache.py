@@ -1,4 +1,4 @@
-"""Cached decoding, chunked prefill and left-padded batches reproduce the uncached forward (SPEC §2, Inference)."""
+"""Cached decoding, chunked prefill and left-padded batches reproduce the uncached forward (docs/method.md#inference)."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""The whole model against a plain loop reference written from SPEC §2: per layer, per head, per position."""
+"""The whole model against a plain loop reference written from docs/method.md#the-operation: per layer, per head, per position."""
 
 import math
 
@@ -120,5 +120,5 @@ def test_depth_sources(layer, stride, window, expected):
 
 
 def test_paper_source_count():
-    """SPEC §2: for L=48, s=24 the mixing layers (l >= 1) read sum |S(l)| + 1 = 117 states."""
+    """docs/method.md#inference: for L=48, s=24 the mixing layers (l >= 1) read sum |S(l)| + 1 = 117 states."""
     assert sum(len(depth_sources(l, 24)) + 1 for l in range(1, 48)) == 117

@@ -1,4 +1,4 @@
-"""Analytic costs of every cross-layer method over a vanilla decoder with the same backbone (SPEC §5, Table 2).
+"""Analytic costs of every cross-layer method over a vanilla decoder with the same backbone (the paper's Table 2).
 
 `method_costs(config, context, dtype_bytes)` gives, for one `DepthAttentionConfig`: parameters (total and extra
 over vanilla), extra FLOPs per token, extra activation I/O per token, KV-cache bytes per token and the extra state
@@ -19,7 +19,7 @@ Conventions (the paper's; with them its 3B numbers are reproduced to the printed
   Scalars that stay inside one fused mixing operation (depth scores, AttnRes weights) are not counted; mHC's and
   hyper-connections' coefficients come out of a separate projection and are (as in the mHC paper's own I/O table).
 - Extra state at a context of T tokens: what a prefill of T tokens holds beyond the vanilla KV cache at its peak
-  (the per-token state of SPEC §4 times T). KV cache per token: `2 * L * Hkv * head_dim * dtype_bytes`; every
+  (the per-token state of docs/method.md#baselines times T). KV cache per token: `2 * L * Hkv * head_dim * dtype_bytes`; every
   method has vanilla's cache (Depth-Attention and value residual store the mixed value in the value slot).
 
 Two places where the paper's accounting is not the literal operation count of our implementation (both kept so
@@ -30,7 +30,7 @@ that Table 2 is reproduced; `model_flops` in each record is the literal count of
   strict count (47 writes) would print 281 KiB.
 - AttnRes: the paper counts one aggregator per sublayer, s = 0 .. 2L-1, sublayer 0 with its single candidate (the
   embedding), and no aggregator before the final norm: 520 candidates at 3B -> 4.26e6 FLOPs, 4.44 MiB. Our model
-  (SPEC §4) has no aggregator before sublayer 0 and one before the final norm (9 candidates at 3B): 528 candidates
+  (docs/method.md#baselines) has no aggregator before sublayer 0 and one before the final norm (9 candidates at 3B): 528 candidates
   -> 4.33e6 FLOPs, 4.50 MiB. The two agree in the number of aggregators (2L) and in every sublayer s >= 1.
 """
 
@@ -51,7 +51,7 @@ DEFAULT_METHODS = ("vanilla", "depth_attention", "value_residual", "denseformer"
                    "hyper_connections")
 assert {name if name != "vanilla" else "none" for name in DEFAULT_METHODS} == set(CROSS_LAYER_METHODS)
 
-# SPEC §5 / the paper's Table 2: (extra FLOPs/token, extra I/O/token, extra state at a 128K prefill), 3B config.
+# the paper's Table 2: (extra FLOPs/token, extra I/O/token, extra state at a 128K prefill), 3B config.
 PAPER_TABLE_3B = {
     "depth_attention": ("2.40e5", "282 KiB", "0 GiB"),
     "denseformer": ("5.01e6", "4.97 MiB", "24.0 GiB"),

@@ -3,8 +3,9 @@
 A study config (configs/study/*.toml) holds:
 
     [study]                       title, methods, seeds, baseline; optionally more_seeds (run where a
-                                  difference's 95% interval still spans zero) and contrasts (extra method
-                                  pairs, e.g. [["depth_attention", "value_residual"]])
+                                  difference's 95% interval still spans zero), contrasts (extra method
+                                  pairs, e.g. [["depth_attention", "value_residual"]]) and paper (a table
+                                  of the paper's numbers per method, shown beside ours)
     [axes.NAME]                   key = a training-config key ("model.overrides.num_hidden_layers", "data.path",
                                   "train.steps", ...); values = a list, or a table {label = value}
     [datasets.NAME]               a dataset the study prepares from the embedded corpus when its folder is
@@ -72,6 +73,7 @@ class Study:
     results: str = "docs/results/study"  # cells/<key>/... result files and each study's report
     more_seeds: list[int] = field(default_factory=list)
     contrasts: list[list[str]] = field(default_factory=list)
+    paper: dict = field(default_factory=dict)  # method -> the paper's number, shown beside ours
     axes: list[Axis] = field(default_factory=list)
     datasets: dict = field(default_factory=dict)  # path -> prepare settings
     base: dict = field(default_factory=dict)
@@ -97,7 +99,7 @@ class Study:
             inherited = tomllib.loads(parent.read_text())
             data["datasets"] = {**inherited.get("datasets", {}), **data.get("datasets", {})}
             data["base"] = _merge(inherited.get("base", {}), data.get("base", {}))
-        known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts"}
+        known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts", "paper"}
         if set(head) - known:
             raise ValueError(f"{path}: unknown [study] keys {sorted(set(head) - known)}; known: {', '.join(sorted(known))}")
         missing = {"methods", "seeds"} - set(head)
@@ -400,8 +402,8 @@ def markdown_report(study: Study, results: list[dict]) -> str:
         lines += [f"Training: {head['train_tokens']:,} tokens per run; cell key "
                   f"`{study.cell_path(table['setting'], study.baseline, 0).parts[0]}`.", "",
                   f"| method | seeds | val loss (mean ± sd) | bits/byte | Δ loss vs {study.baseline} [95% CI] | p "
-                  "| seeds better | verdict | extra params | train tok/s |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| seeds better | verdict | extra params | train tok/s |" + (" paper |" if study.paper else ""),
+                  "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if study.paper else "")]
         bpb_rows = {r["method"]: r for r in bpb[label]["rows"]}
         for r in table["rows"]:
             p = f"{r['p_value']:.3f}" if "p_value" in r and not math.isnan(r["p_value"]) else "—"
@@ -409,7 +411,8 @@ def markdown_report(study: Study, results: list[dict]) -> str:
             lines.append(
                 f"| {r['method']} | {r['seeds']} | {r['mean']:.4f} ± {r['std']:.4f} | "
                 f"{bpb_rows[r['method']]['mean']:.4f} | {_interval(r)} | {p} | {wins} | "
-                f"{verdict(r) if 'diff_mean' in r else '—'} | {r['extra_params']:,} | {r['tokens_per_s']:,.0f} |")
+                f"{verdict(r) if 'diff_mean' in r else '—'} | {r['extra_params']:,} | {r['tokens_per_s']:,.0f} |"
+                + (f" {study.paper.get(r['method'], '—')} |" if study.paper else ""))
         for c in table["contrasts"]:
             a, b = c["pair"]
             lines += ["", f"{a} − {b}: {_interval(c)}, p = {c['p_value']:.3f}, {a} lower in {c['wins']}/{c['n']} "
@@ -509,6 +512,98 @@ def write_report(study: Study) -> Path:
     return root / f"{study.name}.md"
 
 
+def explain(study: Study, seed: int = 0) -> Path:
+    """Why the methods differ, for each setting's seed-`seed` models (read from out_dir): the depth-weight map of
+    every Depth-Attention variant and value residual's learned lambdas, per layer, in <results>/<name>_why.*."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .depth_map import compute_depth_map
+    from .plots import plot_depth_map, save_figure
+
+    root, found = Path(study.results), {}
+    for setting in study.settings():
+        label = setting_label(setting) or "base"
+        for method in study.methods:
+            final = Path(study.out_dir) / study.cell_path(setting, method, seed) / "final"
+            if not (final / "model.safetensors").exists():
+                continue
+            data = study.cell_config(setting, method, seed).data
+            if PRESETS[method].get("cross_layer") == "depth_attention":
+                result = compute_depth_map(final, data.path, samples=32, seq_len=data.seq_len, device="cpu")
+                found.setdefault(label, {})[method] = {"depth_map": result["matrix"], "sources": result["sources"]}
+                plot_depth_map(result["matrix"], root / f"{study.name}_why_{method}_{label}.png", title=(
+                    f"{method}, {label}, seed {seed}: mean depth weight (row: layer, column: source)"))
+            elif method == "value_residual":
+                model = load_model(final, device="cpu")
+                lambdas = model.model.cross_layer.lambdas.detach().tolist()  # (L - 1, 2): layer 0's value, own
+                found.setdefault(label, {})[method] = {"lambdas": lambdas}
+    if not found:
+        raise FileNotFoundError(f"no seed-{seed} models of study {study.name} under {study.out_dir}; run the study first")
+    for label, methods in found.items():
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        for i, (method, info) in enumerate(methods.items()):
+            if "lambdas" in info:
+                layers = range(1, len(info["lambdas"]) + 1)
+                ax.plot(layers, [l[0] for l in info["lambdas"]], "s-", color="black", label="value_residual λ1 (layer 0)")
+                ax.plot(layers, [l[1] for l in info["lambdas"]], "s--", color="gray", label="value_residual λ2 (own)")
+            else:
+                matrix = info["depth_map"]
+                layers = range(1, len(matrix))
+                ax.plot(layers, [matrix[l][0] for l in layers], "o-", color=f"C{i}", label=f"{method}: weight on layer 0")
+                ax.plot(layers, [matrix[l][l] for l in layers], "o:", color=f"C{i}", label=f"{method}: own value")
+        ax.set_xlabel("layer")
+        ax.set_ylabel("mean weight / learned lambda")
+        ax.set_title(f"{study.title}: {label}, seed {seed}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        save_figure(fig, root / f"{study.name}_why_{label}.png")
+    atomic_write_json(root / f"{study.name}_why.json", {"seed": seed, "settings": found})
+    return root / f"{study.name}_why.json"
+
+
+def _cell(row: dict | None) -> str:
+    return f"{_interval(row)}: {verdict(row)}" if row and "diff_mean" in row else "—"
+
+
+def write_index(studies: list[Study], path: Path) -> Path:
+    """One page for the whole study: every distinct setting's key differences, then each study's report."""
+    lines = ["# Where Depth-Attention stands: the study", "",
+             "Generated by `make study` (`depthattn study configs/study/*.toml --index docs/results/study.md`) from the "
+             "committed cell results in `docs/results/study/cells/`; do not edit by hand. Each cell trains one method "
+             "with one seed; cells of the same setting and seed share the data order and the backbone's initial "
+             "weights, so differences are paired by seed. Val loss: nats per token on the whole held-out split "
+             "of the embedded corpus. Δ: the paired difference with its 95% t-interval; "
+             "'better' / 'worse' only where that interval excludes zero.", "",
+             "## Depth-Attention against vanilla and value residual, every setting", "",
+             "| setting | study | train tokens | seeds | DA − vanilla | VR − vanilla | DA − VR |", "|---|---|---|---|---|---|---|"]
+    seen = set()
+    for study in studies:
+        results = study.read_results()
+        for label, table in summarize(study, results).items():
+            key = study.cell_path(table["setting"], study.baseline, 0).parts[0]
+            rows = {r["method"]: r for r in table["rows"]}
+            if key in seen or "depth_attention" not in rows:
+                continue
+            seen.add(key)
+            tokens = next(r["train_tokens"] for r in results if r["setting"] == table["setting"])
+            contrast = next((c for c in table["contrasts"] if c["pair"] == ["depth_attention", "value_residual"]), None)
+            lines.append(f"| {label or 'base'} | {study.name} | {tokens:,} | {rows['depth_attention']['seeds']} | "
+                         f"{_cell(rows['depth_attention'])} | {_cell(rows.get('value_residual'))} | {_cell(contrast)} |")
+    for study in studies:
+        text = markdown_report(study, study.read_results()).replace("](", f"]({Path(study.results).name}/")
+        lines += ["", text]
+        why = Path(study.results) / f"{study.name}_why.json"
+        if why.exists():
+            for label in json.loads(why.read_text())["settings"]:
+                lines += [f"![why: {label}]({Path(study.results).name}/{study.name}_why_{label}.png)", ""]
+    atomic_write_bytes(path, ("\n".join(lines) + "\n").encode())
+    return path
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="+", help="study configs (configs/study/*.toml), run in this order")
     parser.add_argument("--report-only", action="store_true", help="write the reports from finished cells; train nothing")
@@ -516,6 +611,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads per worker")
     parser.add_argument("--methods", nargs="+", help="run only these methods")
     parser.add_argument("--seeds", nargs="+", type=int, help="run only these seeds")
+    parser.add_argument("--why", action="store_true", help="also write depth-weight maps and value-residual lambdas "
+                        "of seed 0 (needs the cells' models in the out dir)")
+    parser.add_argument("--index", help="also write one page for all the given studies (docs/results/study.md)")
     parser.add_argument("--out-dir", help="checkpoints and logs (default: the config's out_dir, runs/study)")
     parser.add_argument("--results", help="cell results and reports (default: the config's results, docs/results/study)")
 
@@ -533,4 +631,8 @@ def run(args: argparse.Namespace) -> int:
             run_study(study, args.workers, args.threads, args.methods, args.seeds)
             print(f"study {study.name}: done in {time.perf_counter() - started:.0f} s")
         print(f"report: {write_report(study)}")
+        if args.why:
+            print(f"why: {explain(study)}")
+    if args.index:
+        print(f"index: {write_index(studies, Path(args.index))}")
     return 0

@@ -1,6 +1,6 @@
 """Cross-layer methods behind `DepthAttentionConfig.cross_layer`: one small module each, one shared backbone.
 
-Depth-Attention itself lives in `depthattn.depth` (no parameters). The baselines of SPEC §4:
+Depth-Attention itself lives in `depthattn.depth` (no parameters). The baselines (docs/method.md#baselines):
 
 - hidden-state methods (a `Residual`: how sublayer outputs are combined into the stream):
   `denseformer`, `attnres`, `mhc`, `hyper_connections`;

@@ -1,4 +1,4 @@
-"""Block Attention Residuals (Kimi Team, arXiv 2603.15031), in the form SPEC §4 fixes.
+"""Block Attention Residuals (Kimi Team, arXiv 2603.15031), in the form docs/method.md#baselines fixes.
 
 Before every sublayer `s >= 1` and once before the final norm, an aggregator reads a softmax mixture over
 {block snapshots, running stream}: the running stream is the plain residual stream (embedding plus every sublayer

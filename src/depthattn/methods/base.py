@@ -12,7 +12,7 @@ class CrossLayerMethod(nn.Module):
 
     `reset_parameters` sets the method's documented initialisation. `DepthAttentionPreTrainedModel._init_weights`
     calls it; it must use `transformers.initialization` so that values loaded by `from_pretrained` survive.
-    `inference_state` states the extra state the method holds at inference (SPEC §4).
+    `inference_state` states the extra state the method holds at inference (docs/method.md#baselines).
     """
 
     inference_state: str = ""

@@ -17,7 +17,7 @@ MODEL_PRESETS = {
                   num_key_value_heads=2),
     "bench": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=12, num_attention_heads=8,
                   num_key_value_heads=2),
-    # the paper's shapes (SPEC §5): vocab 50304, untied embeddings, head dim 64
+    # the paper's shapes: vocab 50304, untied embeddings, head dim 64
     "360m": dict(hidden_size=960, intermediate_size=2540, num_hidden_layers=24, num_attention_heads=15,
                  num_key_value_heads=15),
     "500m": dict(hidden_size=1152, intermediate_size=3072, num_hidden_layers=24, num_attention_heads=18,

@@ -1,4 +1,4 @@
-"""Depth mixing (SPEC §2), one operation with interchangeable implementations.
+"""Depth mixing (docs/method.md#the-operation), one operation with interchangeable implementations.
 
 All share the signature and results of the reference `depthattn.depth.depth_mix`:
 

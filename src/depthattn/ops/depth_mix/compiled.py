@@ -1,6 +1,6 @@
 """Depth mixing in a handful of plain torch ops: fast in eager mode, fused by `torch.compile`.
 
-Same signature and results as the reference `depthattn.depth.depth_mix` (SPEC §2). Two forms, chosen by size:
+Same signature and results as the reference `depthattn.depth.depth_mix` (docs/method.md#the-operation). Two forms, chosen by size:
 
 * many rows (training, prefill): per-source multiply-and-reduce, then a running `w_j * v_j` sum. Nothing is
   stacked or concatenated, so the sources are never copied, and under `torch.compile` (also with

@@ -1,0 +1,32 @@
+"""Gradient (activation) checkpointing recomputes each decoder layer in the backward pass: same gradients."""
+
+import pytest
+import torch
+
+from tests.helpers import METHOD_SETTINGS, tiny_model
+
+CASES = {"depth_attention": dict(depth_stride=1), "depth_bias": dict(depth_stride=1, depth_score_bias=True),
+         "looped": dict(num_loops=2), "value_residual": METHOD_SETTINGS["value_residual"],
+         "mhc": METHOD_SETTINGS["mhc"], "attnres": METHOD_SETTINGS["attnres"]}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_same_gradients_with_checkpointing(case):
+    ids = torch.randint(0, 97, (2, 9))
+    grads = []
+    for checkpointing in (False, True):
+        model = tiny_model(**CASES[case]).train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+            assert all(layer.gradient_checkpointing for layer in model.model.layers)
+        model(ids, labels=ids).loss.backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    assert grads[0].keys() == grads[1].keys()
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_reentrant_checkpointing_is_refused():
+    # it would silently drop the gradients that flow through depth_states (a list, not a positional tensor)
+    with pytest.raises(ValueError, match="use_reentrant=True would lose the gradients"):
+        tiny_model().activation_checkpointing_enable({"use_reentrant": True})
