@@ -28,9 +28,6 @@ def main(argv: list[str] | None = None) -> int:
     generate.add_argument("--top-k", type=int, default=50)
     generate.add_argument("--seed", type=int, default=0)
 
-    from .evaluate.compare import add_arguments as add_compare_arguments, run as run_compare
-
-    add_compare_arguments(commands.add_parser("compare", help="train methods x seeds and report mean ± sd"))
     from .evaluate.study import add_arguments as add_study_arguments, run as run_study
 
     add_study_arguments(commands.add_parser(
@@ -71,8 +68,6 @@ def main(argv: list[str] | None = None) -> int:
 
             print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed))
             return 0
-        if args.command == "compare":
-            return run_compare(args)
         if args.command == "study":
             return run_study(args)
         if args.command == "eval":

@@ -5,8 +5,8 @@ import pytest
 from scipy import stats
 
 from depthattn.evaluate.study import (
-    Study, cell_key, markdown_report, paired_difference, pending_cells, run_study, summarize, uncertain_cells,
-    verdict, write_report,
+    Study, cell_key, explain, markdown_report, paired_difference, pending_cells, run_study, summarize, uncertain_cells,
+    verdict, write_index, write_report,
 )
 
 BASE = """
@@ -26,12 +26,13 @@ progress = false
 """
 
 
-def write_study(tmp_path, data, head="", axes="", name="s.toml", base=True):
+def write_study(tmp_path, data, head="", axes="", name="s.toml", base=True, methods=("vanilla", "depth_attention"),
+                seeds=(0, 1)):
     path = tmp_path / name
     path.write_text(f"""
 [study]
-methods = ["vanilla", "depth_attention"]
-seeds = [0, 1]
+methods = {json.dumps(list(methods))}
+seeds = {json.dumps(list(seeds))}
 out_dir = "{tmp_path / 'runs'}"
 results = "{tmp_path / 'results'}"
 {head}
@@ -137,6 +138,19 @@ def test_sweep_runs_each_cell_once_resumes_and_reports(tiny_data, tmp_path):
     assert "| depth_attention | 2 |" in text and "depth_attention − vanilla" in text
     assert (report.parent / "s_difference.png").stat().st_size > 0
     assert (report.parent / "s_curves.png").stat().st_size > 0
+
+
+def test_why_maps_depth_weights_beside_value_residual_lambdas(tiny_data, tmp_path):
+    study = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla", "depth_attention", "value_residual"),
+                                   seeds=(0,)))
+    run_study(study)
+    why = json.loads(explain(study).read_text())["settings"]["base"]
+    matrix = why["depth_attention"]["depth_map"]
+    assert len(matrix) == 2 and matrix[0][0] == pytest.approx(1.0)  # layer 0 keeps its own value
+    assert sum(matrix[1]) == pytest.approx(1.0, abs=1e-5)
+    assert len(why["value_residual"]["lambdas"]) == 1 and len(why["value_residual"]["lambdas"][0]) == 2
+    index = write_index([study], tmp_path / "study.md").read_text()
+    assert "| base | s |" in index and "s_why_base.png" in index
 
 
 def test_more_seeds_go_where_the_interval_spans_zero(tmp_path, tiny_data):

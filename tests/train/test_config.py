@@ -61,15 +61,15 @@ def test_paper_presets_have_head_dim_64():
 def test_repository_configs_load():
     from pathlib import Path
 
-    from depthattn.evaluate.compare import Grid
+    from depthattn.evaluate.study import Study
 
     root = Path(__file__).parents[2] / "configs"
-    runs = sorted(p for p in root.glob("**/*.toml") if p.parent.name != "compare")
-    grids = sorted((root / "compare").glob("*.toml"))
-    assert runs and grids
+    runs = sorted(p for p in root.glob("**/*.toml") if p.parent.name != "study")
+    studies = sorted((root / "study").glob("*.toml"))
+    assert runs and studies
     for path in runs:
         TrainConfig.load(path)
-    for path in grids:
-        grid = Grid.load(path)
-        for method in grid.methods:
-            grid.cell_config(method, grid.seeds[0])
+    for path in studies:
+        study = Study.load(path)  # checks every setting's config
+        for method in study.methods:
+            study.cell_config(study.settings()[0], method, study.seeds[0])

@@ -1,11 +1,12 @@
-"""Evaluation and analysis: loss curves, perplexity, downstream tasks, costs, comparisons, depth-weight maps.
+"""Evaluation and analysis: loss curves, perplexity, downstream tasks, costs, studies, depth-weight maps.
 
 - `depthattn eval` (perplexity.py): loss, perplexity and bits per byte on token shards or text, in fixed blocks
   or a sliding window.
 - `depthattn harness` (harness.py): lm-eval tasks (the paper's eight as the preset `paper8`, and offline tasks
   built from the embedded corpus in tasks/) through lm-eval's own HFLM and simple_evaluate.
 - `depthattn depth-map` (depth_map.py): the mean depth-attention weight of every (target, source) layer pair.
-- `depthattn compare` (compare.py) and `depthattn costs` (costs.py); plots.py draws loss curves and depth maps.
+- `depthattn study` (study.py): methods x seeds over model, data and budget axes, with paired statistics;
+  `depthattn costs` (costs.py); plots.py draws loss curves and depth maps.
 lm-eval is imported only when a harness function runs (the `eval` extra); plots need matplotlib (`plot`).
 """
 

@@ -402,8 +402,8 @@ def markdown_report(study: Study, results: list[dict]) -> str:
         lines += [f"Training: {head['train_tokens']:,} tokens per run; cell key "
                   f"`{study.cell_path(table['setting'], study.baseline, 0).parts[0]}`.", "",
                   f"| method | seeds | val loss (mean ± sd) | bits/byte | Δ loss vs {study.baseline} [95% CI] | p "
-                  "| seeds better | verdict | extra params | train tok/s |" + (" paper |" if study.paper else ""),
-                  "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if study.paper else "")]
+                  "| seeds better | verdict | extra params |" + (" paper |" if study.paper else ""),
+                  "|---|---|---|---|---|---|---|---|---|" + ("---|" if study.paper else "")]
         bpb_rows = {r["method"]: r for r in bpb[label]["rows"]}
         for r in table["rows"]:
             p = f"{r['p_value']:.3f}" if "p_value" in r and not math.isnan(r["p_value"]) else "—"
@@ -411,11 +411,12 @@ def markdown_report(study: Study, results: list[dict]) -> str:
             lines.append(
                 f"| {r['method']} | {r['seeds']} | {r['mean']:.4f} ± {r['std']:.4f} | "
                 f"{bpb_rows[r['method']]['mean']:.4f} | {_interval(r)} | {p} | {wins} | "
-                f"{verdict(r) if 'diff_mean' in r else '—'} | {r['extra_params']:,} | {r['tokens_per_s']:,.0f} |"
+                f"{verdict(r) if 'diff_mean' in r else '—'} | {r['extra_params']:,} |"
                 + (f" {study.paper.get(r['method'], '—')} |" if study.paper else ""))
         for c in table["contrasts"]:
             a, b = c["pair"]
-            lines += ["", f"{a} − {b}: {_interval(c)}, p = {c['p_value']:.3f}, {a} lower in {c['wins']}/{c['n']} "
+            p = "" if math.isnan(c["p_value"]) else f", p = {c['p_value']:.3f}"
+            lines += ["", f"{a} − {b}: {_interval(c)}{p}, {a} lower in {c['wins']}/{c['n']} "
                           f"seeds: **{verdict(c).replace('better', f'{a} better').replace('worse', f'{b} better')}**."]
         lines.append("")
     return "\n".join(lines) + "\n"
