@@ -26,8 +26,8 @@ from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .config import DepthAttentionConfig
-from .depth import DepthState, depth_sources
-from .methods import CrossLayerMethod, Residual, ValueResidual, build_method
+from .depth import DepthState
+from .methods import CrossLayerMethod, DepthAttention, Residual, ValueResidual, build_method
 from .methods.base import rms_normalize
 from .methods.value_residual import mix_first_value
 from .ops import get_depth_mix
@@ -139,11 +139,9 @@ class DepthAttentionAttention(nn.Module):
         self.k_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.num_layers = config.num_hidden_layers
         # sources per loop: unrolled step loop * L + layer_idx reads these unrolled steps
-        self.loop_depth_sources = [
-            depth_sources(loop * self.num_layers + layer_idx, config.resolved_depth_stride, config.depth_window)
-            if config.cross_layer == "depth_attention" else []
-            for loop in range(config.num_loops)
-        ]
+        steps = DepthAttention.step_sources(config) if config.cross_layer == "depth_attention" else None
+        self.loop_depth_sources = [steps[loop * self.num_layers + layer_idx] if steps else []
+                                   for loop in range(config.num_loops)]
         self.depth_sources = self.loop_depth_sources[0]
         # depth_score_bias: per loop, one learned score per source (self last); zero-initialised
         self.depth_score_bias = nn.ParameterList(
@@ -266,7 +264,7 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         self.layers = nn.ModuleList(DepthAttentionDecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = DepthAttentionRotaryEmbedding(config)
-        self.cross_layer = build_method(config)  # a baseline's parameters; None for vanilla and Depth-Attention
+        self.cross_layer = build_method(config)  # the method's parameters: none for vanilla and Depth-Attention
         # unrolled steps whose state a later step reads; the others' states are dropped as soon as possible
         self._read_later = {j for layer in self.layers for sources in layer.self_attn.loop_depth_sources
                             for j in sources}

@@ -16,7 +16,7 @@ from torch import nn
 from transformers import initialization as init
 
 from ..depth import DepthState
-from .base import CrossLayerMethod
+from .base import CrossLayerMethod, FlopTerm
 
 LAMBDA_INIT = 0.5
 
@@ -28,11 +28,31 @@ class ValueResidual(CrossLayerMethod):
     )
 
     def __init__(self, config):
-        super().__init__()
+        super().__init__(config)
         self.lambdas = nn.Parameter(torch.empty(max(config.unrolled_depth - 1, 0), 2))
 
     def reset_parameters(self):
         init.constant_(self.lambdas, LAMBDA_INIT)
+
+    @classmethod
+    def extra_parameters(cls, config):
+        return 2 * max(config.unrolled_depth - 1, 0)  # lambda_1, lambda_2 per step u >= 1
+
+    @classmethod
+    def flop_terms(cls, config):
+        # V' = lambda_1 V_0 + lambda_2 V: a weighted sum of 2 vectors, 2 * 2 d_kv (the model's ops: 2 mul + 1 add)
+        L, d_kv = config.unrolled_depth, config.num_key_value_heads * config.head_dim
+        return [FlopTerm("value mix lambda_1 V_0 + lambda_2 V_u, u >= 1", 4 * d_kv * max(L - 1, 0), "elementwise")]
+
+    @classmethod
+    def io_elements(cls, config):
+        # like Depth-Attention with uniform weights and layer 0 as the only source: read V_0 and V_u, write V'_u
+        L, d_kv = config.unrolled_depth, config.num_key_value_heads * config.head_dim
+        return {"read": 2 * max(L - 1, 0) * d_kv, "write": (L if L > 1 else 0) * d_kv}
+
+    @classmethod
+    def extra_state_elements(cls, config, context):
+        return 0  # V_0 of every position is what KV-cache slot 0 holds
 
     def lambdas_for(self, step: int) -> torch.Tensor | None:
         return self.lambdas[step - 1] if step >= 1 else None
