@@ -7,6 +7,8 @@ import dataclasses
 import torch
 from torch import nn
 
+from ..depth import DepthState
+
 
 @dataclasses.dataclass(frozen=True)
 class FlopTerm:
@@ -32,6 +34,10 @@ class CrossLayerMethod(nn.Module):
     calls it; it must use `transformers.initialization` so that values loaded by `from_pretrained` survive.
     `inference_state` states the extra state the method holds at inference (docs/method.md#baselines).
 
+    A method acting inside attention (Depth-Attention, value residual) declares, per unrolled step, the earlier
+    steps it reads (`step_sources`); the attention of a step with sources calls `mix` with their states before
+    sequence attention, and the model keeps a step's state only while a later step declares it.
+
     Analytic costs per token over a vanilla decoder with the same backbone, in the conventions of
     `depthattn.evaluate.costs` (L = unrolled depth, D = hidden size, d_kv = num_key_value_heads * head_dim):
     `extra_parameters`, `flop_terms`, `io_elements` and `extra_state_elements` at a context; zero here.
@@ -49,6 +55,17 @@ class CrossLayerMethod(nn.Module):
     def step_sources(config) -> list[list[int]]:
         """For every unrolled step, the earlier steps whose attention state it reads; none here."""
         return [[] for _ in range(config.unrolled_depth)]
+
+    @staticmethod
+    def score_bias(config, loop_sources: list[list[int]]) -> nn.ParameterList | None:
+        """Learned depth-score biases held by one attention (one entry per loop with sources), or None."""
+        return None
+
+    def mix(self, attention: nn.Module, query: torch.Tensor, state: DepthState, sources: list[DepthState],
+            step: int) -> tuple[DepthState, torch.Tensor | None]:
+        """The state that step `step`'s attention uses and caches, given its own and its sources' states
+        (query: (B, Hq, T, d); states: (B, Hkv, T, d) each), and depth weights (B, Hkv, T, n) or None."""
+        raise NotImplementedError
 
     @classmethod
     def extra_parameters(cls, config) -> int:

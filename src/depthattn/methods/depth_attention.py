@@ -12,7 +12,11 @@ Inference state (docs/method.md#inference): the KV cache keeps vanilla's size, m
 
 from __future__ import annotations
 
+import torch
+from torch import nn
+
 from ..depth import depth_sources
+from ..ops import get_depth_mix
 from .base import CrossLayerMethod, FlopTerm
 
 
@@ -22,11 +26,31 @@ class DepthAttention(CrossLayerMethod):
         "it is processed: k and mixed v of its source layers (|S| KV-head vector pairs)."
     )
 
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_layers, self.impl = config.num_hidden_layers, config.depth_impl
+        self.rule, self.mix_states = config.depth_mix, config.depth_mix_states
+
     @staticmethod
-    def step_sources(config) -> list[list[int]]:
+    def step_sources(config):
         """S(u) for every unrolled step u, chosen over the unrolled depth (docs/method.md#the-operation)."""
         return [depth_sources(u, config.resolved_depth_stride, config.depth_window)
                 for u in range(config.unrolled_depth)]
+
+    @staticmethod
+    def score_bias(config, loop_sources):
+        """With `depth_score_bias`: per loop with sources, one score per source and self (last), zero at init."""
+        if not config.depth_score_bias:
+            return None
+        return nn.ParameterList(nn.Parameter(torch.zeros(len(s) + 1)) for s in loop_sources if s)
+
+    def mix(self, attention, query, state, sources, step):
+        loop = step // self.num_layers
+        bias = attention.depth_score_bias
+        if bias is not None:  # one entry per loop with sources, from the first such loop on
+            bias = bias[loop - next(k for k, s in enumerate(attention.loop_depth_sources) if s)]
+        return get_depth_mix(self.impl)(query, state, sources, attention.scaling, rule=self.rule,
+                                        mix_states=self.mix_states, score_bias=bias)
 
     @classmethod
     def candidates(cls, config) -> int:

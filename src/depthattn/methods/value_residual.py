@@ -2,8 +2,8 @@
 
 Every unrolled step `u >= 1` mixes the value of step 0 into its own before sequence attention:
 `V'_u = lambda_1 V_0 + lambda_2 V_u`, with learned scalars per step (ResFormer's initialisation: 0.5 each).
-Like Depth-Attention it acts inside attention, and the mixed value takes the plain value's KV-cache slot;
-step 0's value of the current tokens is carried by the same `DepthState` plumbing.
+Like Depth-Attention it acts inside attention, with step 0 as every later step's source, and the mixed value
+takes the plain value's KV-cache slot.
 
 Parameters: `2 (L - 1)` scalars (L = unrolled depth). At initialisation it equals Depth-Attention with
 `depth_mix="uniform"` and only layer 0 as source (the "depth_first_layer" + "depth_uniform" ablation).
@@ -15,7 +15,6 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from ..depth import DepthState
 from .base import CrossLayerMethod, FlopTerm
 
 LAMBDA_INIT = 0.5
@@ -33,6 +32,16 @@ class ValueResidual(CrossLayerMethod):
 
     def reset_parameters(self):
         init.constant_(self.lambdas, LAMBDA_INIT)
+
+    @staticmethod
+    def step_sources(config):
+        return [[0] if u else [] for u in range(config.unrolled_depth)]
+
+    def mix(self, attention, query, state, sources, step):
+        """V' = lambda_1 V_0 + lambda_2 V for this step's state; keys unchanged."""
+        lambdas, first_value = self.lambdas[step - 1], sources[0].value
+        value = lambdas[0].to(state.value.dtype) * first_value + lambdas[1].to(state.value.dtype) * state.value
+        return state._replace(value=value), None
 
     @classmethod
     def extra_parameters(cls, config):
@@ -53,12 +62,3 @@ class ValueResidual(CrossLayerMethod):
     @classmethod
     def extra_state_elements(cls, config, context):
         return 0  # V_0 of every position is what KV-cache slot 0 holds
-
-    def lambdas_for(self, step: int) -> torch.Tensor | None:
-        return self.lambdas[step - 1] if step >= 1 else None
-
-
-def mix_first_value(state: DepthState, first_value: torch.Tensor, lambdas: torch.Tensor) -> DepthState:
-    """V' = lambda_1 V_0 + lambda_2 V for this step's state; keys unchanged."""
-    value = lambdas[0].to(state.value.dtype) * first_value + lambdas[1].to(state.value.dtype) * state.value
-    return state._replace(value=value)
