@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from ..config import CROSS_LAYER_METHODS
+
 from .attnres import AttnRes
 from .base import CrossLayerMethod, FlopTerm, Residual
 from .denseformer import DenseFormer
@@ -36,6 +38,14 @@ METHODS: dict[str, type[CrossLayerMethod]] = {
 INFERENCE_STATE: dict[str, str] = {name: cls.inference_state for name, cls in METHODS.items()}
 
 
+def register(name: str, cls: type[CrossLayerMethod]):
+    """Make `cls` the method of `cross_layer=name`: accepted by the config, built by the model, in the costs."""
+    if name not in CROSS_LAYER_METHODS:
+        CROSS_LAYER_METHODS.append(name)
+    METHODS[name] = cls
+    INFERENCE_STATE[name] = cls.inference_state
+
+
 def build_method(config) -> CrossLayerMethod:
     """The module of `config.cross_layer`: its parameters (none for `none` and `depth_attention`) and hooks."""
     return METHODS[config.cross_layer](config)
@@ -56,4 +66,5 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
 __all__ = [
     "AttnRes", "CrossLayerMethod", "DenseFormer", "DepthAttention", "FlopTerm", "HyperConnections",
     "INFERENCE_STATE", "METHODS", "MHC", "Residual", "ValueResidual", "Vanilla", "build_method", "count_parameters",
+    "register",
 ]
