@@ -6,7 +6,8 @@ import difflib
 
 from transformers import GenerationConfig, PreTrainedConfig
 
-CROSS_LAYER_METHODS = ("none", "depth_attention", "value_residual", "denseformer", "attnres", "mhc", "hyper_connections")
+# the names `cross_layer` accepts; `depthattn.methods.register` adds one
+CROSS_LAYER_METHODS = ["none", "depth_attention", "value_residual", "denseformer", "attnres", "mhc", "hyper_connections"]
 DEPTH_MIX_RULES = ("softmax", "uniform")
 DEPTH_MIX_STATES = ("v", "kv", "k")
 DEPTH_IMPLS = ("auto", "reference", "compiled", "triton")  # depthattn.ops.depth_mix implementations
@@ -168,7 +169,7 @@ class DepthAttentionConfig(PreTrainedConfig):
             raise ValueError(f"mhc_alpha_init must be a finite number >= 0, got {alpha!r}")
 
 
-def _check_choice(name: str, value, allowed: tuple[str, ...]):
+def _check_choice(name: str, value, allowed):
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
 

@@ -26,11 +26,9 @@ from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .config import DepthAttentionConfig
-from .depth import DepthState, depth_sources
-from .methods import CrossLayerMethod, Residual, ValueResidual, build_method
+from .depth import DepthState
+from .methods import METHODS, CrossLayerMethod, Residual, build_method
 from .methods.base import rms_normalize
-from .methods.value_residual import mix_first_value
-from .ops import get_depth_mix
 
 
 @dataclass
@@ -138,18 +136,13 @@ class DepthAttentionAttention(nn.Module):
         self.q_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.num_layers = config.num_hidden_layers
-        # sources per loop: unrolled step loop * L + layer_idx reads these unrolled steps
-        self.loop_depth_sources = [
-            depth_sources(loop * self.num_layers + layer_idx, config.resolved_depth_stride, config.depth_window)
-            if config.cross_layer == "depth_attention" else []
-            for loop in range(config.num_loops)
-        ]
+        # sources per loop: unrolled step loop * L + layer_idx reads these unrolled steps (the method's choice)
+        method = METHODS[config.cross_layer]
+        steps = method.step_sources(config)
+        self.loop_depth_sources = [steps[loop * self.num_layers + layer_idx] for loop in range(config.num_loops)]
         self.depth_sources = self.loop_depth_sources[0]
-        # depth_score_bias: per loop, one learned score per source (self last); zero-initialised
-        self.depth_score_bias = nn.ParameterList(
-            nn.Parameter(torch.zeros(len(sources) + 1)) for sources in self.loop_depth_sources if sources
-        ) if config.depth_score_bias else None
-        self._first_loop_with_sources = next((k for k, sources in enumerate(self.loop_depth_sources) if sources), 0)
+        # Depth-Attention's optional learned score bias (methods/depth_attention.py), under this module's keys
+        self.depth_score_bias = method.score_bias(config, self.loop_depth_sources)
 
     def forward(
         self,
@@ -160,7 +153,7 @@ class DepthAttentionAttention(nn.Module):
         cache: Cache | None = None,
         attn_implementation: str = "sdpa",
         loop: int = 0,
-        value_lambdas: torch.Tensor | None = None,
+        method: CrossLayerMethod | None = None,
         **kwargs,
     ):
         input_shape = hidden_states.shape[:-1]
@@ -172,15 +165,9 @@ class DepthAttentionAttention(nn.Module):
 
         state, depth_weights = DepthState(key, key, value), None
         sources = self.loop_depth_sources[loop]
-        if sources:
-            state, depth_weights = get_depth_mix(self.config.depth_impl)(
-                query, state, [depth_states[j] for j in sources], self.scaling,
-                rule=self.config.depth_mix, mix_states=self.config.depth_mix_states,
-                score_bias=self.depth_score_bias[loop - self._first_loop_with_sources]
-                if self.depth_score_bias is not None else None,
-            )
-        elif value_lambdas is not None:
-            state = mix_first_value(state, depth_states[0].value, value_lambdas)
+        if sources:  # a method acting inside attention mixes its sources' states into this step's
+            state, depth_weights = method.mix(self, query, state, [depth_states[j] for j in sources],
+                                              loop * self.num_layers + self.layer_idx)
         key, value = state.key, state.value
         if cache is not None:  # the mixed state takes the plain state's slot; one slot per unrolled step
             key, value = cache.update(key, value, self.layer_idx + loop * self.num_layers)
@@ -203,11 +190,10 @@ class DepthAttentionDecoderLayer(GradientCheckpointingLayer):
         self.post_attention_layernorm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(self, hidden_states, position_embeddings, attention_mask, depth_states, cache=None,
-                attn_implementation="sdpa", loop=0, residual: Residual | None = None, value_lambdas=None,
-                **kwargs):
+                attn_implementation="sdpa", loop=0, residual: Residual | None = None,
+                method: CrossLayerMethod | None = None, **kwargs):
         """`hidden_states` is the residual stream: a tensor, or `residual`'s own stream object."""
-        attention = dict(cache=cache, attn_implementation=attn_implementation, loop=loop,
-                         value_lambdas=value_lambdas, **kwargs)
+        attention = dict(cache=cache, attn_implementation=attn_implementation, loop=loop, method=method, **kwargs)
         if residual is None:  # the plain residual, inline
             attn_out, state, depth_weights, attn_weights = self.self_attn(
                 self.input_layernorm(hidden_states), position_embeddings, attention_mask, depth_states, **attention,
@@ -266,12 +252,9 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         self.layers = nn.ModuleList(DepthAttentionDecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = DepthAttentionRotaryEmbedding(config)
-        self.cross_layer = build_method(config)  # a baseline's parameters; None for vanilla and Depth-Attention
+        self.cross_layer = build_method(config)  # the method's parameters: none for vanilla and Depth-Attention
         # unrolled steps whose state a later step reads; the others' states are dropped as soon as possible
-        self._read_later = {j for layer in self.layers for sources in layer.self_attn.loop_depth_sources
-                            for j in sources}
-        if isinstance(self.cross_layer, ValueResidual) and config.unrolled_depth > 1:
-            self._read_later.add(0)
+        self._read_later = {j for sources in self.cross_layer.step_sources(config) for j in sources}
         self.post_init()
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
@@ -321,7 +304,6 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
 
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
         residual = self.cross_layer if isinstance(self.cross_layer, Residual) else None
-        value_residual = self.cross_layer if isinstance(self.cross_layer, ValueResidual) else None
         stream = inputs_embeds if residual is None else residual.init(inputs_embeds)
         depth_states: list[DepthState | None] = [None] * self.config.unrolled_depth
         all_hidden, all_attn, all_depth = [], [], []
@@ -332,8 +314,7 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
                     all_hidden.append(stream if residual is None else residual.hidden(stream))
                 stream, state, depth_weights, attn_weights = layer(
                     stream, position_embeddings, mask, depth_states, cache=cache,
-                    attn_implementation=implementation, loop=loop, residual=residual,
-                    value_lambdas=value_residual.lambdas_for(step) if value_residual is not None else None,
+                    attn_implementation=implementation, loop=loop, residual=residual, method=self.cross_layer,
                     **kwargs,
                 )
                 if step in self._read_later:

@@ -41,7 +41,7 @@ import dataclasses
 import math
 
 from ..config import CROSS_LAYER_METHODS, DepthAttentionConfig
-from ..depth import depth_sources
+from ..methods import METHODS, FlopTerm
 
 DEFAULT_CONTEXT = 131072  # 128K, the paper's prefill length for the state column
 DEFAULT_DTYPE_BYTES = 2  # bf16
@@ -58,21 +58,6 @@ PAPER_TABLE_3B = {
     "attnres": ("4.26e6", "4.44 MiB", "4.0 GiB"),
     "mhc": ("4.72e7", "8.63 MiB", "1.5 GiB"),
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class FlopTerm:
-    """One kind of extra arithmetic, per token. `op`: how our model runs it ("matmul": mm / bmm / mv, which
-    FlopCounterMode counts; "elementwise": multiplies, adds and sums). `role`: "weights" (computing the mixing
-    weights: depth scores, AttnRes logits, hyper-connection coefficients) or "mix" (the weighted sums themselves).
-    `paper` / `model`: whether the paper's convention / the literal count of our model includes it."""
-
-    what: str
-    flops: int
-    op: str
-    role: str = "mix"
-    paper: bool = True
-    model: bool = True
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -93,192 +78,27 @@ def backbone_parameters(config: DepthAttentionConfig) -> int:
 
 def extra_parameters(config: DepthAttentionConfig) -> int:
     """Parameters of the cross-layer method (`count_parameters(model)["extra_over_vanilla"]`)."""
-    method, L, D = config.cross_layer, config.unrolled_depth, config.hidden_size
-    S = 2 * L  # sublayers
-    if method in ("none", "depth_attention"):
-        return 0  # Depth-Attention reuses the layer's own q, k, v
-    if method == "value_residual":
-        return 2 * max(L - 1, 0)  # lambda_1, lambda_2 per step u >= 1
-    if method == "denseformer":
-        return sum(len(sources) for sources in _denseformer_dwas(config).values())  # L(L+3)/2 at k = p = 1
-    if method == "attnres":
-        return S * (2 * D + 1)  # per aggregator: pseudo-query w, RMSNorm gain, recency bias
-    if method == "mhc":
-        n = config.mhc_streams
-        return S * ((2 * n + n * n) * (n * D + 1) + 3) + n  # phi, its biases, 3 alphas; n final logits
-    if method == "hyper_connections":
-        n = config.hc_streams
-        return S * (D * (3 + n) + 2 + 2 * n + n * n)  # gain, w_m, w_b, W_r; 2 scales, A_m, B, A_r static
-    raise ValueError(f"unknown cross_layer {method!r}")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# structure helpers
+    return METHODS[config.cross_layer].extra_parameters(config)
 
 
 def depth_source_lists(config: DepthAttentionConfig) -> list[list[int]]:
-    """S(u) for every unrolled step u (empty unless Depth-Attention), as the model chooses them."""
-    if config.cross_layer != "depth_attention":
-        return [[] for _ in range(config.unrolled_depth)]
-    return [depth_sources(u, config.resolved_depth_stride, config.depth_window) for u in range(config.unrolled_depth)]
-
-
-def _denseformer_dwas(config: DepthAttentionConfig) -> dict[int, list[int]]:
-    """Block i (1-based) -> the outputs m its DWA averages (X_0 the embedding), for blocks followed by a DWA."""
-    k, p = config.denseformer_dilation, config.denseformer_period
-    return {i: list(range(i % k, i + 1, k)) for i in range(1, config.unrolled_depth + 1) if i % p == 0}
-
-
-def _denseformer_live_outputs(config: DepthAttentionConfig) -> int:
-    """Peak number of earlier block outputs X_m (m < i) still needed by a DWA at or after block i."""
-    dwas = _denseformer_dwas(config)
-    last_use: dict[int, int] = {}
-    for block, sources in dwas.items():
-        for m in sources:
-            last_use[m] = max(last_use.get(m, 0), block)
-    return max((sum(1 for m, last in last_use.items() if m < i <= last) for i in dwas), default=0)
-
-
-def attnres_candidates(config: DepthAttentionConfig, sublayer: int) -> int:
-    """Candidates the aggregator before `sublayer` (2L: the final one) reads in our model: snapshots taken before
-    it (the embedding and the running stream at each earlier block end) plus the running stream."""
-    B = config.attnres_block_size
-    return (sublayer - 1) // B + 2 if sublayer >= 1 else 1
-
-
-def attnres_snapshots(config: DepthAttentionConfig) -> int:
-    """Snapshots held at the end of a pass: the embedding and the stream at every block end but the last."""
-    return (2 * config.unrolled_depth - 1) // config.attnres_block_size + 1
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# FLOPs
+    """For every unrolled step, the earlier steps it reads inside attention, as the model chooses them."""
+    return METHODS[config.cross_layer].step_sources(config)
 
 
 def flop_terms(config: DepthAttentionConfig) -> list[FlopTerm]:
     """The extra arithmetic per token, term by term (see the module docstring for the conventions)."""
-    method, L, D = config.cross_layer, config.unrolled_depth, config.hidden_size
-    d_kv = config.num_key_value_heads * config.head_dim
-    S = 2 * L
-    if method == "none":
-        return []
-    if method == "depth_attention":
-        # per step u with sources: n = |S(u)| + 1 candidates (sources and itself), all at KV-head resolution
-        candidates = sum(len(s) + 1 for s in depth_source_lists(config) if s)
-        mixed = len(config.depth_mix_states)  # "v", "k": 1 state mixed; "kv": 2
-        terms = [FlopTerm("depth mix: weighted sums of the candidates' states, 2 n d_kv per mixed state",
-                          2 * candidates * d_kv * mixed, "elementwise")]
-        if config.depth_mix == "softmax":  # uniform weights need no scores
-            terms.insert(0, FlopTerm("depth scores: group-mean query . candidate keys, 2 n d_kv",
-                                     2 * candidates * d_kv, "elementwise", "weights"))
-        return terms
-    if method == "value_residual":
-        # V' = lambda_1 V_0 + lambda_2 V: a weighted sum of 2 vectors, 2 * 2 d_kv (the model's ops: 2 mul + 1 add)
-        return [FlopTerm("value mix lambda_1 V_0 + lambda_2 V_u, u >= 1", 4 * d_kv * max(L - 1, 0), "elementwise")]
-    if method == "denseformer":
-        # DWA after block i: Y_i = sum_m alpha_{i,m} X_m over its sources; L(L+3)/2 * 2D at k = p = 1
-        terms = sum(len(sources) for sources in _denseformer_dwas(config).values())
-        return [FlopTerm("depth-weighted averages, 2 D per averaged output", 2 * D * terms, "matmul")]
-    if method == "attnres":
-        # an aggregator over n candidates: logits <w*g, x>/rms(x) (2 n D) and the mixture (2 n D)
-        inner = sum(attnres_candidates(config, s) for s in range(1, S))  # sublayers 1 .. 2L-1
-        final = attnres_candidates(config, S)
-        return [
-            FlopTerm("aggregator logits, sublayers 1..2L-1", 2 * D * inner, "matmul", "weights"),
-            FlopTerm("aggregator mixtures, sublayers 1..2L-1", 2 * D * inner, "elementwise"),
-            FlopTerm("aggregator before sublayer 0 (1 candidate): counted by the paper only", 4 * D, "elementwise",
-                     "mix", model=False),
-            FlopTerm("final aggregator logits (before the final norm): in our model only", 2 * D * final, "matmul",
-                     "weights", paper=False),
-            FlopTerm("final aggregator mixture: in our model only", 2 * D * final, "elementwise", paper=False),
-        ]
-    if method in ("mhc", "hyper_connections"):
-        n = config.mhc_streams if method == "mhc" else config.hc_streams
-        if method == "mhc":  # one projection phi: nD -> 2n + n^2 (pre, post, res logits)
-            coefficients = FlopTerm("coefficient projection phi (nD -> 2n + n^2) per sublayer",
-                                    S * 2 * n * D * (2 * n + n * n), "matmul", "weights")
-        else:  # w_m, w_b (nD each: D per stream) and W_r (D -> n per stream)
-            coefficients = FlopTerm("coefficient projections w_m, w_b, W_r per sublayer",
-                                    S * 2 * n * D * (n + 2), "matmul", "weights")
-        terms = [
-            coefficients,
-            FlopTerm("pre: sublayer input sum_i pre_i x_i (2 n D) per sublayer", S * 2 * n * D, "elementwise"),
-            FlopTerm("res: stream mix res @ x (2 n^2 D) per sublayer", S * 2 * n * n * D, "matmul"),
-            FlopTerm("post: streams += post_i * out (2 n D) per sublayer", S * 2 * n * D, "elementwise"),
-        ]
-        if method == "mhc":
-            terms.append(FlopTerm("final softmax-weighted mean of the streams: in our model only", 2 * n * D,
-                                  "elementwise", paper=False))
-        else:
-            terms.append(FlopTerm("final sum of the streams: in our model only", n * D, "elementwise", paper=False))
-        return terms
-    raise ValueError(f"unknown cross_layer {method!r}")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# activation I/O and state
+    return METHODS[config.cross_layer].flop_terms(config)
 
 
 def io_elements(config: DepthAttentionConfig) -> dict[str, int]:
     """Extra activation elements read and written per token (paper convention; see the module docstring)."""
-    method, L, D = config.cross_layer, config.unrolled_depth, config.hidden_size
-    d_kv = config.num_key_value_heads * config.head_dim
-    S = 2 * L
-    if method == "none":
-        return {"read": 0, "write": 0}
-    if method == "depth_attention":
-        sources = depth_source_lists(config)
-        candidates = sum(len(s) + 1 for s in sources if s)
-        mixed = len(config.depth_mix_states)
-        passes = mixed + (config.depth_mix == "softmax")  # the score keys, then each mixed state
-        writes = mixed * L if candidates else 0  # one mixed state per layer, all L layers as the paper counts
-        return {"read": passes * candidates * d_kv, "write": writes * d_kv}
-    if method == "value_residual":
-        # like Depth-Attention with uniform weights and layer 0 as the only source: read V_0 and V_u, write V'_u
-        return {"read": 2 * max(L - 1, 0) * d_kv, "write": (L if L > 1 else 0) * d_kv}
-    if method == "denseformer":
-        dwas = _denseformer_dwas(config)
-        return {"read": D * sum(len(s) for s in dwas.values()), "write": D * len(dwas)}
-    if method == "attnres":
-        # paper convention: aggregators before sublayers 0 .. 2L-1 (see the module docstring); each reads its
-        # candidates twice (logits pass, mixture pass) and writes the mixture
-        candidates = sum(attnres_candidates(config, s) for s in range(S))
-        return {"read": 2 * D * candidates, "write": D * S}
-    if method in ("mhc", "hyper_connections"):
-        n = config.mhc_streams if method == "mhc" else config.hc_streams
-        coefficients = 2 * n + n * n
-        # per sublayer, D-vectors: coefficients read the n streams; pre reads n, writes 1; res reads n, writes n;
-        # post + merge reads the n mixed streams and the output, writes n. Minus vanilla's residual add (reads
-        # x and out, writes x). Coefficient scalars are written by their projection and read back.
-        read = (4 * n + 1 - 2) * D + coefficients
-        write = (2 * n + 1 - 1) * D + coefficients
-        return {"read": S * read, "write": S * write}
-    raise ValueError(f"unknown cross_layer {method!r}")
+    return METHODS[config.cross_layer].io_elements(config)
 
 
 def extra_state_elements(config: DepthAttentionConfig, context: int) -> int:
     """Elements held beyond the vanilla KV cache at the peak of a prefill of `context` tokens."""
-    method, D = config.cross_layer, config.hidden_size
-    d_kv = config.num_key_value_heads * config.head_dim
-    if method in ("none", "value_residual"):
-        return 0  # value residual: V_0 of every position is what KV-cache slot 0 holds
-    if method == "depth_attention":
-        # source states (k_j, vmix_j at every position) are what KV-cache slot j holds: nothing extra. When keys
-        # are mixed, a mixed source j >= 1 also needs its plain key (the score key), not in the cache.
-        if "k" not in config.depth_mix_states:
-            return 0
-        sources = depth_source_lists(config)
-        read_later = {j for s in sources for j in s}
-        return sum(1 for j in read_later if sources[j]) * context * d_kv
-    if method == "denseformer":
-        return _denseformer_live_outputs(config) * context * D  # every earlier block output, L at k = p = 1
-    if method == "attnres":
-        return attnres_snapshots(config) * context * D  # one snapshot of the stream per block
-    if method == "mhc":
-        return (config.mhc_streams - 1) * context * D  # n - 1 extra residual streams
-    if method == "hyper_connections":
-        return (config.hc_streams - 1) * context * D
-    raise ValueError(f"unknown cross_layer {method!r}")
+    return METHODS[config.cross_layer].extra_state_elements(config, context)
 
 
 def kv_cache_bytes_per_token(config: DepthAttentionConfig, dtype_bytes: int = DEFAULT_DTYPE_BYTES) -> int:
@@ -323,10 +143,7 @@ def method_costs(config: DepthAttentionConfig, context: int = DEFAULT_CONTEXT,
         "kv_cache_bytes_at_context": kv * context,
         "extra_state_bytes_at_context": extra_state_elements(config, context) * dtype_bytes,
     }
-    if config.cross_layer == "depth_attention":
-        sources = depth_source_lists(config)
-        record["depth_sources_total"] = sum(len(s) for s in sources)  # sum |S(u)|: 70 at 3B
-        record["depth_candidates_total"] = sum(len(s) + 1 for s in sources if s)  # sum (|S(u)| + 1): 117 at 3B
+    record.update(METHODS[config.cross_layer].cost_details(config))
     return record
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..methods import DepthAttention
 from .loading import DTYPE_CHOICES, check_data_vocab, check_model_dir, load_model, model_dtype_name, run_metadata
 
 DEFAULT_SAMPLES = 16
@@ -26,19 +27,12 @@ DEFAULT_BATCH_SIZE = 4
 
 
 def step_sources(model) -> list[list[int]]:
-    """Depth sources of every unrolled step: `depth_sources` of each layer's attention, per loop."""
+    """Depth sources of every unrolled step (`DepthAttention.step_sources`)."""
     config = model.config
     if getattr(config, "cross_layer", None) != "depth_attention":
         raise ValueError(f"the model's cross_layer is {getattr(config, 'cross_layer', None)!r}: a depth-weight map "
                          "needs a Depth-Attention model (cross_layer='depth_attention')")
-    layers = model.model.layers
-    sources = [[] for _ in range(config.num_hidden_layers * getattr(config, "num_loops", 1))]
-    for i, layer in enumerate(layers):
-        attention = layer.self_attn
-        per_loop = getattr(attention, "loop_depth_sources", [attention.depth_sources])
-        for loop, loop_sources in enumerate(per_loop):
-            sources[loop * len(layers) + i] = list(loop_sources)
-    return sources
+    return DepthAttention.step_sources(config)
 
 
 @torch.no_grad()

@@ -1,9 +1,9 @@
-"""Cross-layer methods behind `DepthAttentionConfig.cross_layer`: one small module each, one shared backbone.
+"""Cross-layer methods behind `DepthAttentionConfig.cross_layer`: one small module each, one shared backbone,
+one registry (`METHODS`) that the model, the costs and the inference-state table read.
 
-Depth-Attention itself lives in `depthattn.depth` (no parameters). The baselines (docs/method.md#baselines):
-
-- hidden-state methods (a `Residual`: how sublayer outputs are combined into the stream):
-  `denseformer`, `attnres`, `mhc`, `hyper_connections`;
+- `none`: the vanilla decoder; `depth_attention`: Depth-Attention (its mixing: `depthattn.depth`, `depthattn.ops`);
+- hidden-state baselines (a `Residual`: how sublayer outputs are combined into the stream):
+  `denseformer`, `attnres`, `mhc`, `hyper_connections` (docs/method.md#baselines);
 - inside attention, cache-free like Depth-Attention: `value_residual`.
 
 Their parameters live under `DepthAttentionModel.cross_layer`; vanilla and Depth-Attention models have none.
@@ -13,14 +13,20 @@ from __future__ import annotations
 
 from torch import nn
 
+from ..config import CROSS_LAYER_METHODS
+
 from .attnres import AttnRes
-from .base import CrossLayerMethod, Residual
+from .base import CrossLayerMethod, FlopTerm, Residual
 from .denseformer import DenseFormer
+from .depth_attention import DepthAttention
 from .hyper_connections import HyperConnections
 from .mhc import MHC
 from .value_residual import ValueResidual
+from .vanilla import Vanilla
 
 METHODS: dict[str, type[CrossLayerMethod]] = {
+    "none": Vanilla,
+    "depth_attention": DepthAttention,
     "value_residual": ValueResidual,
     "denseformer": DenseFormer,
     "attnres": AttnRes,
@@ -29,20 +35,20 @@ METHODS: dict[str, type[CrossLayerMethod]] = {
 }
 
 # The extra state each `cross_layer` holds at inference, over a vanilla decoder.
-INFERENCE_STATE: dict[str, str] = {
-    "none": "none",
-    "depth_attention": (
-        "Across tokens: none; the KV cache has vanilla's size (mixed values in the value slots). Per token while "
-        "it is processed: k and mixed v of its source layers (|S| KV-head vector pairs)."
-    ),
-    **{name: cls.inference_state for name, cls in METHODS.items()},
-}
+INFERENCE_STATE: dict[str, str] = {name: cls.inference_state for name, cls in METHODS.items()}
 
 
-def build_method(config) -> CrossLayerMethod | None:
-    """The module holding the method's parameters, or None for `none` and `depth_attention`."""
-    cls = METHODS.get(config.cross_layer)
-    return cls(config) if cls is not None else None
+def register(name: str, cls: type[CrossLayerMethod]):
+    """Make `cls` the method of `cross_layer=name`: accepted by the config, built by the model, in the costs."""
+    if name not in CROSS_LAYER_METHODS:
+        CROSS_LAYER_METHODS.append(name)
+    METHODS[name] = cls
+    INFERENCE_STATE[name] = cls.inference_state
+
+
+def build_method(config) -> CrossLayerMethod:
+    """The module of `config.cross_layer`: its parameters (none for `none` and `depth_attention`) and hooks."""
+    return METHODS[config.cross_layer](config)
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:
@@ -58,6 +64,7 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
 
 
 __all__ = [
-    "AttnRes", "CrossLayerMethod", "DenseFormer", "HyperConnections", "INFERENCE_STATE", "METHODS", "MHC",
-    "Residual", "ValueResidual", "build_method", "count_parameters",
+    "AttnRes", "CrossLayerMethod", "DenseFormer", "DepthAttention", "FlopTerm", "HyperConnections",
+    "INFERENCE_STATE", "METHODS", "MHC", "Residual", "ValueResidual", "Vanilla", "build_method", "count_parameters",
+    "register",
 ]

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .base import Residual, rms_normalize
+from .base import FlopTerm, Residual, rms_normalize
 
 RECENCY_BIAS_INIT = 3.0
 
@@ -52,6 +52,50 @@ class AttnRes(Residual):
         init.zeros_(self.query)
         init.ones_(self.gain)
         init.constant_(self.recency_bias, RECENCY_BIAS_INIT)
+
+    @staticmethod
+    def candidates(config, sublayer: int) -> int:
+        """Candidates the aggregator before `sublayer` (2L: the final one) reads in our model: snapshots taken
+        before it (the embedding and the running stream at each earlier block end) plus the running stream."""
+        B = config.attnres_block_size
+        return (sublayer - 1) // B + 2 if sublayer >= 1 else 1
+
+    @staticmethod
+    def snapshots(config) -> int:
+        """Snapshots held at the end of a pass: the embedding and the stream at every block end but the last."""
+        return (2 * config.unrolled_depth - 1) // config.attnres_block_size + 1
+
+    @classmethod
+    def extra_parameters(cls, config):
+        return 2 * config.unrolled_depth * (2 * config.hidden_size + 1)  # per aggregator: w, gain, recency bias
+
+    @classmethod
+    def flop_terms(cls, config):
+        # an aggregator over n candidates: logits <w*g, x>/rms(x) (2 n D) and the mixture (2 n D)
+        D, S = config.hidden_size, 2 * config.unrolled_depth
+        inner = sum(cls.candidates(config, s) for s in range(1, S))  # sublayers 1 .. 2L-1
+        final = cls.candidates(config, S)
+        return [
+            FlopTerm("aggregator logits, sublayers 1..2L-1", 2 * D * inner, "matmul", "weights"),
+            FlopTerm("aggregator mixtures, sublayers 1..2L-1", 2 * D * inner, "elementwise"),
+            FlopTerm("aggregator before sublayer 0 (1 candidate): counted by the paper only", 4 * D, "elementwise",
+                     "mix", model=False),
+            FlopTerm("final aggregator logits (before the final norm): in our model only", 2 * D * final, "matmul",
+                     "weights", paper=False),
+            FlopTerm("final aggregator mixture: in our model only", 2 * D * final, "elementwise", paper=False),
+        ]
+
+    @classmethod
+    def io_elements(cls, config):
+        # paper convention: aggregators before sublayers 0 .. 2L-1 (see depthattn.evaluate.costs); each reads its
+        # candidates twice (logits pass, mixture pass) and writes the mixture
+        D, S = config.hidden_size, 2 * config.unrolled_depth
+        candidates = sum(cls.candidates(config, s) for s in range(S))
+        return {"read": 2 * D * candidates, "write": D * S}
+
+    @classmethod
+    def extra_state_elements(cls, config, context):
+        return cls.snapshots(config) * context * config.hidden_size  # one snapshot of the stream per block
 
     def snapshot_count(self, sublayer: int) -> int:
         """Snapshots the aggregator before `sublayer` reads: those taken at positions 0, b, 2b, ... < sublayer."""

@@ -1,24 +1,96 @@
-"""The interface every cross-layer baseline implements; the plain residual is its reference behaviour."""
+"""The interface every cross-layer method implements; the plain residual is its reference behaviour."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 from torch import nn
 
+from ..depth import DepthState
+
+
+@dataclasses.dataclass(frozen=True)
+class FlopTerm:
+    """One kind of extra arithmetic, per token. `op`: how our model runs it ("matmul": mm / bmm / mv, which
+    FlopCounterMode counts; "elementwise": multiplies, adds and sums). `role`: "weights" (computing the mixing
+    weights: depth scores, AttnRes logits, hyper-connection coefficients) or "mix" (the weighted sums themselves).
+    `paper` / `model`: whether the paper's convention / the literal count of our model includes it."""
+
+    what: str
+    flops: int
+    op: str
+    role: str = "mix"
+    paper: bool = True
+    model: bool = True
+
 
 class CrossLayerMethod(nn.Module):
-    """A method's parameters, living under `DepthAttentionModel.cross_layer` so that vanilla and Depth-Attention
-    checkpoints keep exactly Qwen3's keys.
+    """One `DepthAttentionConfig.cross_layer` method: its parameters, living under `DepthAttentionModel.cross_layer`
+    so that vanilla and Depth-Attention checkpoints (which have none) keep exactly Qwen3's keys, and what is known
+    about it without building a model.
 
     `reset_parameters` sets the method's documented initialisation. `DepthAttentionPreTrainedModel._init_weights`
     calls it; it must use `transformers.initialization` so that values loaded by `from_pretrained` survive.
     `inference_state` states the extra state the method holds at inference (docs/method.md#baselines).
+
+    A method acting inside attention (Depth-Attention, value residual) declares, per unrolled step, the earlier
+    steps it reads (`step_sources`); the attention of a step with sources calls `mix` with their states before
+    sequence attention, and the model keeps a step's state only while a later step declares it.
+
+    Analytic costs per token over a vanilla decoder with the same backbone, in the conventions of
+    `depthattn.evaluate.costs` (L = unrolled depth, D = hidden size, d_kv = num_key_value_heads * head_dim):
+    `extra_parameters`, `flop_terms`, `io_elements` and `extra_state_elements` at a context; zero here.
     """
 
     inference_state: str = ""
 
+    def __init__(self, config):
+        super().__init__()
+
     def reset_parameters(self):
+        pass
+
+    @staticmethod
+    def step_sources(config) -> list[list[int]]:
+        """For every unrolled step, the earlier steps whose attention state it reads; none here."""
+        return [[] for _ in range(config.unrolled_depth)]
+
+    @staticmethod
+    def score_bias(config, loop_sources: list[list[int]]) -> nn.ParameterList | None:
+        """Learned depth-score biases held by one attention (one entry per loop with sources), or None."""
+        return None
+
+    def mix(self, attention: nn.Module, query: torch.Tensor, state: DepthState, sources: list[DepthState],
+            step: int) -> tuple[DepthState, torch.Tensor | None]:
+        """The state that step `step`'s attention uses and caches, given its own and its sources' states
+        (query: (B, Hq, T, d); states: (B, Hkv, T, d) each), and depth weights (B, Hkv, T, n) or None."""
         raise NotImplementedError
+
+    @classmethod
+    def extra_parameters(cls, config) -> int:
+        """Parameters of the method (`count_parameters(model)["extra_over_vanilla"]`)."""
+        return 0
+
+    @classmethod
+    def flop_terms(cls, config) -> list[FlopTerm]:
+        """The extra arithmetic per token, term by term."""
+        return []
+
+    @classmethod
+    def io_elements(cls, config) -> dict[str, int]:
+        """Extra activation elements read and written per token."""
+        return {"read": 0, "write": 0}
+
+    @classmethod
+    def extra_state_elements(cls, config, context: int) -> int:
+        """Elements held beyond the vanilla KV cache at the peak of a prefill of `context` tokens."""
+        return 0
+
+    @classmethod
+    def cost_details(cls, config) -> dict:
+        """Method-specific entries of its `depthattn.evaluate.costs.method_costs` record."""
+        return {}
 
 
 class Residual(CrossLayerMethod):
@@ -39,11 +111,8 @@ class Residual(CrossLayerMethod):
     inference_state = "none"
 
     def __init__(self, config):
-        super().__init__()
+        super().__init__(config)
         self.num_sublayers = 2 * config.unrolled_depth
-
-    def reset_parameters(self):
-        pass
 
     def init(self, embeds: torch.Tensor):
         return embeds

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .base import Residual
+from .base import FlopTerm, Residual
 
 
 @dataclass
@@ -36,17 +36,49 @@ class DenseFormer(Residual):
 
     def __init__(self, config):
         super().__init__(config)
-        self.dilation, self.period = config.denseformer_dilation, config.denseformer_period
-        depth = config.unrolled_depth
-        self.blocks = [i for i in range(1, depth + 1) if i % self.period == 0]  # blocks followed by a DWA
-        sizes = [len(self.sources(i)) for i in self.blocks]
+        self.dwas = self.dwa_sources(config)
+        sizes = [len(sources) for sources in self.dwas.values()]
         ends = list(itertools.accumulate(sizes))
-        self._weights_of = {i: (end - size, end) for i, size, end in zip(self.blocks, sizes, ends)}
+        self._weights_of = {i: (end - size, end) for i, size, end in zip(self.dwas, sizes, ends)}
         self.alphas = nn.Parameter(torch.empty(sum(sizes)))  # every DWA's weights, one after the other
 
-    def sources(self, block: int) -> list[int]:
-        """The outputs `m` that the DWA after `block` averages, in increasing order (the block itself last)."""
-        return list(range(block % self.dilation, block + 1, self.dilation))
+    @staticmethod
+    def dwa_sources(config) -> dict[int, list[int]]:
+        """Block i (1-based) -> the outputs m its DWA averages (X_0 the embedding), in increasing order (the block
+        itself last), for the blocks followed by a DWA."""
+        k, p = config.denseformer_dilation, config.denseformer_period
+        return {i: list(range(i % k, i + 1, k)) for i in range(1, config.unrolled_depth + 1) if i % p == 0}
+
+    @classmethod
+    def live_outputs(cls, config) -> int:
+        """Peak number of earlier block outputs X_m (m < i) still needed by a DWA at or after block i."""
+        dwas = cls.dwa_sources(config)
+        last_use: dict[int, int] = {}
+        for block, sources in dwas.items():
+            for m in sources:
+                last_use[m] = max(last_use.get(m, 0), block)
+        return max((sum(1 for m, last in last_use.items() if m < i <= last) for i in dwas), default=0)
+
+    @classmethod
+    def extra_parameters(cls, config):
+        return sum(len(sources) for sources in cls.dwa_sources(config).values())  # L(L+3)/2 at k = p = 1
+
+    @classmethod
+    def flop_terms(cls, config):
+        # DWA after block i: Y_i = sum_m alpha_{i,m} X_m over its sources; L(L+3)/2 * 2D at k = p = 1
+        terms = sum(len(sources) for sources in cls.dwa_sources(config).values())
+        return [FlopTerm("depth-weighted averages, 2 D per averaged output", 2 * config.hidden_size * terms,
+                         "matmul")]
+
+    @classmethod
+    def io_elements(cls, config):
+        dwas = cls.dwa_sources(config)
+        D = config.hidden_size
+        return {"read": D * sum(len(s) for s in dwas.values()), "write": D * len(dwas)}
+
+    @classmethod
+    def extra_state_elements(cls, config, context):
+        return cls.live_outputs(config) * context * config.hidden_size  # every earlier block output, L at k = p = 1
 
     def weights(self, block: int) -> torch.Tensor:
         start, end = self._weights_of[block]
@@ -70,7 +102,7 @@ class DenseFormer(Residual):
         block = sublayer // 2 + 1
         stream.outputs.append(hidden)
         if block in self._weights_of:
-            xs = torch.stack([stream.outputs[m] for m in self.sources(block)])  # (n, B, T, D)
+            xs = torch.stack([stream.outputs[m] for m in self.dwas[block]])  # (n, B, T, D)
             hidden = torch.tensordot(self.weights(block).to(xs.dtype), xs, dims=1)
         return DenseFormerStream(hidden, stream.outputs)
 

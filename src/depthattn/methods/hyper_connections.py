@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .base import rms_normalize
+from .base import FlopTerm, rms_normalize
 from .streams import MultiStreamResidual
 
 SCALE_INIT = 0.01
@@ -56,6 +56,26 @@ class HyperConnections(MultiStreamResidual):
         init.copy_(self.static_pre, torch.eye(n, **like)[torch.arange(count, device=like["device"]) % n])  # e_{s mod n}
         init.ones_(self.static_post)
         init.copy_(self.static_res, torch.eye(n, **like).expand(count, n, n))
+
+    @classmethod
+    def streams(cls, config):
+        return config.hc_streams
+
+    @classmethod
+    def extra_parameters(cls, config):
+        n, D, S = config.hc_streams, config.hidden_size, 2 * config.unrolled_depth
+        return S * (D * (3 + n) + 2 + 2 * n + n * n)  # gain, w_m, w_b, W_r; 2 scales, A_m, B, A_r static
+
+    @classmethod
+    def coefficient_term(cls, config):  # w_m, w_b (nD each: D per stream) and W_r (D -> n per stream)
+        n, D, S = config.hc_streams, config.hidden_size, 2 * config.unrolled_depth
+        return FlopTerm("coefficient projections w_m, w_b, W_r per sublayer", S * 2 * n * D * (n + 2), "matmul",
+                        "weights")
+
+    @classmethod
+    def final_term(cls, config):
+        return FlopTerm("final sum of the streams: in our model only", config.hc_streams * config.hidden_size,
+                        "elementwise", paper=False)
 
     def coefficients(self, x, sublayer):
         s = sublayer

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .base import rms_normalize
+from .base import FlopTerm, rms_normalize
 from .streams import MultiStreamResidual
 
 
@@ -64,6 +64,26 @@ class MHC(MultiStreamResidual):
         init.copy_(self.bias, bias.expand(self.bias.shape))
         init.constant_(self.alpha, self.alpha_init)
         init.zeros_(self.final_logits)
+
+    @classmethod
+    def streams(cls, config):
+        return config.mhc_streams
+
+    @classmethod
+    def extra_parameters(cls, config):
+        n, D, S = config.mhc_streams, config.hidden_size, 2 * config.unrolled_depth
+        return S * ((2 * n + n * n) * (n * D + 1) + 3) + n  # phi, its biases, 3 alphas; n final logits
+
+    @classmethod
+    def coefficient_term(cls, config):  # one projection phi: nD -> 2n + n^2 (pre, post, res logits)
+        n, D, S = config.mhc_streams, config.hidden_size, 2 * config.unrolled_depth
+        return FlopTerm("coefficient projection phi (nD -> 2n + n^2) per sublayer", S * 2 * n * D * (2 * n + n * n),
+                        "matmul", "weights")
+
+    @classmethod
+    def final_term(cls, config):
+        return FlopTerm("final softmax-weighted mean of the streams: in our model only",
+                        2 * config.mhc_streams * config.hidden_size, "elementwise", paper=False)
 
     def coefficients(self, x, sublayer):
         n = self.num_streams

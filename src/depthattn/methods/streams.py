@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import Residual
+from .base import FlopTerm, Residual
 
 
 @dataclass
@@ -26,6 +26,47 @@ class MultiStreamResidual(Residual):
     def __init__(self, config, num_streams: int):
         super().__init__(config)
         self.num_streams = num_streams
+
+    @classmethod
+    def streams(cls, config) -> int:
+        """n, the number of residual streams."""
+        raise NotImplementedError
+
+    @classmethod
+    def coefficient_term(cls, config) -> FlopTerm:
+        """The FLOPs of computing pre, post and res, over every sublayer."""
+        raise NotImplementedError
+
+    @classmethod
+    def final_term(cls, config) -> FlopTerm:
+        """The FLOPs of merging the streams before the final norm."""
+        raise NotImplementedError
+
+    @classmethod
+    def flop_terms(cls, config):
+        n, D, S = cls.streams(config), config.hidden_size, 2 * config.unrolled_depth
+        return [
+            cls.coefficient_term(config),
+            FlopTerm("pre: sublayer input sum_i pre_i x_i (2 n D) per sublayer", S * 2 * n * D, "elementwise"),
+            FlopTerm("res: stream mix res @ x (2 n^2 D) per sublayer", S * 2 * n * n * D, "matmul"),
+            FlopTerm("post: streams += post_i * out (2 n D) per sublayer", S * 2 * n * D, "elementwise"),
+            cls.final_term(config),
+        ]
+
+    @classmethod
+    def io_elements(cls, config):
+        n, D, S = cls.streams(config), config.hidden_size, 2 * config.unrolled_depth
+        coefficients = 2 * n + n * n
+        # per sublayer, D-vectors: coefficients read the n streams; pre reads n, writes 1; res reads n, writes n;
+        # post + merge reads the n mixed streams and the output, writes n. Minus vanilla's residual add (reads
+        # x and out, writes x). Coefficient scalars are written by their projection and read back.
+        read = (4 * n + 1 - 2) * D + coefficients
+        write = (2 * n + 1 - 1) * D + coefficients
+        return {"read": S * read, "write": S * write}
+
+    @classmethod
+    def extra_state_elements(cls, config, context):
+        return (cls.streams(config) - 1) * context * config.hidden_size  # n - 1 extra residual streams
 
     def coefficients(self, x: torch.Tensor, sublayer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(pre, post, res) for the sublayer, from its input streams x (B, T, n, D)."""

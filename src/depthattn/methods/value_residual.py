@@ -2,8 +2,8 @@
 
 Every unrolled step `u >= 1` mixes the value of step 0 into its own before sequence attention:
 `V'_u = lambda_1 V_0 + lambda_2 V_u`, with learned scalars per step (ResFormer's initialisation: 0.5 each).
-Like Depth-Attention it acts inside attention, and the mixed value takes the plain value's KV-cache slot;
-step 0's value of the current tokens is carried by the same `DepthState` plumbing.
+Like Depth-Attention it acts inside attention, with step 0 as every later step's source, and the mixed value
+takes the plain value's KV-cache slot.
 
 Parameters: `2 (L - 1)` scalars (L = unrolled depth). At initialisation it equals Depth-Attention with
 `depth_mix="uniform"` and only layer 0 as source (the "depth_first_layer" + "depth_uniform" ablation).
@@ -15,8 +15,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from ..depth import DepthState
-from .base import CrossLayerMethod
+from .base import CrossLayerMethod, FlopTerm
 
 LAMBDA_INIT = 0.5
 
@@ -28,17 +27,38 @@ class ValueResidual(CrossLayerMethod):
     )
 
     def __init__(self, config):
-        super().__init__()
+        super().__init__(config)
         self.lambdas = nn.Parameter(torch.empty(max(config.unrolled_depth - 1, 0), 2))
 
     def reset_parameters(self):
         init.constant_(self.lambdas, LAMBDA_INIT)
 
-    def lambdas_for(self, step: int) -> torch.Tensor | None:
-        return self.lambdas[step - 1] if step >= 1 else None
+    @staticmethod
+    def step_sources(config):
+        return [[0] if u else [] for u in range(config.unrolled_depth)]
 
+    def mix(self, attention, query, state, sources, step):
+        """V' = lambda_1 V_0 + lambda_2 V for this step's state; keys unchanged."""
+        lambdas, first_value = self.lambdas[step - 1], sources[0].value
+        value = lambdas[0].to(state.value.dtype) * first_value + lambdas[1].to(state.value.dtype) * state.value
+        return state._replace(value=value), None
 
-def mix_first_value(state: DepthState, first_value: torch.Tensor, lambdas: torch.Tensor) -> DepthState:
-    """V' = lambda_1 V_0 + lambda_2 V for this step's state; keys unchanged."""
-    value = lambdas[0].to(state.value.dtype) * first_value + lambdas[1].to(state.value.dtype) * state.value
-    return state._replace(value=value)
+    @classmethod
+    def extra_parameters(cls, config):
+        return 2 * max(config.unrolled_depth - 1, 0)  # lambda_1, lambda_2 per step u >= 1
+
+    @classmethod
+    def flop_terms(cls, config):
+        # V' = lambda_1 V_0 + lambda_2 V: a weighted sum of 2 vectors, 2 * 2 d_kv (the model's ops: 2 mul + 1 add)
+        L, d_kv = config.unrolled_depth, config.num_key_value_heads * config.head_dim
+        return [FlopTerm("value mix lambda_1 V_0 + lambda_2 V_u, u >= 1", 4 * d_kv * max(L - 1, 0), "elementwise")]
+
+    @classmethod
+    def io_elements(cls, config):
+        # like Depth-Attention with uniform weights and layer 0 as the only source: read V_0 and V_u, write V'_u
+        L, d_kv = config.unrolled_depth, config.num_key_value_heads * config.head_dim
+        return {"read": 2 * max(L - 1, 0) * d_kv, "write": (L if L > 1 else 0) * d_kv}
+
+    @classmethod
+    def extra_state_elements(cls, config, context):
+        return 0  # V_0 of every position is what KV-cache slot 0 holds

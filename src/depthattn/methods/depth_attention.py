@@ -1,0 +1,101 @@
+"""Depth-Attention (Zeng, Hao et al., arXiv 2606.05014; docs/method.md#depth-attention).
+
+Before sequence attention, step `u`'s query attends over the keys of its sources S(u) (earlier unrolled steps,
+`depthattn.depth.depth_sources`) at the same position and mixes their (already mixed) values into its own
+(`depthattn.depth.depth_mix`, fast paths in `depthattn.ops`).
+
+Parameters: none; the layer's own q, k, v are reused. With `depth_score_bias` each attention holds one learned
+score per loop with sources and per candidate, under `model.layers.N.self_attn.depth_score_bias.K`.
+Initialisation: nothing to initialise; the optional score bias starts at zero, i.e. plain Depth-Attention.
+Inference state (docs/method.md#inference): the KV cache keeps vanilla's size, mixed values in the value slots.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..depth import depth_sources
+from ..ops import get_depth_mix
+from .base import CrossLayerMethod, FlopTerm
+
+
+class DepthAttention(CrossLayerMethod):
+    inference_state = (
+        "Across tokens: none; the KV cache has vanilla's size (mixed values in the value slots). Per token while "
+        "it is processed: k and mixed v of its source layers (|S| KV-head vector pairs)."
+    )
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_layers, self.impl = config.num_hidden_layers, config.depth_impl
+        self.rule, self.mix_states = config.depth_mix, config.depth_mix_states
+
+    @staticmethod
+    def step_sources(config):
+        """S(u) for every unrolled step u, chosen over the unrolled depth (docs/method.md#the-operation)."""
+        return [depth_sources(u, config.resolved_depth_stride, config.depth_window)
+                for u in range(config.unrolled_depth)]
+
+    @staticmethod
+    def score_bias(config, loop_sources):
+        """With `depth_score_bias`: per loop with sources, one score per source and self (last), zero at init."""
+        if not config.depth_score_bias:
+            return None
+        return nn.ParameterList(nn.Parameter(torch.zeros(len(s) + 1)) for s in loop_sources if s)
+
+    def mix(self, attention, query, state, sources, step):
+        loop = step // self.num_layers
+        bias = attention.depth_score_bias
+        if bias is not None:  # one entry per loop with sources, from the first such loop on
+            bias = bias[loop - next(k for k, s in enumerate(attention.loop_depth_sources) if s)]
+        return get_depth_mix(self.impl)(query, state, sources, attention.scaling, rule=self.rule,
+                                        mix_states=self.mix_states, score_bias=bias)
+
+    @classmethod
+    def candidates(cls, config) -> int:
+        """sum over steps with sources of n = |S(u)| + 1 (sources and itself), all at KV-head resolution."""
+        return sum(len(s) + 1 for s in cls.step_sources(config) if s)
+
+    @classmethod
+    def extra_parameters(cls, config):
+        return 0  # Depth-Attention reuses the layer's own q, k, v
+
+    @classmethod
+    def flop_terms(cls, config):
+        d_kv = config.num_key_value_heads * config.head_dim
+        candidates = cls.candidates(config)
+        mixed = len(config.depth_mix_states)  # "v", "k": 1 state mixed; "kv": 2
+        terms = [FlopTerm("depth mix: weighted sums of the candidates' states, 2 n d_kv per mixed state",
+                          2 * candidates * d_kv * mixed, "elementwise")]
+        if config.depth_mix == "softmax":  # uniform weights need no scores
+            terms.insert(0, FlopTerm("depth scores: group-mean query . candidate keys, 2 n d_kv",
+                                     2 * candidates * d_kv, "elementwise", "weights"))
+        return terms
+
+    @classmethod
+    def io_elements(cls, config):
+        d_kv = config.num_key_value_heads * config.head_dim
+        candidates = cls.candidates(config)
+        mixed = len(config.depth_mix_states)
+        passes = mixed + (config.depth_mix == "softmax")  # the score keys, then each mixed state
+        writes = mixed * config.unrolled_depth if candidates else 0  # one mixed state per layer, all L as the paper
+        return {"read": passes * candidates * d_kv, "write": writes * d_kv}
+
+    @classmethod
+    def extra_state_elements(cls, config, context):
+        # source states (k_j, vmix_j at every position) are what KV-cache slot j holds: nothing extra. When keys
+        # are mixed, a mixed source j >= 1 also needs its plain key (the score key), not in the cache.
+        if "k" not in config.depth_mix_states:
+            return 0
+        sources = cls.step_sources(config)
+        read_later = {j for s in sources for j in s}
+        return sum(1 for j in read_later if sources[j]) * context * config.num_key_value_heads * config.head_dim
+
+    @classmethod
+    def cost_details(cls, config):
+        sources = cls.step_sources(config)
+        return {
+            "depth_sources_total": sum(len(s) for s in sources),  # sum |S(u)|: 70 at 3B
+            "depth_candidates_total": cls.candidates(config),  # sum (|S(u)| + 1): 117 at 3B
+        }

@@ -1,0 +1,54 @@
+"""A new cross-layer method is one module plus one registry line: it trains, decodes with a cache, has costs and
+saves and loads (the toy method of toy_method.py)."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from depthattn.config import CROSS_LAYER_METHODS
+from depthattn.evaluate.costs import method_costs
+from depthattn.methods import INFERENCE_STATE, METHODS, count_parameters, register
+from depthattn.train import TrainConfig, train
+
+from ..helpers import prefill_then_decode, tiny_config, tiny_model
+from .toy_method import ToyValueGain
+
+
+@pytest.fixture
+def toy():
+    register("toy", ToyValueGain)
+    yield "toy"
+    del METHODS["toy"], INFERENCE_STATE["toy"]
+    CROSS_LAYER_METHODS.remove("toy")
+
+
+def test_toy_method_trains_and_reloads(toy, tiny_data, tmp_path):
+    cfg = TrainConfig.load(None, [
+        "--data.path", str(tiny_data), "--data.seq_len", "16", "--train.out_dir", str(tmp_path / "run"),
+        "--train.batch_size", "2", "--train.steps", "3", "--train.eval_every", "3", "--train.eval_batches", "1",
+        "--train.checkpoint_every", "3", "--train.progress", "false", "--optim.warmup_steps", "1",
+        "--model.method", "vanilla", "--model.overrides.cross_layer", toy, "--model.overrides.num_hidden_layers", "2",
+    ])
+    train(cfg)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "final")
+    gains = model.model.cross_layer.gains
+    assert model.config.cross_layer == "toy" and gains.shape == (1,) and gains.abs().sum() > 0  # trained
+
+
+def test_toy_method_decodes_with_a_cache_and_has_costs(toy, tmp_path):
+    model = tiny_model(cross_layer=toy)
+    with torch.no_grad():
+        model.model.cross_layer.gains.uniform_(-1, 1)
+    ids = torch.randint(0, 97, (2, 9))
+    full = model(ids).logits
+    cached, _ = prefill_then_decode(model, ids, 4)
+    torch.testing.assert_close(cached, full, rtol=0, atol=1e-5)
+    assert not torch.allclose(full, tiny_model(cross_layer="none")(ids).logits)
+
+    costs = method_costs(tiny_config(cross_layer=toy))
+    assert costs["params_extra"] == count_parameters(model)["extra_over_vanilla"] == 3
+    assert costs["extra_flops_per_token"] == 2 * 2 * 8 * 3 and costs["extra_state_bytes_at_context"] == 0
+
+    model.save_pretrained(tmp_path / "toy")
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "toy")
+    torch.testing.assert_close(reloaded(ids).logits, full, rtol=0, atol=0)

@@ -1,0 +1,38 @@
+"""A toy cross-layer method added in one file plus one registry line: every step u >= 1 adds a learned multiple of
+step 0's value to its own, `V'_u = V_u + g_u V_0`, inside attention through the `CrossLayerMethod` hooks.
+
+Not a paper's method: no arXiv reference. Parameters: `L - 1` gains `g_u`. Initialisation: zero (vanilla at init).
+"""
+
+import torch
+from torch import nn
+from transformers import initialization as init
+
+from depthattn.methods import CrossLayerMethod, FlopTerm
+
+
+class ToyValueGain(CrossLayerMethod):
+    inference_state = "Across tokens: none. Per token while it is processed: layer 0's value."
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.gains = nn.Parameter(torch.empty(max(config.unrolled_depth - 1, 0)))
+
+    def reset_parameters(self):
+        init.zeros_(self.gains)
+
+    @staticmethod
+    def step_sources(config):
+        return [[0] if u else [] for u in range(config.unrolled_depth)]
+
+    def mix(self, attention, query, state, sources, step):
+        return state._replace(value=state.value + self.gains[step - 1].to(state.value.dtype) * sources[0].value), None
+
+    @classmethod
+    def extra_parameters(cls, config):
+        return max(config.unrolled_depth - 1, 0)
+
+    @classmethod
+    def flop_terms(cls, config):
+        d_kv = config.num_key_value_heads * config.head_dim
+        return [FlopTerm("value gain V_u + g_u V_0", 2 * d_kv * max(config.unrolled_depth - 1, 0), "elementwise")]
