@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from .data.files import NoSpaceLeft
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="depthattn", description="Depth-Attention language models")
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(args)
-    except (ValueError, FileNotFoundError, FileExistsError, ImportError, RuntimeError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError, ImportError, RuntimeError, NoSpaceLeft) as error:
         print(f"depthattn {args.command}: error: {error}", file=sys.stderr)
         return 1
     return 2
