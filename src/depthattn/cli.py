@@ -23,12 +23,14 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in train.out_dir")
 
     generate = commands.add_parser("generate", help="continue a prompt with a saved model")
-    generate.add_argument("model", help="a folder saved by train (e.g. runs/demo/depth_attention/final)")
-    generate.add_argument("prompt")
+    generate.add_argument("model", help="a folder saved by train: final/ or checkpoints/step_* "
+                                        "(e.g. runs/demo/depth_attention/final)")
+    generate.add_argument("prompt", help='the text to continue; "" starts a new document')
     generate.add_argument("--max-new-tokens", type=int, default=64)
     generate.add_argument("--temperature", type=float, default=0.8, help="0 for greedy decoding")
-    generate.add_argument("--top-k", type=int, default=50)
+    generate.add_argument("--top-k", type=int, default=50, help="0: no limit")
     generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder (default: the model folder's)")
 
     from .evaluate.compare import add_arguments as add_compare_arguments, run as run_compare
 
@@ -71,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate":
             from .generate import generate_text
 
-            print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed))
+            print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed,
+                                args.tokenizer))
             return 0
         if args.command == "compare":
             return run_compare(args)

@@ -38,6 +38,11 @@ def is_main_process() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
 
 
+def nonfinite_tensors(state: dict[str, torch.Tensor]) -> list[str]:
+    """Names of the floating-point tensors of `state` that hold a NaN or an infinity."""
+    return [name for name, tensor in state.items() if tensor.is_floating_point() and not tensor.isfinite().all()]
+
+
 def rng_state() -> dict:
     """Torch's generators (dropout, sampling); the data order has its own seeded generator."""
     state = {"torch": torch.get_rng_state()}
