@@ -35,7 +35,7 @@ def test_generate_from_a_saved_model(demo_dir, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["train", "--optim.lrr", "1"], "did you mean 'lr'"),
     (["train", "--config", "missing.toml"], "does not exist"),
-    (["generate", "nowhere", "hi"], "holds no saved model"),
+    (["generate", "nowhere", "hi"], "model folder nowhere does not exist"),
     (["prepare", "--input", "missing.txt", "--out", "x"], "missing.txt"),
 ])
 def test_errors_are_one_clear_line(argv, message, capsys, tmp_path, monkeypatch):

@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from .data.files import NoSpaceLeft
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="depthattn", description="Depth-Attention language models")
@@ -21,12 +23,14 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in train.out_dir")
 
     generate = commands.add_parser("generate", help="continue a prompt with a saved model")
-    generate.add_argument("model", help="a folder saved by train (e.g. runs/demo/depth_attention/final)")
-    generate.add_argument("prompt")
+    generate.add_argument("model", help="a folder saved by train: final/ or checkpoints/step_* "
+                                        "(e.g. runs/demo/depth_attention/final)")
+    generate.add_argument("prompt", help='the text to continue; "" starts a new document')
     generate.add_argument("--max-new-tokens", type=int, default=64)
     generate.add_argument("--temperature", type=float, default=0.8, help="0 for greedy decoding")
-    generate.add_argument("--top-k", type=int, default=50)
+    generate.add_argument("--top-k", type=int, default=50, help="0: no limit")
     generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder (default: the model folder's)")
 
     from .evaluate.study import add_arguments as add_study_arguments, run as run_study
 
@@ -66,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate":
             from .generate import generate_text
 
-            print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed))
+            print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed,
+                                args.tokenizer))
             return 0
         if args.command == "study":
             return run_study(args)
@@ -82,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(args)
-    except (ValueError, FileNotFoundError, FileExistsError, ImportError, RuntimeError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError, ImportError, RuntimeError, NoSpaceLeft) as error:
         print(f"depthattn {args.command}: error: {error}", file=sys.stderr)
         return 1
     return 2

@@ -147,7 +147,8 @@ class DepthAttentionConfig(PreTrainedConfig):
         _check_choice("depth_mix", self.depth_mix, DEPTH_MIX_RULES)
         _check_choice("depth_mix_states", self.depth_mix_states, DEPTH_MIX_STATES)
         _check_choice("depth_impl", self.depth_impl, DEPTH_IMPLS)
-        if self.depth_stride is not None and (not isinstance(self.depth_stride, int) or self.depth_stride < 1):
+        stride = self.depth_stride
+        if stride is not None and (not isinstance(stride, int) or isinstance(stride, bool) or stride < 1):
             raise ValueError(
                 f"depth_stride must be an integer >= 1 or None (None means half the unrolled depth), "
                 f"got {self.depth_stride!r}"
@@ -156,7 +157,7 @@ class DepthAttentionConfig(PreTrainedConfig):
             raise ValueError(f"depth_score_bias must be true or false, got {self.depth_score_bias!r}")
         if self.depth_score_bias and self.depth_impl == "triton":
             raise ValueError("depth_score_bias is not in the Triton kernels; use depth_impl 'auto' or 'compiled'")
-        if not isinstance(self.depth_window, int) or self.depth_window < 0:
+        if not isinstance(self.depth_window, int) or isinstance(self.depth_window, bool) or self.depth_window < 0:
             raise ValueError(f"depth_window must be an integer >= 0, got {self.depth_window!r}")
         for name, low in (("num_loops", 1), ("denseformer_dilation", 1), ("denseformer_period", 1),
                           ("attnres_block_size", 1), ("mhc_streams", 2), ("mhc_sinkhorn_iters", 1),

@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import math
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from .evaluate.loading import check_model_dir, find_tokenizer, load_model
 
 
 def generate_text(model_dir: str, prompt: str, max_new_tokens: int = 64, temperature: float = 0.8,
-                  top_k: int = 50, seed: int = 0) -> str:
-    if not (Path(model_dir) / "config.json").is_file():
-        raise FileNotFoundError(f"{model_dir} holds no saved model (config.json); pass a folder written by train")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    return sample(model, tokenizer, prompt, max_new_tokens, temperature, top_k, seed)
+                  top_k: int = 50, seed: int = 0, tokenizer: str | None = None) -> str:
+    """Continue `prompt` with the model in `model_dir` (a final/ or checkpoint folder); an empty prompt starts a
+    new document (from the tokenizer's BOS, else EOS)."""
+    if max_new_tokens < 1 or top_k < 0 or not 0 <= temperature < math.inf:
+        raise ValueError(f"need --max-new-tokens >= 1, --top-k >= 0 (0: no limit) and a finite --temperature >= 0 "
+                         f"(0: greedy); got {max_new_tokens}, {top_k} and {temperature}")
+    tok = find_tokenizer(check_model_dir(model_dir), tokenizer)
+    model = load_model(model_dir)
+    return sample(model, tok, prompt, max_new_tokens, temperature, top_k, seed)
 
 
 @torch.no_grad()
 def sample(model, tokenizer, prompt: str, max_new_tokens: int, temperature: float, top_k: int, seed: int) -> str:
+    from .evaluate.perplexity import start_token_id
+
     torch.manual_seed(seed)
-    ids = tokenizer(prompt, return_tensors="pt").input_ids.to(model.device)
+    ids = tokenizer(prompt, return_tensors="pt").input_ids if prompt else torch.tensor([[start_token_id(tokenizer)]])
     sampling = dict(do_sample=True, temperature=temperature, top_k=top_k) if temperature > 0 else dict(do_sample=False)
-    out = model.generate(ids, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling)
+    out = model.generate(ids.to(model.device), max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                         **sampling)
     return tokenizer.decode(out[0], skip_special_tokens=True)

@@ -25,6 +25,7 @@ def test_round_trip(tmp_path):
     (dict(depth_stride=0), "depth_stride"),
     (dict(depth_stride=-2), "depth_stride"),
     (dict(depth_stride=2.5), "depth_stride"),
+    (dict(depth_stride=True), "depth_stride"),
     (dict(depth_window=-1), "depth_window"),
     (dict(cross_layer="densformer"), "cross_layer"),
     (dict(depth_mix="max"), "depth_mix"),

@@ -39,6 +39,8 @@ def test_bad_files_name_the_problem(tmp_path, text, message):
     (["--train.compile", "maybe"], "not a valid bool"),
     (["lr=3"], "must look like --section.key value"),
     (["--train.steps"], "has no value"),
+    (["--optim.lr", "nan"], "optim.lr must be > 0 and finite"),
+    (["--optim.weight_decay", "inf"], "must be finite and >= 0"),
 ])
 def test_bad_overrides(overrides, message):
     with pytest.raises(ValueError, match=message):

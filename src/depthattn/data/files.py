@@ -4,17 +4,54 @@ Every file is written under a temporary name in its final directory, flushed, fs
 renamed over the target with os.replace, so a reader never sees a half-written file.
 """
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
+import sys
 from contextlib import contextmanager
 from pathlib import Path
+
+CHECKSUMS = "checksums.json"
+_TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{16}\.tmp$")  # the names temporary_sibling makes
 
 
 class DataError(ValueError):
     """Bad input data or a broken dataset directory; the message names the file, the problem and the fix."""
+
+
+class NoSpaceLeft(OSError):
+    """A write failed because the disk is full; the message names the folder being written."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+@contextmanager
+def reporting_full_disk(folder: str | os.PathLike):
+    """Turn a full-disk OSError (ENOSPC) raised in the block into NoSpaceLeft naming `folder`."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        raise NoSpaceLeft(errno.ENOSPC, f"no space left on {folder}; free some space and run again") from error
+
+
+def make_folder(path: str | os.PathLike, option: str = "folder") -> Path:
+    """`mkdir -p path`, with a clear error when a file stands where a folder must be."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next(p for p in (path, *path.parents) if p.exists() and not p.is_dir())
+        raise ValueError(f"{option} {path} cannot be made: {blocker} is a file, not a folder; "
+                         f"choose another {option}") from None
+    return path
 
 
 def fsync_directory(path: Path) -> None:
@@ -42,27 +79,34 @@ class AtomicFile:
         self.file = open(self.temp_path, "xb")
 
     def write(self, data: bytes) -> None:
-        self.file.write(data)
+        with reporting_full_disk(self.path.parent):
+            self.file.write(data)
 
     def commit(self) -> None:
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
+        with reporting_full_disk(self.path.parent):
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
         os.replace(self.temp_path, self.path)
         fsync_directory(self.path.parent)
 
     def discard(self) -> None:
-        self.file.close()
+        with contextlib.suppress(OSError):  # closing flushes the buffer, which fails again on a full disk
+            self.file.close()
         self.temp_path.unlink(missing_ok=True)
 
     def __enter__(self) -> "AtomicFile":
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
+        if exc_type is not None:
             self.discard()
+            return
+        try:
+            self.commit()
+        except BaseException:
+            self.discard()
+            raise
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -76,22 +120,42 @@ def atomic_write_json(path: str | os.PathLike, obj) -> None:
 
 @contextmanager
 def atomic_directory(path: str | os.PathLike):
-    """Yield a temporary sibling directory to fill; on success it replaces `path` as a whole."""
+    """Yield a temporary sibling directory to fill; on success it replaces `path` as a whole.
+
+    An old `path` is renamed aside first and deleted after the swap, so that a crash at any moment leaves
+    the old or the new folder whole (the old one perhaps under a hidden temporary name)."""
     path = Path(path)
     temp_dir = temporary_sibling(path)
     temp_dir.mkdir()
     try:
-        yield temp_dir
-        for child in temp_dir.iterdir():
-            with open(child, "rb") as file:  # save_pretrained writes plain files only
-                os.fsync(file.fileno())
+        with reporting_full_disk(path.parent):
+            yield temp_dir
+            for child in temp_dir.rglob("*"):
+                if child.is_file():
+                    with open(child, "rb") as file:
+                        os.fsync(file.fileno())
+        old = temporary_sibling(path)
         if path.exists():
-            shutil.rmtree(path)
+            os.replace(path, old)
         os.replace(temp_dir, path)
         fsync_directory(path.parent)
+        shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
+
+
+def remove_temporaries(folder: str | os.PathLike) -> None:
+    """Delete what a killed process left of its atomic writes in `folder` (hidden temporary files and folders).
+
+    Only for folders that a single process writes, such as a training run's."""
+    folder = Path(folder)
+    if folder.is_dir():
+        for leftover in (p for p in folder.iterdir() if _TEMPORARY.match(p.name)):
+            if leftover.is_dir():
+                shutil.rmtree(leftover)
+            else:
+                leftover.unlink()
 
 
 def sha256_file(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> str:
@@ -100,3 +164,43 @@ def sha256_file(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> str:
         while chunk := file.read(chunk_bytes):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def write_checksums(folder: str | os.PathLike) -> None:
+    """checksums.json in `folder`: the sha256 of every other file in it, written last."""
+    folder = Path(folder)
+    files = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != CHECKSUMS)
+    atomic_write_json(folder / CHECKSUMS, {"sha256": {name: sha256_file(folder / name) for name in files}})
+
+
+def checksum_problems(folder: str | os.PathLike) -> list[str]:
+    """The files of `folder` that are missing or differ from checksums.json (empty without one)."""
+    folder = Path(folder)
+    if not (folder / CHECKSUMS).is_file():
+        return []
+    try:
+        expected = json.loads((folder / CHECKSUMS).read_text())["sha256"]
+    except (ValueError, KeyError, TypeError) as error:
+        return [f"{CHECKSUMS} is unreadable ({error})"]
+    return [f"{name} is missing" if not (folder / name).is_file() else f"{name} differs from its sha256"
+            for name, digest in expected.items()
+            if not (folder / name).is_file() or sha256_file(folder / name) != digest]
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """The records of a JSON-lines file. A torn last line (a write cut short by a crash or a full disk) is
+    dropped with a notice; a bad line before it is an error naming the file and the line."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError as error:
+            if number < len(lines):
+                raise DataError(f"{path}, line {number}: not valid JSON ({error}); fix or delete that line") from None
+            print(f"note: {path}: dropped its last line, cut short by an interrupted write: {line[:60]!r}",
+                  file=sys.stderr)
+    return records

@@ -8,22 +8,27 @@
 4. Encode every document, append EOS, and write each split as shards of `shard_tokens` tokens.
 5. Write manifest.json last, so a directory with a manifest is always complete.
 
-A directory that already has a manifest.json is refused unless overwrite=True (--overwrite), which
-first deletes the manifest and the old shards. A directory without one (an interrupted run) is
-written over. Every file is written atomically (files.py).
+Everything is written into a hidden temporary folder beside the output folder; only once its manifest
+is written do its files move in, taking the place of an older dataset's manifest, shards and tokenizer
+(other files there are left alone). So a failed or killed run leaves the output folder as it was. A
+folder that already holds a dataset (a manifest.json) is refused unless overwrite=True (--overwrite).
 """
 
 import argparse
 import hashlib
 import os
+import re
+import shutil
 import sys
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from .files import AtomicFile, DataError, atomic_write_json
+from .files import (AtomicFile, DataError, atomic_write_json, fsync_directory, make_folder, reporting_full_disk,
+                    temporary_sibling)
 from .manifest import DTYPES, FORMAT, FORMAT_VERSION, MANIFEST_NAME, SPLITS, TOKENIZER_DIR, token_dtype_name
 from .sources import DEFAULT_CHUNK_CHARS, EMBEDDED, describe_sources, iter_documents, resolve_sources
 from .tokenizer import load_tokenizer, save_tokenizer, train_bpe_tokenizer
@@ -99,18 +104,48 @@ def batched(items: Iterable[str], size: int) -> Iterator[list[str]]:
         yield batch
 
 
-def clear_previous_output(out_dir: Path, overwrite: bool) -> None:
-    if not (out_dir / MANIFEST_NAME).exists():
-        return
-    if not overwrite:
+def refuse_previous_output(out_dir: Path, overwrite: bool) -> None:
+    if (out_dir / MANIFEST_NAME).exists() and not overwrite:
         raise DataError(
             f"{out_dir} already holds a prepared dataset ({MANIFEST_NAME}). "
             "Pass --overwrite to replace it, or choose another --out."
         )
-    (out_dir / MANIFEST_NAME).unlink()  # first, so that from here on the directory counts as incomplete
-    for split in SPLITS:
-        for shard in out_dir.glob(f"{split}_*.bin"):
-            shard.unlink()
+
+
+def dataset_entries(folder: Path) -> list[Path]:
+    """The manifest (first), shards and tokenizer folder of a dataset in `folder`, those that exist."""
+    shard = re.compile(rf"^({'|'.join(SPLITS)})_\d+\.bin$")
+    shards = sorted(p for p in folder.iterdir() if shard.match(p.name))
+    return [p for p in (folder / MANIFEST_NAME, *shards, folder / TOKENIZER_DIR) if p.exists()]
+
+
+def install_dataset(build_dir: Path, out_dir: Path) -> None:
+    """Move the dataset built in `build_dir` into `out_dir` in place of an older one there: the old manifest
+    goes first and the new one comes last, so `out_dir` never holds a manifest of the wrong shards."""
+    make_folder(out_dir, "--out")
+    old = temporary_sibling(out_dir)
+    old.mkdir()
+    for entry in dataset_entries(out_dir):
+        os.replace(entry, old / entry.name)
+    for entry in reversed(dataset_entries(build_dir)):
+        os.replace(entry, out_dir / entry.name)
+    fsync_directory(out_dir)
+    shutil.rmtree(old)
+
+
+@contextmanager
+def building_dataset(out_dir: Path):
+    """Yield a hidden temporary folder beside `out_dir` to build a dataset in; when the block ends well, the
+    dataset moves into `out_dir` (install_dataset), and in any case the temporary folder goes."""
+    make_folder(out_dir.parent, "--out")
+    build_dir = temporary_sibling(out_dir)
+    build_dir.mkdir()
+    try:
+        with reporting_full_disk(out_dir.parent):
+            yield build_dir
+            install_dataset(build_dir, out_dir)
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
 
 
 def prepare(
@@ -139,8 +174,7 @@ def prepare(
         raise DataError(f"shard_tokens and chunk_chars must be positive, got {shard_tokens} and {chunk_chars}.")
     out_dir = Path(out_dir)
     sources = resolve_sources(inputs)
-    clear_previous_output(out_dir, overwrite)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    refuse_previous_output(out_dir, overwrite)
 
     def documents(desc: str) -> Iterator[str]:
         return tqdm(
@@ -150,59 +184,60 @@ def prepare(
     def split_of(text: str) -> str:
         return document_split(text, seed, val_fraction)
 
-    if tokenizer is None:
-        train_texts = (text for text in documents("train tokenizer") if split_of(text) == "train")
-        hf_tokenizer = train_bpe_tokenizer(train_texts, vocab_size, out_dir / TOKENIZER_DIR)
-        origin = f"byte-level BPE trained on the train split, vocab_size {vocab_size} requested"
-    else:
-        hf_tokenizer = load_tokenizer(tokenizer)
-        save_tokenizer(hf_tokenizer, out_dir / TOKENIZER_DIR)
-        origin = str(Path(tokenizer).resolve())
-    if hf_tokenizer.eos_token_id is None:
-        raise DataError(
-            f"tokenizer {tokenizer} has no eos_token, which ends every document. "
-            'Set "eos_token" in its tokenizer_config.json.'
-        )
-    dtype_name = token_dtype_name(len(hf_tokenizer))
-
-    with (
-        ShardWriter(out_dir, "train", DTYPES[dtype_name], shard_tokens) as train_writer,
-        ShardWriter(out_dir, "val", DTYPES[dtype_name], shard_tokens) as val_writer,
-    ):
-        writers = {"train": train_writer, "val": val_writer}
-        for batch in batched(documents("encode"), ENCODE_BATCH_DOCUMENTS):
-            # split_special_tokens: a literal "<|endoftext|>" inside a document is plain text, not EOS
-            encoded = hf_tokenizer(batch, add_special_tokens=False, split_special_tokens=True, verbose=False)
-            for text, token_ids in zip(batch, encoded["input_ids"], strict=True):
-                writers[split_of(text)].add_document(token_ids + [hf_tokenizer.eos_token_id])
-        splits = {split: writer.finish() for split, writer in writers.items()}
-
-    num_documents = sum(info["num_documents"] for info in splits.values())
-    for split, info in splits.items():
-        if info["num_documents"] == 0:
+    with building_dataset(out_dir) as build_dir:
+        if tokenizer is None:
+            train_texts = (text for text in documents("train tokenizer") if split_of(text) == "train")
+            hf_tokenizer = train_bpe_tokenizer(train_texts, vocab_size, build_dir / TOKENIZER_DIR)
+            origin = f"byte-level BPE trained on the train split, vocab_size {vocab_size} requested"
+        else:
+            hf_tokenizer = load_tokenizer(tokenizer)
+            save_tokenizer(hf_tokenizer, build_dir / TOKENIZER_DIR)
+            origin = str(Path(tokenizer).resolve())
+        if hf_tokenizer.eos_token_id is None:
             raise DataError(
-                f"the {split} split got none of the {num_documents} documents (val_fraction {val_fraction}). "
-                "Change --val-fraction or --seed, or give more documents."
+                f"tokenizer {tokenizer} has no eos_token, which ends every document. "
+                'Set "eos_token" in its tokenizer_config.json.'
             )
-    manifest = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "source": describe_sources(sources),
-        "text_field": text_field,
-        "seed": seed,
-        "val_fraction": val_fraction,
-        "chunk_chars": chunk_chars,
-        "shard_tokens": shard_tokens,
-        "dtype": dtype_name,
-        "tokenizer": {
-            "path": TOKENIZER_DIR,
-            "origin": origin,
-            "vocab_size": len(hf_tokenizer),
-            "eos_id": hf_tokenizer.eos_token_id,
-        },
-        "splits": splits,
-    }
-    atomic_write_json(out_dir / MANIFEST_NAME, manifest)
+        dtype_name = token_dtype_name(len(hf_tokenizer))
+
+        with (
+            ShardWriter(build_dir, "train", DTYPES[dtype_name], shard_tokens) as train_writer,
+            ShardWriter(build_dir, "val", DTYPES[dtype_name], shard_tokens) as val_writer,
+        ):
+            writers = {"train": train_writer, "val": val_writer}
+            for batch in batched(documents("encode"), ENCODE_BATCH_DOCUMENTS):
+                # split_special_tokens: a literal "<|endoftext|>" inside a document is plain text, not EOS
+                encoded = hf_tokenizer(batch, add_special_tokens=False, split_special_tokens=True, verbose=False)
+                for text, token_ids in zip(batch, encoded["input_ids"], strict=True):
+                    writers[split_of(text)].add_document(token_ids + [hf_tokenizer.eos_token_id])
+            splits = {split: writer.finish() for split, writer in writers.items()}
+
+        num_documents = sum(info["num_documents"] for info in splits.values())
+        for split, info in splits.items():
+            if info["num_documents"] == 0:
+                raise DataError(
+                    f"the {split} split got none of the {num_documents} documents (val_fraction {val_fraction}). "
+                    "Change --val-fraction or --seed, or give more documents."
+                )
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "source": describe_sources(sources),
+            "text_field": text_field,
+            "seed": seed,
+            "val_fraction": val_fraction,
+            "chunk_chars": chunk_chars,
+            "shard_tokens": shard_tokens,
+            "dtype": dtype_name,
+            "tokenizer": {
+                "path": TOKENIZER_DIR,
+                "origin": origin,
+                "vocab_size": len(hf_tokenizer),
+                "eos_id": hf_tokenizer.eos_token_id,
+            },
+            "splits": splits,
+        }
+        atomic_write_json(build_dir / MANIFEST_NAME, manifest)
     return manifest
 
 

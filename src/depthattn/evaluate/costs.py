@@ -259,7 +259,7 @@ def configs_from_args(args) -> dict[str, DepthAttentionConfig]:
         if args.num_loops is not None:
             num_loops = args.num_loops
     else:
-        preset, num_loops = args.preset or "3b", args.num_loops or 1
+        preset, num_loops = args.preset or "3b", 1 if args.num_loops is None else args.num_loops
         if preset not in MODEL_PRESETS:
             raise ValueError(f"--preset must be one of {', '.join(map(repr, MODEL_PRESETS))}; got {preset!r}")
     if num_loops < 1:

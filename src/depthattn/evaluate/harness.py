@@ -146,6 +146,36 @@ def load_tasks(task_names: Sequence[str], task_manager, skip_unreachable: bool =
     return objects, unreachable
 
 
+def context_checked_lm(**kwargs):
+    """lm-eval's HFLM(**kwargs), except that a task whose continuations do not fit in the context is a ValueError
+    naming the task and the --max-length it needs (lm-eval itself stops on a bare assert)."""
+    from lm_eval.models.huggingface import HFLM
+
+    class ContextCheckedLM(HFLM):
+        def loglikelihood(self, requests, disable_tqdm: bool = False):
+            try:
+                return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+            except AssertionError:
+                too_long = {}  # task -> its longest continuation in tokens, where longer than max_length
+                for request in requests:
+                    context, continuation = request.args
+                    tokens = self._encode_pair(context, continuation)[1] if context else self.tok_encode(continuation)
+                    if len(tokens) > self.max_length:
+                        too_long[request.task_name] = max(len(tokens), too_long.get(request.task_name, 0))
+                if not too_long:
+                    raise
+            longest = max(too_long.values())
+            limit = max_positions_of(self.model.config) or longest
+            fix = (f"pass --max-length {longest} or more (the model takes up to {limit})" if longest <= limit
+                   else f"the model takes at most {limit}")
+            raise ValueError(
+                f"task(s) {', '.join(f'{task} (up to {n} tokens)' for task, n in too_long.items())} score "
+                f"continuations longer than the context of {self.max_length} tokens (--max-length, by default the "
+                f"training seq_len): {fix}, or leave out those tasks")
+
+    return ContextCheckedLM(**kwargs)
+
+
 def _json_safe(obj):
     from lm_eval.utils import handle_non_serializable
 
@@ -184,7 +214,6 @@ def harness_evaluate(
     (or are skipped and listed under "skipped_tasks" with `skip_unreachable`)."""
     lm_eval_version = require_lm_eval()
     import lm_eval
-    from lm_eval.models.huggingface import HFLM
 
     shots = [num_fewshot] if isinstance(num_fewshot, int) else list(num_fewshot)
     if not shots or any(n < 0 for n in shots):
@@ -196,7 +225,8 @@ def harness_evaluate(
     level = logging.INFO if verbose else logging.ERROR
     runs, versions, skipped, n_samples, configs = {}, {}, {}, {}, {}
     with _lm_eval_log_level(level), hub_offline(offline):
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size, max_length=max_length)
+        lm = context_checked_lm(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size,
+                                max_length=max_length)
         task_manager = make_task_manager(tasks)
         for n in shots:
             objects, skipped = load_tasks(tasks, task_manager, skip_unreachable)  # fresh objects for each count

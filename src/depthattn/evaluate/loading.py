@@ -13,6 +13,9 @@ from pathlib import Path
 
 import torch
 
+from ..data.files import checksum_problems
+from ..train.checkpoint import nonfinite_tensors
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_CHOICES = (*DTYPES, "auto")
 
@@ -33,22 +36,73 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def resolve_device(device: str | None) -> torch.device:
+    """`device` (default: cuda if available) as a torch.device, after checking that this machine has it."""
+    try:
+        resolved = torch.device(device or default_device())
+    except RuntimeError:
+        raise ValueError(f"--device {device!r} is not a device; use cpu, cuda or cuda:N") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available on this machine; use --device cpu")
+    if resolved.type == "cuda" and (resolved.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return resolved
+
+
+def _listed(names) -> str:
+    names = sorted(map(str, names))
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
 def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str | None = None):
-    """A saved causal LM (any transformers model; depthattn models are registered on import) in eval mode.
+    """A saved depthattn model in eval mode, refused unless its files match their checksums (where the folder
+    records them), every tensor of the model is in the weights with its shape, no other tensor is, and all
+    are finite.
 
     dtype: float32, bfloat16, float16, or auto (the dtype recorded in the saved config).
     """
-    import depthattn  # noqa: F401  (registers the depth_attention model type with the Auto classes)
+    import depthattn  # registers the depth_attention model type with the Auto classes
     from transformers import AutoModelForCausalLM
 
     path = check_model_dir(model_dir)
     if dtype not in DTYPE_CHOICES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_CHOICES)}")
+    device = resolve_device(device)
+    model_type = _read_json(path / "config.json").get("model_type")
+    if model_type != depthattn.DepthAttentionConfig.model_type:
+        raise ValueError(f"{path} holds a {model_type!r} model, not a depthattn one (model_type "
+                         f"{depthattn.DepthAttentionConfig.model_type!r}); convert a Qwen3 model with "
+                         "DepthAttentionForCausalLM.from_qwen3")
+    damaged = checksum_problems(path)
+    if damaged:
+        raise ValueError(f"{path} is damaged: {'; '.join(damaged)} (checksums.json); use an intact copy")
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES.get(dtype, "auto"), local_files_only=True)
+        model, info = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES.get(dtype, "auto"), local_files_only=True,
+                                                           output_loading_info=True, ignore_mismatched_sizes=True)
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(f"could not load a causal language model from {path}: {error}") from error
-    return model.to(device or default_device()).eval()
+    problems = [f"{what}: {_listed(names)}" for what, names in (
+        ("missing", info["missing_keys"]), ("unexpected", info["unexpected_keys"]),
+        ("of the wrong shape", [f"{key} {tuple(saved)} (needs {tuple(needed)})"
+                                for key, saved, needed in info["mismatched_keys"]])) if names]
+    if problems:
+        raise ValueError(f"the weights in {path} do not fit its config.json, tensors {'; '.join(problems)}: "
+                         "pass a folder written by train or by save_pretrained, unchanged")
+    nonfinite = nonfinite_tensors(model.state_dict())
+    if nonfinite:
+        raise ValueError(f"{path} holds NaN or infinite weights in {_listed(nonfinite)}: the run that wrote it "
+                         "diverged; use an earlier checkpoint")
+    return model.to(device).eval()
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot read {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    return data
 
 
 def check_data_vocab(shards, model, data) -> None:

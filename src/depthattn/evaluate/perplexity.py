@@ -226,7 +226,8 @@ def evaluate_perplexity(
         raise ValueError(f"--max-tokens must be >= 1, got {max_tokens}")
     model = load_model(model_path, dtype, device)
     max_positions = max_positions_of(model.config)
-    block_size = block_size or default_context_length(model_path, max_positions)
+    if block_size is None:
+        block_size = default_context_length(model_path, max_positions)
     if max_positions is not None and block_size > max_positions:
         raise ValueError(f"block size {block_size} exceeds the model's max_position_embeddings ({max_positions}); "
                          f"pass --block-size {max_positions} or less")

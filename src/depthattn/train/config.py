@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -72,8 +73,9 @@ class OptimSection:
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"optim.{name} must lie in [0, 1), got {getattr(self, name)}")
-        if self.weight_decay < 0 or self.warmup_steps < 0 or self.grad_clip < 0:
-            raise ValueError("optim.weight_decay, optim.warmup_steps and optim.grad_clip must be >= 0")
+        _positive("optim.eps", self.eps)
+        if not (0 <= self.weight_decay < math.inf and self.warmup_steps >= 0 and 0 <= self.grad_clip < math.inf):
+            raise ValueError("optim.weight_decay, optim.warmup_steps and optim.grad_clip must be finite and >= 0")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"optim.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
 
@@ -227,8 +229,8 @@ def _unknown(message: str, key: str, known) -> str:
 
 
 def _positive(name: str, value):
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name} must be > 0 and finite, got {value}")
 
 
 def _choice(name: str, value, allowed):

@@ -3,30 +3,105 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import json
 import math
-import shutil
+import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.distributed.tensor import DTensor
 from tqdm.auto import tqdm
 from transformers.utils import logging as hf_logging
 
 from .. import DepthAttentionConfig, DepthAttentionForCausalLM, method_settings
-from ..data.files import atomic_directory, atomic_write_json, atomic_write_bytes
+from ..data.files import (atomic_directory, atomic_write_bytes, atomic_write_json, make_folder, read_records,
+                          remove_temporaries, reporting_full_disk, sha256_file, write_checksums)
+from ..data.manifest import read_manifest
 from ..data.shards import TokenBatches, TokenShards, eval_batches
 from .checkpoint import (
-    full_model_state, is_main_process, list_checkpoints, load_trainer_state, load_weights, save_checkpoint,
+    full_model_state, is_main_process, list_checkpoints, load_trainer_state, load_weights, newest_good_checkpoint,
+    save_checkpoint, save_model_files, saved_settings,
 )
 from .config import MODEL_PRESETS, TrainConfig
 from .distributed import World, close_world, init_world, mean_over_ranks, parallelize, sum_over_ranks
-from .optim import build_optimizer, build_scheduler
+from .optim import build_optimizer, build_scheduler, follow_config
 
 
 class TrainingDiverged(RuntimeError):
     pass
+
+
+def diverged(problem: str, step: int, out_dir: Path) -> TrainingDiverged:
+    good = newest_good_checkpoint(out_dir)
+    return TrainingDiverged(
+        f"{problem} at step {step}; nothing was written for this step. "
+        + (f"The last good checkpoint (whole, every weight finite) {good} is intact: resume from it with a lower "
+           "--optim.lr or a larger --optim.warmup_steps." if good else "Lower --optim.lr and start again."))
+
+
+def weights_finite(model) -> bool:
+    """Whether every parameter is finite on every process: one reduction per tensor and one host sync."""
+    local = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
+    nonfinite = torch.stack([~p.isfinite().all() for p in local]).sum()
+    return sum_over_ranks(nonfinite).item() == 0
+
+
+def run_settings(cfg: TrainConfig) -> dict:
+    """What a resumed run must share with its checkpoint: the model, the sequence length, the training data
+    (its shards' checksums, wherever the folder now is) and the tokenizer."""
+    manifest = read_manifest(cfg.data.path)
+    tokenizer_dir = Path(cfg.data.path) / manifest["tokenizer"]["path"]
+    tokenizer_files = sorted(tokenizer_dir.iterdir()) if tokenizer_dir.is_dir() else []
+    settings = {
+        **{f"model.{key}": value for key, value in dataclasses.asdict(cfg.model).items()},
+        "data.seq_len": cfg.data.seq_len,
+        "data.train_sha256": [file["sha256"] for file in manifest["splits"]["train"]["files"]],
+        "tokenizer.vocab_size": manifest["tokenizer"]["vocab_size"],
+        "tokenizer.eos_id": manifest["tokenizer"]["eos_id"],
+        "tokenizer.sha256": hashlib.sha256("".join(f"{p.name}:{sha256_file(p)}\n" for p in tokenizer_files)
+                                           .encode()).hexdigest() if tokenizer_files else None,
+    }
+    return json.loads(json.dumps(settings))  # as settings.json gives it back
+
+
+def resume_point(out_dir: Path, settings: dict, main: bool) -> Path | None:
+    """The checkpoint --resume continues from: the newest whole one (newer damaged ones are reported), once the
+    run's settings are checked against it; None when the run has none yet."""
+    checkpoint = newest_good_checkpoint(out_dir, report=_report_damaged if main else None)
+    if checkpoint is None and list_checkpoints(out_dir):
+        raise RuntimeError(f"no checkpoint in {out_dir / 'checkpoints'} is whole (see above); move them away to "
+                           "start again, or choose another --train.out_dir")
+    if main and checkpoint is None:
+        print(f"{out_dir} holds no checkpoint to resume from yet: training starts from scratch", file=sys.stderr)
+    elif main and checkpoint != list_checkpoints(out_dir)[-1]:
+        print(f"resuming from {checkpoint}, the newest whole checkpoint", file=sys.stderr)
+    if checkpoint:
+        check_resume_settings(checkpoint, settings)
+    return checkpoint
+
+
+def check_resume_settings(checkpoint: Path, settings: dict):
+    saved = saved_settings(checkpoint)
+    changed = [key for key in settings if key in saved and saved[key] != settings[key]]
+    if changed:
+        raise ValueError(
+            f"cannot resume from {checkpoint}: "
+            + "; ".join(f"{key} was {_short(saved[key])}, now {_short(settings[key])}" for key in changed)
+            + ". The model, data and tokenizer must stay as the checkpoint has them: resume with its settings, "
+              "or start a new run in another --train.out_dir")
+
+
+def _short(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _report_damaged(path: Path, problem: str):
+    print(f"checkpoint {path} is damaged: {problem}", file=sys.stderr)
 
 
 def build_model_config(cfg: TrainConfig, vocab_size: int, eos_id: int | None) -> DepthAttentionConfig:
@@ -83,9 +158,8 @@ class MetricsLog:
     def __init__(self, path: Path, enabled: bool, resume_step: int | None):
         self.path, self.enabled = path, enabled
         if enabled and resume_step is not None and path.exists():
-            kept = [line for line in path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-            atomic_write_bytes(path, "".join(line + "\n" for line in kept).encode())
+            kept = [record for record in read_records(path) if record.get("step", 0) <= resume_step]
+            atomic_write_bytes(path, "".join(json.dumps(record) + "\n" for record in kept).encode())
         elif enabled and resume_step is None:
             path.unlink(missing_ok=True)
         self.file = open(path, "a") if enabled else None
@@ -94,8 +168,9 @@ class MetricsLog:
     def write(self, record: dict):
         if not self.enabled:
             return
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
+        with reporting_full_disk(self.path.parent):
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
         for writer in self.writers:
             writer(record)
 
@@ -139,12 +214,20 @@ def _train(cfg: TrainConfig, resume: bool, world: World) -> dict:
     if checkpoints and not resume:
         raise FileExistsError(f"{out_dir} already holds checkpoints; pass --resume to continue that run, "
                               "or choose another --train.out_dir")
-    checkpoint = checkpoints[-1] if resume and checkpoints else None
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(out_dir, "--train.out_dir")
+    if world.is_main:  # what a killed run left of its atomic writes
+        remove_temporaries(out_dir)
+        remove_temporaries(out_dir / "checkpoints")
+    settings = run_settings(cfg)
+    checkpoint = resume_point(out_dir, settings, world.is_main) if resume else None
 
     torch.manual_seed(t.seed)
     train_shards = TokenShards(cfg.data.path, "train")
     val_shards = TokenShards(cfg.data.path, "val")
+    if world.is_main and not train_shards.tokenizer_path.is_dir():
+        print(f"warning: {cfg.data.path} holds no tokenizer ({train_shards.tokenizer_path} is missing), so the "
+              "model folders this run writes have none: generate, eval and harness will need --tokenizer DIR",
+              file=sys.stderr)
     model = DepthAttentionForCausalLM(build_model_config(cfg, train_shards.vocab_size, train_shards.eos_id))
     model.to(world.device)
     if checkpoint:
@@ -156,7 +239,10 @@ def _train(cfg: TrainConfig, resume: bool, world: World) -> dict:
     optimizer = build_optimizer(wrapped, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, t.steps)
     batches = TokenBatches(train_shards, t.batch_size, cfg.data.seq_len, t.seed, world.rank, world.world_size)
-    start = load_trainer_state(checkpoint, wrapped, optimizer, scheduler, batches)["step"] if checkpoint else 0
+    start = 0
+    if checkpoint:
+        start = load_trainer_state(checkpoint, wrapped, optimizer, scheduler, batches)["step"]
+        follow_config(optimizer, scheduler, cfg.optim)
     if world.is_main:
         atomic_write_json(out_dir / "train_config.json", cfg.to_dict())
     amp = autocast_dtype(t.dtype, world.device)
@@ -184,20 +270,22 @@ def _train(cfg: TrainConfig, resume: bool, world: World) -> dict:
             loss_sum += loss.detach()
         loss = mean_over_ranks(loss_sum / t.grad_accum).item()
         if not math.isfinite(loss):
-            kept = list_checkpoints(out_dir)
-            raise TrainingDiverged(
-                f"the training loss became {loss} at step {step}; nothing was written for this step. "
-                + (f"The last good checkpoint {kept[-1]} is intact: resume from it with a lower --optim.lr "
-                   "or a larger --optim.warmup_steps." if kept else "Lower --optim.lr and start again."))
-        grad_norm = torch.nn.utils.clip_grad_norm_(wrapped.parameters(), cfg.optim.grad_clip or float("inf"))
-        lr = scheduler.get_last_lr()[0]
+            raise diverged(f"the training loss became {loss}", step, out_dir)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(wrapped.parameters(), cfg.optim.grad_clip or float("inf")))
+        if not math.isfinite(grad_norm):
+            raise diverged(f"the gradient norm became {grad_norm}", step, out_dir)
+        lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
 
+        checkpoint_due = step % t.checkpoint_every == 0 or step == t.steps
+        if checkpoint_due and not weights_finite(model):  # a checkpoint (and so the export) is only ever finite
+            raise diverged("some weights became NaN or infinite", step, out_dir)
+
         elapsed = time.perf_counter() - step_start
         step_start = time.perf_counter()
-        record = {"step": step, "loss": loss, "lr": lr, "grad_norm": float(grad_norm),
+        record = {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
                   "tokens": step * tokens_per_step, "tokens_per_s": tokens_per_step / elapsed}
         if step % t.eval_every == 0 or step == t.steps:
             val_loss = evaluate(wrapped, val_shards, t.batch_size, cfg.data.seq_len, t.eval_batches, world, amp)
@@ -207,11 +295,12 @@ def _train(cfg: TrainConfig, resume: bool, world: World) -> dict:
         progress.update(1)
         progress.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_s']:,.0f}",
                              **({"val": f"{record['val_loss']:.3f}"} if "val_loss" in record else {}))
-        if step % t.checkpoint_every == 0 or step == t.steps:
+        if checkpoint_due:
             save_checkpoint(out_dir, step, wrapped, model, optimizer, scheduler, batches, t.keep_checkpoints,
-                            {"loss": loss})
+                            {"loss": loss}, settings, train_shards.tokenizer_path)
     progress.close()
     metrics.close()
+    # the weights were checked before the last step's checkpoint (or, with no step left, are a checked checkpoint's)
     export(wrapped, model, out_dir / "final", train_shards.tokenizer_path)
     return last
 
@@ -235,7 +324,5 @@ def export(model, unwrapped, path: Path, tokenizer_path: Path | None):
     if not is_main_process():
         return
     with atomic_directory(path) as tmp:
-        unwrapped.save_pretrained(tmp, state_dict=state)
-        if tokenizer_path and Path(tokenizer_path).is_dir():
-            for item in Path(tokenizer_path).iterdir():
-                shutil.copy(item, tmp / item.name)
+        save_model_files(tmp, unwrapped, state, tokenizer_path)
+        write_checksums(tmp)

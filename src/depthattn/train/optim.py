@@ -31,3 +31,12 @@ def lr_factor(step: int, total_steps: int, warmup_steps: int, min_lr_ratio: floa
 def build_scheduler(optimizer, optim: OptimSection, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, total_steps, optim.warmup_steps, optim.min_lr_ratio))
+
+
+def follow_config(optimizer, scheduler, optim: OptimSection):
+    """After loading a checkpoint: this config's AdamW settings and peak lr replace the saved ones (they may
+    change on resume, e.g. a lower lr after a divergence); the position in the schedule is kept."""
+    for group, weight_decay in zip(optimizer.param_groups, (optim.weight_decay, 0.0)):
+        group.update(betas=(optim.beta1, optim.beta2), eps=optim.eps, weight_decay=weight_decay)
+        group["lr"] = optim.lr * scheduler.lr_lambdas[0](scheduler.last_epoch)
+    scheduler.base_lrs = [optim.lr] * len(optimizer.param_groups)
