@@ -30,3 +30,19 @@ def test_reentrant_checkpointing_is_refused():
     # it would silently drop the gradients that flow through depth_states (a list, not a positional tensor)
     with pytest.raises(ValueError, match="use_reentrant=True would lose the gradients"):
         tiny_model().activation_checkpointing_enable({"use_reentrant": True})
+
+
+def test_training_option_gives_the_same_losses(tiny_data, tmp_path):
+    from depthattn.evaluate.plots import read_metrics
+    from depthattn.train import TrainConfig, train
+
+    losses = []
+    for checkpointing in (False, True):
+        out = tmp_path / str(checkpointing)
+        train(TrainConfig.from_dict({
+            "model": {"overrides": {"hidden_size": 32, "intermediate_size": 64}},
+            "data": {"path": str(tiny_data), "seq_len": 32},
+            "train": {"out_dir": str(out), "steps": 3, "batch_size": 4, "eval_every": 3, "eval_batches": 1,
+                      "checkpoint_every": 3, "progress": False, "activation_checkpointing": checkpointing}}))
+        losses.append([r["loss"] for r in read_metrics(out / "metrics.jsonl")])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)

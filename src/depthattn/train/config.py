@@ -89,6 +89,7 @@ class TrainSection:
     seed: int = 0
     dtype: str = "auto"  # auto: bf16 autocast on GPUs that support it, else float32
     compile: bool = False
+    activation_checkpointing: bool = False  # recompute each layer in the backward: less memory, ~1/3 more compute
     parallel: str = "ddp"  # with torchrun: ddp or fsdp
     eval_every: int = 50
     eval_batches: int = 8

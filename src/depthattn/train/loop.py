@@ -232,6 +232,8 @@ def _train(cfg: TrainConfig, resume: bool, world: World) -> dict:
     model.to(world.device)
     if checkpoint:
         load_weights(checkpoint, model)
+    if t.activation_checkpointing:
+        model.activation_checkpointing_enable()
     if t.compile:
         for layer in model.model.layers:
             layer.compile()
