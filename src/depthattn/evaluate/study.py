@@ -33,7 +33,6 @@ import math
 import os
 import statistics
 import time
-import tomllib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +47,7 @@ from ..data.tokenizer import load_tokenizer
 from ..methods import count_parameters
 from ..presets import PRESETS
 from ..train import TrainConfig, train
+from ..train.config import read_toml
 from .loading import load_model, run_metadata
 from .perplexity import compute_perplexity
 from .plots import read_metrics
@@ -81,12 +81,7 @@ class Study:
     @classmethod
     def load(cls, path: str | Path) -> "Study":
         path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"study config {path} does not exist; see configs/study/")
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as error:
-            raise ValueError(f"{path} is not valid TOML: {error}") from None
+        data = read_toml(path, "study config", "configs/study/")
         unknown = set(data) - {"study", "axes", "datasets", "base"}
         if unknown:
             raise ValueError(f"{path}: unknown sections {sorted(unknown)}; a study has [study], [axes.*], "
@@ -96,7 +91,7 @@ class Study:
             parent = path.parent / head.pop("extends")
             if not parent.is_file():
                 raise FileNotFoundError(f"{path}: extends {parent}, which does not exist")
-            inherited = tomllib.loads(parent.read_text())
+            inherited = read_toml(parent, "study config", "configs/study/")
             data["datasets"] = {**inherited.get("datasets", {}), **data.get("datasets", {})}
             data["base"] = _merge(inherited.get("base", {}), data.get("base", {}))
         known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts", "paper"}

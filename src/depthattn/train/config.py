@@ -146,18 +146,21 @@ class TrainConfig:
 
     @classmethod
     def load(cls, path: str | Path | None, overrides: list[str] = ()) -> "TrainConfig":
-        data = {}
-        if path is not None:
-            path = Path(path)
-            if not path.is_file():
-                raise FileNotFoundError(f"training config {path} does not exist; see configs/ for examples")
-            try:
-                data = tomllib.loads(path.read_text())
-            except tomllib.TOMLDecodeError as error:
-                raise ValueError(f"{path} is not valid TOML: {error}") from None
+        data = read_toml(path, "training config", "configs/") if path is not None else {}
         for key, value in _pairs(overrides):
             _apply_override(cls, data, key, value)
         return cls.from_dict(data, source=str(path or "config"))
+
+
+def read_toml(path: str | Path, kind: str, examples: str) -> dict:
+    """The tables of a TOML file, with errors that name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{kind} {path} does not exist; see {examples} for examples")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{path} is not valid TOML: {error}") from None
 
 
 def _build_section(section_class, values: dict, where: str):
