@@ -82,6 +82,8 @@ values = { short = 3, long = 6 }
     config = plain.setting_config({})
     assert cell_key(config) == cell_key({**config, "train": {**config["train"], "progress": True}})
     assert cell_key(config) != cell_key({**config, "optim": {"lr": 1e-4}})
+    # a field left at its default is the same cell as one that does not name it (new fields keep old keys)
+    assert cell_key(config) == cell_key({**config, "train": {**config["train"], "activation_checkpointing": False}})
     assert len(pending_cells(study)) == 4 * 2 * 2
 
 

@@ -176,17 +176,21 @@ _NOT_IN_KEY = {"train": {"out_dir", "progress", "log_every", "checkpoint_every",
 
 
 def cell_key(config: dict) -> str:
-    """A short hash of a training config without its method and seed: the same settings give the same key."""
+    """A short hash of a training config's settings that differ from the defaults, without its method and seed:
+    the same settings give the same key, and a new config field with a default keeps every existing key."""
     full = TrainConfig.from_dict(json.loads(json.dumps(config)), source="study cell").to_dict()
+    defaults = TrainConfig().to_dict()
     full["model"].pop("method")
     full["train"].pop("seed")
-    for section, keys in _NOT_IN_KEY.items():
-        if keys == "*":
-            full.pop(section)
-        else:
-            for key in keys:
-                full[section].pop(key)
-    return hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest()[:10]
+    chosen = {}
+    for section, values in full.items():
+        skipped = _NOT_IN_KEY.get(section, ())
+        if skipped == "*":
+            continue
+        changed = {k: v for k, v in values.items() if k not in skipped and v != defaults[section][k]}
+        if changed:
+            chosen[section] = changed
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def _merge(base: dict, top: dict) -> dict:
