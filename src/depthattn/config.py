@@ -143,10 +143,10 @@ class DepthAttentionConfig(PreTrainedConfig):
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
         if self.rms_norm_eps <= 0:
             raise ValueError(f"rms_norm_eps must be > 0, got {self.rms_norm_eps}")
-        _check_choice("cross_layer", self.cross_layer, CROSS_LAYER_METHODS)
-        _check_choice("depth_mix", self.depth_mix, DEPTH_MIX_RULES)
-        _check_choice("depth_mix_states", self.depth_mix_states, DEPTH_MIX_STATES)
-        _check_choice("depth_impl", self.depth_impl, DEPTH_IMPLS)
+        check_choice("cross_layer", self.cross_layer, CROSS_LAYER_METHODS)
+        check_choice("depth_mix", self.depth_mix, DEPTH_MIX_RULES)
+        check_choice("depth_mix_states", self.depth_mix_states, DEPTH_MIX_STATES)
+        check_choice("depth_impl", self.depth_impl, DEPTH_IMPLS)
         stride = self.depth_stride
         if stride is not None and (not isinstance(stride, int) or isinstance(stride, bool) or stride < 1):
             raise ValueError(
@@ -170,7 +170,7 @@ class DepthAttentionConfig(PreTrainedConfig):
             raise ValueError(f"mhc_alpha_init must be a finite number >= 0, got {alpha!r}")
 
 
-def _check_choice(name: str, value, allowed):
+def check_choice(name: str, value, allowed):
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
 

@@ -121,3 +121,14 @@ def test_methods_and_loops_train_by_preset_name(tiny_data, tmp_path, method, loo
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "final")
     assert model.config.num_loops == loops and math.isfinite(summary["val_loss"])
     assert model.config.cross_layer == {"denseformer": "denseformer", "depth_quarter": "depth_attention"}[method]
+def test_log_lines_without_a_progress_bar(tiny_data, tmp_path, capsys):
+    from depthattn.train import TrainConfig, train
+
+    train(TrainConfig.from_dict({
+        "model": {"overrides": {"hidden_size": 32, "intermediate_size": 64}},
+        "data": {"path": str(tiny_data), "seq_len": 32},
+        "train": {"out_dir": str(tmp_path), "steps": 4, "batch_size": 2, "eval_every": 3, "eval_batches": 1,
+                  "checkpoint_every": 4, "progress": False, "log_every": 2}}))
+    lines = [l for l in capsys.readouterr().out.splitlines() if " step " in l]
+    assert [l.split(" step ")[1].split(":")[0] for l in lines] == ["2/4", "3/4", "4/4"]
+    assert "val " in lines[1] and "val " not in lines[0]

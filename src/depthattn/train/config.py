@@ -10,6 +10,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import check_choice
+
 MODEL_PRESETS = {
     # CPU sizes
     "tiny": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
@@ -43,8 +45,8 @@ class ModelSection:
     def check(self):
         from ..presets import PRESETS
 
-        _choice("model.preset", self.preset, MODEL_PRESETS)
-        _choice("model.method", self.method, PRESETS)
+        check_choice("model.preset", self.preset, MODEL_PRESETS)
+        check_choice("model.method", self.method, PRESETS)
         _positive("model.num_loops", self.num_loops)
 
 
@@ -93,7 +95,7 @@ class TrainSection:
     parallel: str = "ddp"  # with torchrun: ddp or fsdp
     eval_every: int = 50
     eval_batches: int = 8
-    log_every: int = 10
+    log_every: int = 10  # with progress = false: a log line every N steps (and at each evaluation)
     checkpoint_every: int = 50
     keep_checkpoints: int = 2
     progress: bool = True
@@ -102,8 +104,8 @@ class TrainSection:
         for name in ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every",
                      "checkpoint_every", "keep_checkpoints"):
             _positive(f"train.{name}", getattr(self, name))
-        _choice("train.dtype", self.dtype, ("auto", "float32", "bfloat16"))
-        _choice("train.parallel", self.parallel, ("ddp", "fsdp"))
+        check_choice("train.dtype", self.dtype, ("auto", "float32", "bfloat16"))
+        check_choice("train.parallel", self.parallel, ("ddp", "fsdp"))
 
 
 @dataclass
@@ -236,7 +238,3 @@ def _positive(name: str, value):
     if not 0 < value < math.inf:
         raise ValueError(f"{name} must be > 0 and finite, got {value}")
 
-
-def _choice(name: str, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")

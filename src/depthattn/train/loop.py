@@ -297,6 +297,10 @@ def _train(cfg: TrainConfig, resume: bool, world: World) -> dict:
         progress.update(1)
         progress.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_s']:,.0f}",
                              **({"val": f"{record['val_loss']:.3f}"} if "val_loss" in record else {}))
+        if world.is_main and not t.progress and (step % t.log_every == 0 or "val_loss" in record):
+            print(f"{cfg.model.method} step {step}/{t.steps}: loss {loss:.4f}, lr {lr:.2e}, "  # for logs without a bar
+                  f"{record['tokens_per_s']:,.0f} tok/s" + (f", val {record['val_loss']:.4f}" if "val_loss" in record else ""),
+                  flush=True)
         if checkpoint_due:
             save_checkpoint(out_dir, step, wrapped, model, optimizer, scheduler, batches, t.keep_checkpoints,
                             {"loss": loss}, settings, train_shards.tokenizer_path)
