@@ -170,7 +170,7 @@ class DepthAttentionAttention(nn.Module):
                                               loop * self.num_layers + self.layer_idx)
         key, value = state.key, state.value
         if cache is not None:  # the mixed state takes the plain state's slot; one slot per unrolled step
-            key, value = cache.update(key, value, self.layer_idx + loop * self.num_layers)
+            key, value = cache.update(key, value, self.layer_idx + loop * self.num_layers, kwargs=kwargs)
 
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(attn_implementation, eager_attention_forward)
         out, attn_weights = attention(
