@@ -569,6 +569,13 @@ def _cell(row: dict | None) -> str:
     return f"{_interval(row)}: {verdict(row)}" if row and "diff_mean" in row else "—"
 
 
+def _progress(studies: list[Study]) -> str:
+    cells = {study.result_path(setting, method, seed) for study in studies for setting in study.settings()
+             for method in study.methods for seed in study.seeds}
+    done = sum(path.exists() for path in cells)
+    return f"Finished: {done} of the {len(cells)} distinct cells of {len(studies)} studies (3 seeds each; more_seeds not counted)."
+
+
 def write_index(studies: list[Study], path: Path) -> Path:
     """One page for the whole study: every distinct setting's key differences, then each study's report."""
     lines = ["# Where Depth-Attention stands: the study", "",
@@ -578,6 +585,7 @@ def write_index(studies: list[Study], path: Path) -> Path:
              "weights, so differences are paired by seed. Val loss: nats per token on the whole held-out split "
              "of the embedded corpus. Δ: the paired difference with its 95% t-interval; "
              "'better' / 'worse' only where that interval excludes zero.", "",
+             _progress(studies), "",
              "## Depth-Attention against vanilla and value residual, every setting", "",
              "| setting | study | train tokens | seeds | DA − vanilla | VR − vanilla | DA − VR |", "|---|---|---|---|---|---|---|"]
     seen = set()
