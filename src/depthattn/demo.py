@@ -91,7 +91,7 @@ def run_demo(args) -> int:
         if (run_dir / "final" / "model.safetensors").exists():
             print("      finished earlier; reusing it")
         else:
-            train(demo_config(data, run_dir, method, steps), resume=True)
+            train(demo_config(data, run_dir, method, steps), resume=(run_dir / "checkpoints").is_dir())
 
     print("[3/4] evaluating on the whole held-out split")
     val = TokenShards(data, "val")
