@@ -3,8 +3,9 @@
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from .config import DepthAttentionConfig
-from .depth import DepthState, depth_mix, depth_sources
+from .depth import DepthState, depth_sources
 from .methods import count_parameters
+from .ops import depth_mix
 from .modeling import DepthAttentionForCausalLM, DepthAttentionModel, DepthAttentionPreTrainedModel
 from .presets import PRESETS, method_settings
 

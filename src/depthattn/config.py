@@ -10,7 +10,6 @@ from transformers import GenerationConfig, PreTrainedConfig
 CROSS_LAYER_METHODS = ["none", "depth_attention", "value_residual", "denseformer", "attnres", "mhc", "hyper_connections"]
 DEPTH_MIX_RULES = ("softmax", "uniform")
 DEPTH_MIX_STATES = ("v", "kv", "k")
-DEPTH_IMPLS = ("auto", "reference", "compiled", "triton")  # depthattn.ops.depth_mix implementations
 
 # Keyword arguments that PreTrainedConfig itself consumes (legacy names, loading bookkeeping).
 _HF_INIT_KWARGS = {
@@ -44,7 +43,7 @@ class DepthAttentionConfig(PreTrainedConfig):
         initialised to zero, so the model starts as plain Depth-Attention. With `depth_mix="uniform"` the
         weights are the softmax of the bias alone: a learned mix that ignores the tokens.
     depth_impl (`str`, defaults to `"auto"`):
-        How depth mixing is computed, with the same results (`depthattn.ops`): `"reference"` (`depthattn.depth`),
+        How depth mixing is computed, with the same results (`depthattn.ops.DEPTH_IMPLS`): `"reference"` (`naive.py`),
         `"compiled"` (a few torch ops that `torch.compile` fuses), `"triton"` (GPU kernels), or `"auto"`.
     num_loops (`int`, defaults to 1):
         Looped Transformer: the stack of layers runs `num_loops` times with shared weights. Unrolled step
@@ -146,7 +145,6 @@ class DepthAttentionConfig(PreTrainedConfig):
         check_choice("cross_layer", self.cross_layer, CROSS_LAYER_METHODS)
         check_choice("depth_mix", self.depth_mix, DEPTH_MIX_RULES)
         check_choice("depth_mix_states", self.depth_mix_states, DEPTH_MIX_STATES)
-        check_choice("depth_impl", self.depth_impl, DEPTH_IMPLS)
         stride = self.depth_stride
         if stride is not None and (not isinstance(stride, int) or isinstance(stride, bool) or stride < 1):
             raise ValueError(

@@ -1,7 +1,5 @@
-"""Depth-Attention: before sequence attention, a layer's query attends over the keys of a few earlier
-layers at the same position and mixes their (already mixed) values into its own (docs/method.md#the-operation).
-
-This is the plain reference; fast paths in `depthattn.ops` are tested against it.
+"""Depth-Attention's vocabulary: the state a layer hands to the layers above it, and which layers it reads
+(docs/method.md#the-operation). The mixing itself: `depthattn.ops.depth_mix` (reference in `naive.py`).
 """
 
 from __future__ import annotations
@@ -19,52 +17,23 @@ class DepthState(NamedTuple):
     value: torch.Tensor      # (B, Hkv, T, d) the value it attends with (mixed when depth_mix_states mixes values)
 
 
+class DepthStates:
+    """The states of the unrolled steps that a later step reads, for the tokens of the current forward pass.
+    Attentions write and read them as they do the KV cache. A plain object rather than a list, so that wrappers
+    which rebuild a layer's list and dict arguments (FSDP's input casting) hand every layer the same one."""
+
+    def __init__(self, depth: int):
+        self._states: list[DepthState | None] = [None] * depth
+
+    def __getitem__(self, step: int) -> DepthState:
+        return self._states[step]
+
+    def __setitem__(self, step: int, state: DepthState):
+        self._states[step] = state
+
+
 def depth_sources(layer_idx: int, stride: int, window: int = 0) -> list[int]:
     """Earlier layers that layer `layer_idx` mixes from: multiples of `stride` and the `window` layers below it."""
     if stride <= 1:
         return list(range(layer_idx))
     return [j for j in range(layer_idx) if j % stride == 0 or j >= layer_idx - window]
-
-
-def depth_mix(
-    query: torch.Tensor,
-    state: DepthState,
-    sources: list[DepthState],
-    scaling: float,
-    rule: str = "softmax",
-    mix_states: str = "v",
-    score_bias: torch.Tensor | None = None,
-) -> tuple[DepthState, torch.Tensor]:
-    """Mix the states of `sources` (earlier layers, same tokens) into this layer's `state`.
-
-    query: (B, Hq, T, d); every tensor of `state` and `sources`: (B, Hkv, T, d); score_bias: (len(sources) + 1,),
-    added to the scores (zero for the uniform rule) before the softmax.
-    Returns the mixed state and the depth weights (B, Hkv, T, len(sources) + 1), self last, in float32
-    (float64 for a float64 model).
-    """
-    batch, num_heads, seq_len, head_dim = query.shape
-    num_kv_heads = state.score_key.shape[1]
-    candidates = [*sources, state]
-    dtype = torch.promote_types(query.dtype, torch.float32)  # weights and sums in float32 at least
-    if rule == "uniform" and score_bias is None:
-        weights = query.new_full((batch, num_kv_heads, seq_len, len(candidates)), 1.0 / len(candidates), dtype=dtype)
-    else:
-        if rule == "uniform":
-            scores = query.new_zeros((batch, num_kv_heads, seq_len, len(candidates)), dtype=dtype)
-        else:
-            # the group-mean query: heads g*G .. g*G+G-1 share KV head g, as in repeat_kv
-            groups = query.to(dtype).view(batch, num_kv_heads, num_heads // num_kv_heads, seq_len, head_dim)
-            depth_query = groups.mean(2)  # (B, Hkv, T, d)
-            scores = torch.stack([(depth_query * c.score_key.to(dtype)).sum(-1) for c in candidates], dim=-1)
-            scores = scores * scaling
-        if score_bias is not None:
-            scores = scores + score_bias.to(dtype)
-        weights = torch.softmax(scores, dim=-1)  # (B, Hkv, T, n)
-
-    def mix(tensors: list[torch.Tensor]) -> torch.Tensor:
-        mixed = sum(weights[..., i, None] * t for i, t in enumerate(tensors))  # in the weights' dtype
-        return mixed.to(tensors[-1].dtype)
-
-    key = mix([c.key for c in candidates]) if "k" in mix_states else state.key
-    value = mix([c.value for c in candidates]) if "v" in mix_states else state.value
-    return DepthState(state.score_key, key, value), weights

@@ -23,17 +23,19 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
 from transformers.utils import can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .config import DepthAttentionConfig
-from .depth import DepthState
-from .methods import METHODS, CrossLayerMethod, Residual, build_method
+from .depth import DepthState, DepthStates
+from .methods import METHODS, CrossLayerMethod, build_method
 from .methods.base import rms_normalize
 
 
 @dataclass
 class DepthAttentionModelOutput(BaseModelOutputWithPast):
-    """`depth_weights`: per layer, (B, Hkv, T, |sources| + 1) float32 weights with self last; None without sources."""
+    """`depth_weights`: per unrolled step with depth sources, in order, (B, Hkv, T, |sources| + 1) float32 weights
+    with self last (for `output_depth_weights=True`)."""
 
     depth_weights: tuple[torch.Tensor | None, ...] | None = None
 
@@ -136,10 +138,14 @@ class DepthAttentionAttention(nn.Module):
         self.q_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.num_layers = config.num_hidden_layers
-        # sources per loop: unrolled step loop * L + layer_idx reads these unrolled steps (the method's choice)
+        # per loop: the unrolled steps that step `loop * L + layer_idx` reads (the method's choice), and whether a
+        # later step reads this one's state
         method = METHODS[config.cross_layer]
         steps = method.step_sources(config)
-        self.loop_depth_sources = [steps[loop * self.num_layers + layer_idx] for loop in range(config.num_loops)]
+        read_later = {j for sources in steps for j in sources}
+        unrolled = [loop * self.num_layers + layer_idx for loop in range(config.num_loops)]
+        self.loop_depth_sources = [steps[u] for u in unrolled]
+        self.loop_keeps_state = [u in read_later for u in unrolled]
         self.depth_sources = self.loop_depth_sources[0]
         # Depth-Attention's optional learned score bias (methods/depth_attention.py), under this module's keys
         self.depth_score_bias = method.score_bias(config, self.loop_depth_sources)
@@ -149,13 +155,13 @@ class DepthAttentionAttention(nn.Module):
         hidden_states: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
         attention_mask: torch.Tensor | None,
-        depth_states: list[DepthState | None],
+        method: CrossLayerMethod,
+        depth_states: DepthStates,
+        loop: int = 0,
         cache: Cache | None = None,
         attn_implementation: str = "sdpa",
-        loop: int = 0,
-        method: CrossLayerMethod | None = None,
         **kwargs,
-    ):
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         query = self.q_norm(self.q_proj(hidden_states).view(hidden_shape)).transpose(1, 2)  # (B, Hq, T, d)
@@ -163,22 +169,21 @@ class DepthAttentionAttention(nn.Module):
         value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)  # (B, Hkv, T, d)
         query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
 
-        state, depth_weights = DepthState(key, key, value), None
-        sources = self.loop_depth_sources[loop]
-        if sources:  # a method acting inside attention mixes its sources' states into this step's
-            state, depth_weights = method.mix(self, query, state, [depth_states[j] for j in sources],
-                                              loop * self.num_layers + self.layer_idx)
+        step, state = loop * self.num_layers + self.layer_idx, DepthState(key, key, value)
+        if sources := self.loop_depth_sources[loop]:  # a method acting inside attention mixes its sources in
+            state, _ = method(self, query, state, [depth_states[j] for j in sources], step)
+        if self.loop_keeps_state[loop]:
+            depth_states[step] = state
         key, value = state.key, state.value
         if cache is not None:  # the mixed state takes the plain state's slot; one slot per unrolled step
-            key, value = cache.update(key, value, self.layer_idx + loop * self.num_layers, kwargs=kwargs)
+            key, value = cache.update(key, value, step, kwargs=kwargs)
 
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(attn_implementation, eager_attention_forward)
         out, attn_weights = attention(
             self, query, key, value, attention_mask,
             dropout=self.config.attention_dropout if self.training else 0.0, scaling=self.scaling, **kwargs,
         )
-        out = self.o_proj(out.reshape(*input_shape, -1).contiguous())
-        return out, state, depth_weights, attn_weights
+        return self.o_proj(out.reshape(*input_shape, -1).contiguous()), attn_weights
 
 
 class DepthAttentionDecoderLayer(GradientCheckpointingLayer):
@@ -188,29 +193,17 @@ class DepthAttentionDecoderLayer(GradientCheckpointingLayer):
         self.mlp = DepthAttentionMLP(config)
         self.input_layernorm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.first_sublayer = 2 * layer_idx
 
-    def forward(self, hidden_states, position_embeddings, attention_mask, depth_states, cache=None,
-                attn_implementation="sdpa", loop=0, residual: Residual | None = None,
-                method: CrossLayerMethod | None = None, **kwargs):
-        """`hidden_states` is the residual stream: a tensor, or `residual`'s own stream object."""
-        attention = dict(cache=cache, attn_implementation=attn_implementation, loop=loop, method=method, **kwargs)
-        if residual is None:  # the plain residual, inline
-            attn_out, state, depth_weights, attn_weights = self.self_attn(
-                self.input_layernorm(hidden_states), position_embeddings, attention_mask, depth_states, **attention,
-            )
-            hidden_states = hidden_states + attn_out
-            hidden_states = hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
-            return hidden_states, state, depth_weights, attn_weights
-
-        sublayer = 2 * (loop * self.self_attn.num_layers + self.self_attn.layer_idx)
-        x = residual.read(hidden_states, sublayer)
-        attn_out, state, depth_weights, attn_weights = self.self_attn(
-            self.input_layernorm(x), position_embeddings, attention_mask, depth_states, **attention,
-        )
-        hidden_states = residual.write(hidden_states, sublayer, attn_out)
-        x = residual.read(hidden_states, sublayer + 1)
-        hidden_states = residual.write(hidden_states, sublayer + 1, self.mlp(self.post_attention_layernorm(x)))
-        return hidden_states, state, depth_weights, attn_weights
+    def forward(self, hidden_states, method: CrossLayerMethod, loop: int = 0, **kwargs):
+        """`hidden_states` is the residual stream: a tensor, or a hidden-state method's own stream object, which
+        `method` reads from and writes to (methods/base.py)."""
+        sublayer = self.first_sublayer + 2 * loop * self.self_attn.num_layers
+        x = method.read(hidden_states, sublayer)
+        attn_out, _ = self.self_attn(self.input_layernorm(x), method=method, loop=loop, **kwargs)
+        hidden_states = method.write(hidden_states, sublayer, attn_out)
+        x = method.read(hidden_states, sublayer + 1)
+        return method.write(hidden_states, sublayer + 1, self.mlp(self.post_attention_layernorm(x)))
 
 
 class DepthAttentionPreTrainedModel(PreTrainedModel):
@@ -223,6 +216,11 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
+    _can_record_outputs = {
+        "hidden_states": OutputRecorder(DepthAttentionDecoderLayer, num_hidden_layers_key="unrolled_depth"),
+        "attentions": OutputRecorder(DepthAttentionAttention, index=1),
+        "depth_weights": OutputRecorder(CrossLayerMethod, index=1),  # steps with sources, in order
+    }
 
     def _activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers=1, offload=False):
         if (activation_checkpointing_kwargs or {}).get("use_reentrant"):
@@ -253,12 +251,18 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         self.norm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = DepthAttentionRotaryEmbedding(config)
         self.cross_layer = build_method(config)  # the method's parameters: none for vanilla and Depth-Attention
-        # unrolled steps whose state a later step reads; the others' states are dropped as soon as possible
-        self._read_later = {j for sources in self.cross_layer.step_sources(config) for j in sources}
         self.post_init()
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-    def forward(
+    def forward(self, *args, **kwargs) -> DepthAttentionModelOutput:
+        out = self._forward(*args, **kwargs)
+        if out.hidden_states is not None:  # a hidden-state method's streams, seen as (B, T, D); the last is normed
+            *streams, last = out.hidden_states
+            out.hidden_states = (*map(self.cross_layer.hidden, streams), last)
+        return out
+
+    @capture_outputs
+    def _forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
@@ -267,8 +271,6 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        output_depth_weights: bool = False,
         **kwargs,
     ) -> DepthAttentionModelOutput:
         if (input_ids is None) == (inputs_embeds is None):
@@ -276,8 +278,6 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         if inputs_embeds is None:
             inputs_embeds = _embed(self.embed_tokens, input_ids)
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
         if use_cache is None:
             use_cache = self.config.use_cache and not self.training
         if use_cache and cache is None:
@@ -303,34 +303,17 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
                                       cache=cache, position_ids=position_ids)
 
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
-        residual = self.cross_layer if isinstance(self.cross_layer, Residual) else None
-        stream = inputs_embeds if residual is None else residual.init(inputs_embeds)
-        depth_states: list[DepthState | None] = [None] * self.config.unrolled_depth
-        all_hidden, all_attn, all_depth = [], [], []
+        method = self.cross_layer
+        stream = method.init(inputs_embeds)
+        depth_states = DepthStates(self.config.unrolled_depth)  # written and read by the attentions
         for loop in range(self.config.num_loops):
-            for i, layer in enumerate(self.layers):
-                step = loop * len(self.layers) + i
-                if output_hidden_states:
-                    all_hidden.append(stream if residual is None else residual.hidden(stream))
-                stream, state, depth_weights, attn_weights = layer(
-                    stream, position_embeddings, mask, depth_states, cache=cache,
-                    attn_implementation=implementation, loop=loop, residual=residual, method=self.cross_layer,
-                    **kwargs,
+            for layer in self.layers:
+                stream = layer(
+                    stream, method=method, loop=loop, position_embeddings=position_embeddings, attention_mask=mask,
+                    depth_states=depth_states, cache=cache, attn_implementation=implementation, **kwargs,
                 )
-                if step in self._read_later:
-                    depth_states[step] = state
-                all_attn.append(attn_weights)
-                all_depth.append(depth_weights)
-        hidden_states = self.norm(stream if residual is None else residual.final(stream))
-        if output_hidden_states:
-            all_hidden.append(hidden_states)
-
         return DepthAttentionModelOutput(
-            last_hidden_state=hidden_states,
-            cache=cache if use_cache else None,
-            hidden_states=tuple(all_hidden) if output_hidden_states else None,
-            attentions=tuple(all_attn) if output_attentions else None,
-            depth_weights=tuple(all_depth) if output_depth_weights else None,
+            last_hidden_state=self.norm(method.final(stream)), cache=cache if use_cache else None,
         )
 
 

@@ -59,7 +59,7 @@ def test_depth_sources_are_chosen_over_the_unrolled_depth():
     assert per_layer == [[[], [0]], [[0], [0, 4]], [[0], [0, 4]], [[0], [0, 4]]]
     assert per_layer == [[depth_sources(k * 4 + l, 4) for k in range(2)] for l in range(4)]
     out = model(torch.randint(0, 97, (1, 5)), output_depth_weights=True, output_hidden_states=True)
-    assert [w.shape[-1] if w is not None else 0 for w in out.depth_weights] == [0, 2, 2, 2, 2, 3, 3, 3]
+    assert [w.shape[-1] for w in out.depth_weights] == [2, 2, 2, 2, 3, 3, 3]  # steps 1-7; step 0 has no sources
     assert len(out.hidden_states) == 9
 
 

@@ -27,7 +27,7 @@ def test_toy_method_trains_and_reloads(toy, tiny_data, tmp_path):
         "--data.path", str(tiny_data), "--data.seq_len", "16", "--train.out_dir", str(tmp_path / "run"),
         "--train.batch_size", "2", "--train.steps", "3", "--train.eval_every", "3", "--train.eval_batches", "1",
         "--train.checkpoint_every", "3", "--train.progress", "false", "--optim.warmup_steps", "1",
-        "--model.method", "vanilla", "--model.overrides.cross_layer", toy, "--model.overrides.num_hidden_layers", "2",
+        "--model.method", toy, "--model.overrides.num_hidden_layers", "2",  # a preset under its own name
     ])
     train(cfg)
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "final")

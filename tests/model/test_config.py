@@ -1,6 +1,6 @@
 import pytest
 
-from depthattn import DepthAttentionConfig
+from depthattn import DepthAttentionConfig, DepthAttentionForCausalLM
 from tests.helpers import tiny_config
 
 
@@ -30,7 +30,6 @@ def test_round_trip(tmp_path):
     (dict(cross_layer="densformer"), "cross_layer"),
     (dict(depth_mix="max"), "depth_mix"),
     (dict(depth_mix_states="q"), "depth_mix_states"),
-    (dict(depth_impl="cuda"), "depth_impl"),
     (dict(hidden_size=30, num_attention_heads=4), "head_dim"),
     (dict(head_dim=7), "head_dim"),
     (dict(num_hidden_layers=0), "num_hidden_layers"),
@@ -40,6 +39,11 @@ def test_round_trip(tmp_path):
 def test_bad_values_name_the_field(bad, field):
     with pytest.raises(ValueError, match=field):
         tiny_config(**bad)
+
+
+def test_unknown_depth_impl_is_refused_when_the_model_is_built():
+    with pytest.raises(ValueError, match="depth_impl .* must be one of 'auto', 'reference'"):
+        DepthAttentionForCausalLM(tiny_config(depth_impl="cuda"))
 
 
 def test_choice_errors_list_the_allowed_values():

@@ -27,7 +27,7 @@ def test_same_gradients_with_checkpointing(case):
 
 
 def test_reentrant_checkpointing_is_refused():
-    # it would silently drop the gradients that flow through depth_states (a list, not a positional tensor)
+    # it would silently drop the gradients that flow through the depth states (not positional tensors)
     with pytest.raises(ValueError, match="use_reentrant=True would lose the gradients"):
         tiny_model().activation_checkpointing_enable({"use_reentrant": True})
 

@@ -4,7 +4,8 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 import depthattn
-from depthattn import DepthAttentionForCausalLM, DepthAttentionModel, DepthState, depth_mix
+from depthattn import DepthAttentionForCausalLM, DepthAttentionModel, DepthState
+from depthattn.ops import depth_mix_reference
 from tests.helpers import tiny_model
 
 
@@ -50,13 +51,13 @@ def test_stride_at_least_depth_reads_layer_zero_only(stride):
 def test_depth_weights_are_returned_and_normalised():
     model = tiny_model(depth_stride=1)
     out = model(torch.randint(0, 97, (2, 6)), output_depth_weights=True)
-    assert out.depth_weights[0] is None
-    for layer, weights in enumerate(out.depth_weights[1:], start=1):
+    assert len(out.depth_weights) == 3  # layers 1-3; layer 0 has no sources
+    for layer, weights in enumerate(out.depth_weights, start=1):
         assert weights.shape == (2, 2, 6, layer + 1) and weights.dtype == torch.float32
         torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 6))
     uniform = tiny_model(depth_stride=1, depth_mix="uniform")(torch.zeros(1, 3, dtype=torch.long),
                                                              output_depth_weights=True)
-    assert torch.all(uniform.depth_weights[3] == 0.25)
+    assert torch.all(uniform.depth_weights[2] == 0.25)  # layer 3
 
 
 def test_output_attentions_takes_the_eager_path_with_the_same_output():
@@ -88,7 +89,7 @@ def test_gradcheck_through_depth_mixing():
 
     def run(query, k0, v0, k1, v1, k2, v2):
         sources = [DepthState(k0, k0, v0), DepthState(k1, k1, v1)]
-        mixed, weights = depth_mix(query, DepthState(k2, k2, v2), sources, d**-0.5, mix_states="kv")
+        mixed, weights = depth_mix_reference(query, DepthState(k2, k2, v2), sources, d**-0.5, mix_states="kv")
         return mixed.key, mixed.value, weights
 
     inputs = [torch.randn(b, hq, t, d, dtype=torch.float64, requires_grad=True)]

@@ -1,4 +1,4 @@
-"""Every fast depth-mixing path against the reference `depthattn.depth.depth_mix`: outputs and gradients."""
+"""Every fast depth-mixing path against the reference `depthattn.ops.depth_mix_reference`: outputs and gradients."""
 
 import os
 import subprocess

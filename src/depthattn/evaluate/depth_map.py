@@ -1,6 +1,6 @@
 """`depthattn depth-map`: how much each layer draws on each earlier layer (the paper's Fig. 3).
 
-Forward passes with `output_depth_weights=True` give, per layer l (per unrolled step of a looped model),
+Forward passes with `output_depth_weights=True` give, per layer l with sources (per unrolled step of a looped model),
 weights (B, Hkv, T, |S(l)| + 1) over the layer's sources S(l) and itself (last). Averaged over batch rows
 (samples), KV heads and tokens, they make row l of a D x D matrix (D = num_hidden_layers * num_loops):
 entry (l, j) is the mean weight layer l gives to source j, (l, l) the weight it keeps for its own value.
@@ -50,16 +50,13 @@ def depth_weight_map(model, batches: Iterable[torch.Tensor]) -> tuple[np.ndarray
     model.eval()
     for input_ids in batches:
         out = model(input_ids=input_ids.to(device), use_cache=False, output_depth_weights=True, logits_to_keep=1)
-        if out.depth_weights is None or len(out.depth_weights) != depth:
-            raise ValueError(f"the model returned no depth weights for its {depth} layers; "
+        mixing_steps = [step for step in range(depth) if sources[step]]
+        if out.depth_weights is None or len(out.depth_weights) != len(mixing_steps):
+            raise ValueError(f"the model returned no depth weights for its {len(mixing_steps)} layers with sources; "
                              "it needs output_depth_weights support (a depthattn DepthAttentionForCausalLM)")
         batch, seq_len = input_ids.shape
         positions = None
-        for step, weights in enumerate(out.depth_weights):
-            if weights is None:
-                if sources[step]:
-                    raise ValueError(f"layer {step} has sources {sources[step]} but returned no depth weights")
-                continue
+        for step, weights in zip(mixing_steps, out.depth_weights):
             if weights.shape[-1] != len(sources[step]) + 1:
                 raise ValueError(f"layer {step}: {weights.shape[-1]} depth weights for {len(sources[step])} sources "
                                  "and itself")

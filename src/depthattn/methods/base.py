@@ -35,8 +35,17 @@ class CrossLayerMethod(nn.Module):
     `inference_state` states the extra state the method holds at inference (docs/method.md#baselines).
 
     A method acting inside attention (Depth-Attention, value residual) declares, per unrolled step, the earlier
-    steps it reads (`step_sources`); the attention of a step with sources calls `mix` with their states before
-    sequence attention, and the model keeps a step's state only while a later step declares it.
+    steps it reads (`step_sources`); the attention of a step with sources calls the method (`forward`) with their
+    states before sequence attention, and a step's state is kept only when a later step declares it.
+
+    Every method also says how sublayer outputs are combined into the residual stream (`init`, `read`, `write`,
+    `final`, `hidden`); here, and for every method acting inside attention, that is the plain residual.
+    The decoder layer does, per sublayer `s` (`2 u` attention, `2 u + 1` MLP of unrolled step `u`),
+
+        x = method.read(stream, s)               # what the sublayer reads, before its norm
+        stream = method.write(stream, s, sublayer(norm(x)))
+
+    and the model does `stream = method.init(embeds)` first and `norm(method.final(stream))` last.
 
     Analytic costs per token over a vanilla decoder with the same backbone, in the conventions of
     `depthattn.evaluate.costs` (L = unrolled depth, D = hidden size, d_kv = num_key_value_heads * head_dim):
@@ -44,6 +53,7 @@ class CrossLayerMethod(nn.Module):
     """
 
     inference_state: str = ""
+    presets: dict[str, dict] = {}  # named variants: config fields over the method's defaults (depthattn.presets)
 
     def __init__(self, config):
         super().__init__()
@@ -61,11 +71,30 @@ class CrossLayerMethod(nn.Module):
         """Learned depth-score biases held by one attention (one entry per loop with sources), or None."""
         return None
 
-    def mix(self, attention: nn.Module, query: torch.Tensor, state: DepthState, sources: list[DepthState],
-            step: int) -> tuple[DepthState, torch.Tensor | None]:
+    def forward(self, attention: nn.Module, query: torch.Tensor, state: DepthState, sources: list[DepthState],
+                step: int) -> tuple[DepthState, torch.Tensor | None]:
         """The state that step `step`'s attention uses and caches, given its own and its sources' states
-        (query: (B, Hq, T, d); states: (B, Hkv, T, d) each), and depth weights (B, Hkv, T, n) or None."""
-        raise NotImplementedError
+        (query: (B, Hq, T, d); states: (B, Hkv, T, d) each), and depth weights (B, Hkv, T, n) or None (the model
+        records them as `depth_weights` through transformers' output hooks)."""
+        raise NotImplementedError(f"{type(self).__name__} declares depth sources but does not mix them")
+
+    # the plain residual stream: a (B, T, D) tensor
+    def init(self, embeds: torch.Tensor):
+        return embeds
+
+    def read(self, stream, sublayer: int) -> torch.Tensor:
+        return stream
+
+    def write(self, stream, sublayer: int, out: torch.Tensor):
+        return stream + out
+
+    def final(self, stream) -> torch.Tensor:
+        """The (B, T, D) hidden state that goes into the final norm."""
+        return stream
+
+    def hidden(self, stream) -> torch.Tensor:
+        """A (B, T, D) view of the stream between layers, for `output_hidden_states`."""
+        return stream
 
     @classmethod
     def extra_parameters(cls, config) -> int:
@@ -94,18 +123,9 @@ class CrossLayerMethod(nn.Module):
 
 
 class Residual(CrossLayerMethod):
-    """How sublayer outputs are combined into the stream that runs from the embeddings to the final norm.
-
-    Sublayer `s` is `2 * u` (attention) or `2 * u + 1` (MLP) of unrolled step `u`; there are
-    `num_sublayers = 2 * config.unrolled_depth`. The stream is opaque to the decoder: a tensor or a method's
-    own small state object. The decoder layer does, per sublayer,
-
-        x = residual.read(stream, s)               # what the sublayer reads, before its norm
-        stream = residual.write(stream, s, sublayer(norm(x)))
-
-    and the model does `stream = residual.init(embeds)` first and `norm(residual.final(stream))` last.
-    This base class is the plain residual: read = stream, write = stream + out. (The vanilla decoder does
-    not go through it: it runs the same arithmetic inline.)
+    """A hidden-state method: it changes how sublayer outputs are combined into the stream that runs from the
+    embeddings to the final norm (`init`, `read`, `write`, `final`, `hidden` above). The stream is opaque to the
+    decoder: a tensor or the method's own small state object. There are `num_sublayers = 2 * unrolled_depth`.
     """
 
     inference_state = "none"
@@ -113,23 +133,6 @@ class Residual(CrossLayerMethod):
     def __init__(self, config):
         super().__init__(config)
         self.num_sublayers = 2 * config.unrolled_depth
-
-    def init(self, embeds: torch.Tensor):
-        return embeds
-
-    def read(self, stream, sublayer: int) -> torch.Tensor:
-        return stream
-
-    def write(self, stream, sublayer: int, out: torch.Tensor):
-        return stream + out
-
-    def final(self, stream) -> torch.Tensor:
-        """The (B, T, D) hidden state that goes into the final norm."""
-        return stream
-
-    def hidden(self, stream) -> torch.Tensor:
-        """A (B, T, D) view of the stream between layers, for `output_hidden_states`."""
-        return stream
 
 
 def rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 Before sequence attention, step `u`'s query attends over the keys of its sources S(u) (earlier unrolled steps,
 `depthattn.depth.depth_sources`) at the same position and mixes their (already mixed) values into its own
-(`depthattn.depth.depth_mix`, fast paths in `depthattn.ops`).
+(`depthattn.ops.depth_mix`; the reference is `ops/depth_mix/naive.py`).
 
 Parameters: none; the layer's own q, k, v are reused. With `depth_score_bias` each attention holds one learned
 score per loop with sources and per candidate, under `model.layers.N.self_attn.depth_score_bias.K`.
@@ -20,7 +20,25 @@ from ..ops import get_depth_mix
 from .base import CrossLayerMethod, FlopTerm
 
 
+def _half(depth: int) -> int:
+    return max(1, depth // 2)
+
+
 class DepthAttention(CrossLayerMethod):
+    # named variants (docs/method.md#variants); a function receives the unrolled depth D
+    presets = {
+        "depth_attention": {"depth_stride": _half},  # the default: sources every D // 2 steps
+        "depth_half": {"depth_stride": _half},
+        "depth_first_layer": {"depth_stride": lambda depth: max(1, depth)},  # layer 0 is the only source
+        "depth_quarter": {"depth_stride": lambda depth: max(1, depth // 4)},
+        "depth_every": {"depth_stride": 1},  # every earlier step is a source
+        "depth_uniform": {"depth_stride": _half, "depth_mix": "uniform"},  # the plain average, same sources
+        "depth_mix_v": {"depth_stride": _half, "depth_mix_states": "v"},
+        "depth_mix_kv": {"depth_stride": _half, "depth_mix_states": "kv"},
+        "depth_mix_k": {"depth_stride": _half, "depth_mix_states": "k"},
+        "depth_bias": {"depth_stride": _half, "depth_score_bias": True},  # a learned score per layer and source
+        "depth_static": {"depth_stride": _half, "depth_mix": "uniform", "depth_score_bias": True},  # ignores tokens
+    }
     inference_state = (
         "Across tokens: none; the KV cache has vanilla's size (mixed values in the value slots). Per token while "
         "it is processed: k and mixed v of its source layers (|S| KV-head vector pairs)."
@@ -28,7 +46,7 @@ class DepthAttention(CrossLayerMethod):
 
     def __init__(self, config):
         super().__init__(config)
-        self.num_layers, self.impl = config.num_hidden_layers, config.depth_impl
+        self.num_layers, self.depth_mix = config.num_hidden_layers, get_depth_mix(config.depth_impl)
         self.rule, self.mix_states = config.depth_mix, config.depth_mix_states
 
     @staticmethod
@@ -44,13 +62,13 @@ class DepthAttention(CrossLayerMethod):
             return None
         return nn.ParameterList(nn.Parameter(torch.zeros(len(s) + 1)) for s in loop_sources if s)
 
-    def mix(self, attention, query, state, sources, step):
+    def forward(self, attention, query, state, sources, step):
         loop = step // self.num_layers
         bias = attention.depth_score_bias
         if bias is not None:  # one entry per loop with sources, from the first such loop on
             bias = bias[loop - next(k for k, s in enumerate(attention.loop_depth_sources) if s)]
-        return get_depth_mix(self.impl)(query, state, sources, attention.scaling, rule=self.rule,
-                                        mix_states=self.mix_states, score_bias=bias)
+        return self.depth_mix(query, state, sources, attention.scaling, rule=self.rule, mix_states=self.mix_states,
+                              score_bias=bias)
 
     @classmethod
     def candidates(cls, config) -> int:

@@ -1,6 +1,6 @@
 """Depth mixing (docs/method.md#the-operation), one operation with interchangeable implementations.
 
-All share the signature and results of the reference `depthattn.depth.depth_mix`:
+All share the signature and results of the reference `depth_mix_reference` (`naive.py`):
 
     depth_mix(query, state, sources, scaling, rule="softmax", mix_states="v") -> (DepthState, weights)
 
@@ -17,7 +17,6 @@ from typing import Callable
 
 import torch
 
-from depthattn.config import DEPTH_IMPLS
 from depthattn.depth import DepthState
 
 from .compiled import depth_mix_compiled
@@ -47,6 +46,7 @@ _IMPLS: dict[str, Callable] = {
     "compiled": depth_mix_compiled,
     "triton": depth_mix_triton,
 }
+DEPTH_IMPLS = tuple(_IMPLS)  # the values of DepthAttentionConfig.depth_impl
 
 
 def get_depth_mix(impl: str = "auto") -> Callable:
@@ -54,12 +54,12 @@ def get_depth_mix(impl: str = "auto") -> Callable:
     try:
         return _IMPLS[impl]
     except KeyError:
-        raise ValueError(f"depth mixing implementation must be one of {', '.join(map(repr, DEPTH_IMPLS))}; "
+        raise ValueError(f"depth_impl (the depth mixing implementation) must be one of {', '.join(map(repr, DEPTH_IMPLS))}; "
                          f"got {impl!r}") from None
 
 
 def depth_mix(query, state, sources, scaling, rule="softmax", mix_states="v", score_bias=None, impl: str = "auto"):
-    """`depthattn.depth.depth_mix` through the implementation `impl` (see DEPTH_IMPLS)."""
+    """Depth mixing through the implementation `impl` (one of DEPTH_IMPLS)."""
     return get_depth_mix(impl)(query, state, sources, scaling, rule, mix_states, score_bias)
 
 

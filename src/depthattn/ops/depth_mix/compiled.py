@@ -1,6 +1,6 @@
 """Depth mixing in a handful of plain torch ops: fast in eager mode, fused by `torch.compile`.
 
-Same signature and results as the reference `depthattn.depth.depth_mix` (docs/method.md#the-operation). Two forms, chosen by size:
+Same signature and results as the reference `depthattn.ops.depth_mix_reference` (docs/method.md#the-operation). Two forms, chosen by size:
 
 * many rows (training, prefill): per-source multiply-and-reduce, then a running `w_j * v_j` sum. Nothing is
   stacked or concatenated, so the sources are never copied, and under `torch.compile` (also with
@@ -34,7 +34,7 @@ def depth_mix_compiled(
     score_bias: torch.Tensor | None = None,
 ) -> tuple[DepthState, torch.Tensor]:
     """query: (B, Hq, T, d); `state` and `sources` tensors: (B, Hkv, T, d). Returns (mixed state, weights
-    (B, Hkv, T, n) with self last, float32 or float64), as `depthattn.depth.depth_mix`."""
+    (B, Hkv, T, n) with self last, float32 or float64), as `depthattn.ops.depth_mix_reference`."""
     batch, num_heads, seq_len, head_dim = query.shape
     num_kv_heads = state.score_key.shape[1]
     if not torch.compiler.is_compiling() and batch * num_kv_heads * seq_len <= SMALL_ROWS:

@@ -179,7 +179,7 @@ def depth_mix_triton(
     mix_states: str = "v",
     score_bias: torch.Tensor | None = None,
 ) -> tuple[DepthState, torch.Tensor]:
-    """Same contract as `depthattn.depth.depth_mix`, computed by the Triton kernels (forward and backward)."""
+    """Same contract as `depthattn.ops.depth_mix_reference`, computed by the Triton kernels (forward and backward)."""
     if score_bias is not None:
         raise ValueError("the Triton kernels take no score bias; use the compiled or reference depth mixing")
     if not TRITON_AVAILABLE:
