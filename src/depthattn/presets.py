@@ -15,6 +15,7 @@ unrolled steps); the other fields keep their defaults unless given.
 | depth_mix_v, depth_mix_kv, depth_mix_k | depth_mix_states "v" (default), "kv", "k" |
 | depth_bias | depth_score_bias=True: a learned score per layer and source, starting at zero |
 | depth_static | depth_mix="uniform" with depth_score_bias: a learned mix per layer that ignores the tokens |
+| depth_retrofit | depth_bias with each layer's own score at 30: converted from vanilla, it starts as vanilla |
 | value_residual, denseformer, attnres, mhc, hyper_connections | cross_layer=<name>, method defaults |
 """
 
@@ -43,6 +44,7 @@ PRESETS: dict[str, dict] = {
     "depth_mix_k": {**_DEPTH, "depth_stride": _stride(2), "depth_mix_states": "k"},
     "depth_bias": {**_DEPTH, "depth_stride": _stride(2), "depth_score_bias": True},
     "depth_static": {**_DEPTH, "depth_stride": _stride(2), "depth_mix": "uniform", "depth_score_bias": True},
+    "depth_retrofit": {**_DEPTH, "depth_stride": _stride(2), "depth_score_bias": True, "depth_self_bias_init": 30.0},
     "value_residual": {"cross_layer": "value_residual"},
     "denseformer": {"cross_layer": "denseformer"},
     "attnres": {"cross_layer": "attnres"},
