@@ -50,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     add_costs_arguments(commands.add_parser(
         "costs", help="parameters, extra FLOPs, activation I/O, KV cache and state of every method (paper Table 2)"))
 
+    from .convert import add_arguments as add_convert_arguments, run as run_convert
+
+    add_convert_arguments(commands.add_parser(
+        "convert", help="a Llama, Mistral, Qwen2, Qwen3 or reference Depth-Attention checkpoint into a depthattn model"))
+
     demo = commands.add_parser("demo", help="train Depth-Attention and its vanilla twin on the embedded corpus")
     demo.add_argument("--out", default="runs/demo", help="output folder (default %(default)s)")
     demo.add_argument("--steps", type=int, default=None, help="training steps per model")
@@ -83,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_depth_map(args)
         if args.command == "costs":
             return run_costs(args)
+        if args.command == "convert":
+            return run_convert(args)
         if args.command == "demo":
             from .demo import run_demo
 

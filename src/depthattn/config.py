@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 
 from transformers import GenerationConfig, PreTrainedConfig
 
@@ -10,6 +11,12 @@ from transformers import GenerationConfig, PreTrainedConfig
 CROSS_LAYER_METHODS = ["none", "depth_attention", "value_residual", "denseformer", "attnres", "mhc", "hyper_connections"]
 DEPTH_MIX_RULES = ("softmax", "uniform")
 DEPTH_MIX_STATES = ("v", "kv", "k")
+# the cross-layer method's fields; every other field of DepthAttentionConfig describes the backbone
+CROSS_LAYER_FIELDS = (
+    "cross_layer", "depth_stride", "depth_window", "depth_mix", "depth_mix_states", "depth_score_bias",
+    "depth_self_bias_init", "depth_impl", "denseformer_dilation", "denseformer_period", "attnres_block_size",
+    "mhc_streams", "mhc_sinkhorn_iters", "mhc_alpha_init", "hc_streams",
+)
 
 # Keyword arguments that PreTrainedConfig itself consumes (legacy names, loading bookkeeping).
 _HF_INIT_KWARGS = {
@@ -22,7 +29,27 @@ _HF_INIT_KWARGS = {
 class DepthAttentionConfig(PreTrainedConfig):
     r"""Configuration of a Qwen3-style decoder with an optional cross-layer method.
 
-    Qwen3 fields keep their Qwen3 names and meaning. Cross-layer fields:
+    Qwen3 fields keep their Qwen3 names and meaning. Backbone switches (defaults: Qwen3's) that let Llama,
+    Mistral and Qwen2 checkpoints convert without loss (`depthattn.convert`), under transformers' names:
+
+    attention_bias (`bool`, defaults to `False`):
+        Biases on q, k, v and o projections (Llama, Qwen3).
+    qkv_bias (`bool`, defaults to `False`):
+        Biases on the q, k and v projections only, none on o (Qwen2).
+    mlp_bias (`bool`, defaults to `False`):
+        Biases on the MLP projections (Llama).
+    use_qk_norm (`bool`, defaults to `True`):
+        An RMSNorm on each query and key head (Qwen3); off for Llama, Mistral and Qwen2.
+    k_norm_after_rope (`bool`, defaults to `False`):
+        Apply the key RMSNorm after the rotation instead of before it, as the Depth-Attention reference
+        implementation does (docs/method.md#the-reference-implementations-checkpoints). Depth scores always use
+        the key that sequence attention uses.
+    use_sliding_window, sliding_window, max_window_layers (defaults `False`, `None`, 0):
+        With `use_sliding_window`, layers from `max_window_layers` on attend to the last `sliding_window` tokens
+        only (Qwen2's rule; Mistral is `max_window_layers=0`), and their cache slots keep only that window.
+        `layer_types` follows from these three.
+
+    Cross-layer fields:
 
     cross_layer (`str`, defaults to `"depth_attention"`):
         `"none"` for a vanilla decoder, `"depth_attention"` for Depth-Attention, or a baseline (docs/method.md#baselines,
@@ -42,6 +69,10 @@ class DepthAttentionConfig(PreTrainedConfig):
         A learned bias per layer and per source (self included) added to the depth scores before the softmax,
         initialised to zero, so the model starts as plain Depth-Attention. With `depth_mix="uniform"` the
         weights are the softmax of the bias alone: a learned mix that ignores the tokens.
+    depth_self_bias_init (`float`, defaults to 0.0):
+        With `depth_score_bias`, the initial bias of each layer's own entry (the sources' start at zero). A large
+        value (e.g. 30) starts a model converted from a vanilla one as that vanilla model: each source's weight is
+        then at most exp(its score - the layer's own score - 30) (docs/method.md#retrofitting).
     depth_impl (`str`, defaults to `"auto"`):
         How depth mixing is computed, with the same results (`depthattn.ops.DEPTH_IMPLS`): `"reference"` (`naive.py`),
         `"compiled"` (a few torch ops that `torch.compile` fuses), `"triton"` (GPU kernels), or `"auto"`.
@@ -79,6 +110,13 @@ class DepthAttentionConfig(PreTrainedConfig):
     rope_theta: float = 1_000_000.0
     rope_parameters: dict | None = None
     attention_bias: bool = False
+    qkv_bias: bool = False
+    mlp_bias: bool = False
+    use_qk_norm: bool = True
+    k_norm_after_rope: bool = False
+    use_sliding_window: bool = False
+    sliding_window: int | None = None
+    max_window_layers: int = 0
     attention_dropout: float = 0.0
     pad_token_id: int | None = None
     bos_token_id: int | None = None
@@ -90,6 +128,7 @@ class DepthAttentionConfig(PreTrainedConfig):
     depth_mix: str = "softmax"
     depth_mix_states: str = "v"
     depth_score_bias: bool = False
+    depth_self_bias_init: float = 0.0
     depth_impl: str = "auto"
     num_loops: int = 1
     denseformer_dilation: int = 1
@@ -111,8 +150,9 @@ class DepthAttentionConfig(PreTrainedConfig):
                     f"num_attention_heads ({self.num_attention_heads}); set head_dim explicitly or change either"
                 )
             self.head_dim = self.hidden_size // self.num_attention_heads
-        kwargs.pop("layer_types", None)
-        self.layer_types = ["full_attention"] * self.num_hidden_layers
+        kwargs.pop("layer_types", None)  # derived from the sliding-window fields
+        self.layer_types = ["sliding_attention" if self.use_sliding_window and i >= self.max_window_layers
+                            else "full_attention" for i in range(self.num_hidden_layers)]
         super().__post_init__(**kwargs)
         self.rope_theta = self.rope_parameters.get("rope_theta", self.rope_theta)
         self._check()
@@ -121,6 +161,11 @@ class DepthAttentionConfig(PreTrainedConfig):
     def unrolled_depth(self) -> int:
         """Decoder layers run per token: `num_hidden_layers * num_loops`."""
         return self.num_hidden_layers * self.num_loops
+
+    def backbone_settings(self) -> dict:
+        """The fields that describe the decoder (its loops included) without its cross-layer method."""
+        return {name: getattr(self, name) for name in DepthAttentionConfig.__annotations__
+                if name not in CROSS_LAYER_FIELDS}
 
     @property
     def resolved_depth_stride(self) -> int:
@@ -155,6 +200,23 @@ class DepthAttentionConfig(PreTrainedConfig):
             raise ValueError(f"depth_score_bias must be true or false, got {self.depth_score_bias!r}")
         if self.depth_score_bias and self.depth_impl == "triton":
             raise ValueError("depth_score_bias is not in the Triton kernels; use depth_impl 'auto' or 'compiled'")
+        bias_init = self.depth_self_bias_init
+        if not isinstance(bias_init, (int, float)) or isinstance(bias_init, bool) or not math.isfinite(bias_init):
+            raise ValueError(f"depth_self_bias_init must be a finite number, got {bias_init!r}")
+        if bias_init and not self.depth_score_bias:
+            raise ValueError("depth_self_bias_init initialises the learned score bias; set depth_score_bias=True too")
+        for name in ("attention_bias", "qkv_bias", "mlp_bias", "use_qk_norm", "k_norm_after_rope", "use_sliding_window"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        window = self.sliding_window
+        if self.use_sliding_window and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+            raise ValueError(f"use_sliding_window needs sliding_window, a number of tokens >= 1; got {window!r}")
+        if not self.use_sliding_window and window is not None:
+            raise ValueError(f"sliding_window={window} has no effect without use_sliding_window=True; set it "
+                             "(Mistral: max_window_layers=0, every layer slides) or drop sliding_window")
+        if not isinstance(self.max_window_layers, int) or isinstance(self.max_window_layers, bool) \
+                or self.max_window_layers < 0:
+            raise ValueError(f"max_window_layers must be an integer >= 0, got {self.max_window_layers!r}")
         if not isinstance(self.depth_window, int) or isinstance(self.depth_window, bool) or self.depth_window < 0:
             raise ValueError(f"depth_window must be an integer >= 0, got {self.depth_window!r}")
         for name, low in (("num_loops", 1), ("denseformer_dilation", 1), ("denseformer_period", 1),

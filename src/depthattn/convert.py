@@ -1,44 +1,210 @@
-"""Qwen3 checkpoints into Depth-Attention models: the same tensors under the same names, new settings."""
+"""Decoder checkpoints into Depth-Attention models: the same tensors under the same names, new settings.
+
+Sources: transformers' Llama, Mistral, Qwen2 and Qwen3 causal LMs (a model or a local folder), folders of the
+Depth-Attention reference implementation (docs/method.md#the-reference-implementations-checkpoints) and this
+project's own models (another cross-layer method on the same backbone: retrofitting, docs/method.md#retrofitting).
+The backbone switches of `DepthAttentionConfig` reproduce each one exactly; every source tensor is used as it is.
+`depthattn convert SRC_DIR OUT_DIR` writes a converted folder.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
+from pathlib import Path
 
 from transformers import AutoConfig, PreTrainedConfig
 
-from .config import DepthAttentionConfig
+from .config import CROSS_LAYER_FIELDS, CROSS_LAYER_METHODS, DEPTH_MIX_RULES, DepthAttentionConfig
 
-# Qwen3Config fields that carry over unchanged
-QWEN3_FIELDS = (
+FAMILIES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+            "qwen3": "Qwen3ForCausalLM", "depth_attention": "DepthAttentionForCausalLM"}
+
+# config fields that every family has, with the same meaning as ours
+SHARED_FIELDS = (
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "initializer_range",
-    "rms_norm_eps", "use_cache", "tie_word_embeddings", "rope_parameters", "attention_bias", "attention_dropout",
-    "pad_token_id", "bos_token_id", "eos_token_id",
+    "num_key_value_heads", "hidden_act", "max_position_embeddings", "initializer_range", "rms_norm_eps",
+    "use_cache", "tie_word_embeddings", "rope_parameters", "attention_dropout", "pad_token_id", "bos_token_id",
+    "eos_token_id",
 )
 
+# the reference implementation's config keys, on top of Llama's (docs/method.md#the-reference-implementations-checkpoints)
+REFERENCE_KEYS = (
+    "use_depth_attention", "depth_attention_stride", "depth_attention_recent_window", "use_qk_norm",
+    "cross_layer_pattern", "cross_layer_mode", "depth_softmax_stride", "depth_recent_window", "recurrent_model",
+    "scale_embeds", "no_residual", "layer_kv_reuse_map",
+)
+REFERENCE_DEPTH_NAMES = ("depth_attention", "depth_softmax")  # cross_layer_pattern / cross_layer_mode values
+# a tensor the reference model creates and saves but never uses in its forward
+REFERENCE_UNUSED = {"lm_head_layernorm.weight"}
 
-def config_from_qwen3(qwen3_config: PreTrainedConfig, **depth_settings) -> DepthAttentionConfig:
-    if qwen3_config.model_type != "qwen3":
-        raise ValueError(f"expected a Qwen3 config (model_type 'qwen3'), got model_type {qwen3_config.model_type!r}")
-    if getattr(qwen3_config, "sliding_window", None) is not None:
-        raise ValueError("Qwen3 checkpoints with use_sliding_window=True are not supported; only full attention is")
-    fields = {name: getattr(qwen3_config, name) for name in QWEN3_FIELDS}
+TOKENIZER_FILES = {"special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
+                   "chat_template.jinja", "chat_template.json"}
+
+
+def is_reference_config(source: PreTrainedConfig) -> bool:
+    return source.model_type == "llama" and any(hasattr(source, key) for key in REFERENCE_KEYS)
+
+
+def backbone_settings(source: PreTrainedConfig) -> dict:
+    """The `DepthAttentionConfig` fields that give `source`'s decoder, tensor for tensor."""
+    family = source.model_type
+    if family == "depth_attention":
+        return source.backbone_settings()
+    fields = {name: getattr(source, name) for name in SHARED_FIELDS}
     fields["rope_parameters"] = dict(fields["rope_parameters"])
-    return DepthAttentionConfig(**fields, **depth_settings)
+    fields["head_dim"] = getattr(source, "head_dim", None) or source.hidden_size // source.num_attention_heads
+    fields["use_qk_norm"] = family == "qwen3"
+    if family in ("llama", "qwen3"):
+        fields["attention_bias"] = source.attention_bias
+    if family == "llama":
+        fields["mlp_bias"] = source.mlp_bias
+    if family == "qwen2":
+        fields["qkv_bias"] = True  # Qwen2Attention: q, k, v biases always, no o bias
+    window = getattr(source, "sliding_window", None)  # Qwen2 and Qwen3 clear it unless use_sliding_window
+    if family in ("mistral", "qwen2", "qwen3") and window is not None:
+        fields.update(use_sliding_window=True, sliding_window=window,
+                      max_window_layers=getattr(source, "max_window_layers", 0))
+    return fields
 
 
-def qwen3_to_depth_attention(model_class, model_or_path, **depth_settings):
-    if isinstance(model_or_path, (str, os.PathLike)):
-        if not os.path.isdir(model_or_path):
-            raise FileNotFoundError(f"{model_or_path} is not a directory holding a Qwen3 checkpoint (config.json)")
-        config = config_from_qwen3(AutoConfig.from_pretrained(model_or_path), **depth_settings)
-        return model_class.from_pretrained(model_or_path, config=config)
-    qwen3 = model_or_path
-    config = config_from_qwen3(qwen3.config, **depth_settings)
-    model = model_class(config).to(device=qwen3.device, dtype=qwen3.dtype)
-    result = model.load_state_dict(qwen3.state_dict(), strict=False)
-    # a baseline's own parameters (model.cross_layer.*) keep their initialisation; every Qwen3 tensor is used
-    missing = [k for k in result.missing_keys if not k.startswith("model.cross_layer.")]
-    if missing or result.unexpected_keys:
-        raise ValueError(f"the Qwen3 model does not match: missing {missing}, unexpected {result.unexpected_keys}")
-    return model.train(qwen3.training)
+def reference_settings(source: PreTrainedConfig) -> dict:
+    """Backbone and method fields of a reference-implementation config, after refusing what has no equivalent."""
+    for key, plain in (("scale_embeds", False), ("no_residual", False), ("layer_kv_reuse_map", None)):
+        if getattr(source, key, plain) not in (plain, False, None, {}, []):
+            raise ValueError(f"{key}={getattr(source, key)!r}: this reference-implementation option has no "
+                             "equivalent here; only checkpoints with it off convert")
+    named = [getattr(source, key, None) for key in ("cross_layer_pattern", "cross_layer_mode")]
+    other = [name for name in named if name not in (None, "residual", *REFERENCE_DEPTH_NAMES)]
+    if other:
+        raise ValueError(f"cross-layer mode {other[0]!r} of the reference implementation does not convert; only "
+                         "Depth-Attention (use_depth_attention, or cross_layer_mode 'depth_softmax') and vanilla do")
+    depth = bool(getattr(source, "use_depth_attention", False)) or any(n in REFERENCE_DEPTH_NAMES for n in named)
+    stride = getattr(source, "depth_attention_stride", getattr(source, "depth_softmax_stride", 1))
+    window = getattr(source, "depth_attention_recent_window", getattr(source, "depth_recent_window", 0))
+    return {
+        "use_qk_norm": bool(getattr(source, "use_qk_norm", True)),  # the reference's default is on
+        "k_norm_after_rope": True,
+        "cross_layer": "depth_attention" if depth else "none",
+        "depth_stride": max(1, int(stride)),  # its stride <= 1 means every earlier layer, as ours of 1
+        "depth_window": max(0, int(window)),
+    }
+
+
+def config_from_decoder(source: PreTrainedConfig, families=tuple(FAMILIES), **depth_settings) -> DepthAttentionConfig:
+    """The config of `source`'s decoder with Depth-Attention settings: a reference-implementation folder's own,
+    else ours (DepthAttentionConfig's defaults), then `depth_settings` over either."""
+    if source.model_type not in families:
+        supported = ", ".join(FAMILIES[f] for f in families) + (
+            " and Depth-Attention reference-implementation folders" if "llama" in families else "")
+        raise ValueError(f"cannot convert model_type {source.model_type!r}; supported: {supported}")
+    fields = backbone_settings(source)
+    if is_reference_config(source):
+        fields.update(reference_settings(source))
+    source_types = getattr(source, "layer_types", None)
+    if source_types is not None and list(source_types) != DepthAttentionConfig(**fields).layer_types:
+        raise ValueError(f"layer_types {list(source_types)} do not follow from use_sliding_window, sliding_window "
+                         "and max_window_layers; only such layouts convert")
+    return DepthAttentionConfig(**{**fields, **depth_settings})
+
+
+def decoder_to_depth_attention(model_class, model_or_dir, families=tuple(FAMILIES), **depth_settings):
+    """`model_class` (DepthAttentionForCausalLM) with every tensor of a decoder model or saved folder."""
+    if isinstance(model_or_dir, (str, os.PathLike)):
+        folder = Path(model_or_dir)
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(f"{folder} is not a directory holding a saved model (config.json)")
+        source = AutoConfig.from_pretrained(folder, local_files_only=True)
+        config = config_from_decoder(source, families, **depth_settings)
+        model, info = model_class.from_pretrained(folder, config=config, local_files_only=True,
+                                                  output_loading_info=True)
+        unused = REFERENCE_UNUSED if is_reference_config(source) else set()
+        _check_tensors(folder, info["missing_keys"], set(info["unexpected_keys"]) - unused)
+        return model
+    source_model = model_or_dir
+    config = config_from_decoder(source_model.config, families, **depth_settings)
+    model = model_class(config).to(device=source_model.device, dtype=source_model.dtype)
+    result = model.load_state_dict(source_model.state_dict(), strict=False)
+    _check_tensors(type(source_model).__name__, result.missing_keys, result.unexpected_keys)
+    return model.train(source_model.training)
+
+
+def _check_tensors(source, missing, unexpected):
+    """Every source tensor used and every model tensor given, except the new ones of the cross-layer methods
+    (`model.cross_layer.*`, Depth-Attention's optional score bias), which keep their initialisation."""
+    missing = [k for k in missing if not is_method_tensor(k)]
+    if missing or unexpected:
+        raise ValueError(f"the tensors of {source} do not match its config: missing {sorted(missing)}, "
+                         f"unexpected {sorted(unexpected)}")
+
+
+def is_method_tensor(name: str) -> bool:
+    """A tensor of a cross-layer method (`model.cross_layer.*`, Depth-Attention's score bias), not of the backbone."""
+    return name.startswith("model.cross_layer.") or ".depth_score_bias." in name
+
+
+def load_backbone(model, folder):
+    """Start `model` from the model saved in `folder` (retrofitting, docs/method.md#retrofitting): every saved
+    tensor as it is, while the tensors of `model`'s method keep their initialisation. The saved backbone must be
+    `model`'s; its method may be another (vanilla, typically)."""
+    from .data.files import checksum_problems
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"model.init_from: {folder} holds no saved model (config.json); train that model "
+                                "first or correct the path")
+    damaged = checksum_problems(folder)
+    if damaged:
+        raise ValueError(f"model.init_from: {folder} is damaged: {'; '.join(damaged)} (checksums.json)")
+    method = {name: getattr(model.config, name) for name in CROSS_LAYER_FIELDS}
+    source = decoder_to_depth_attention(type(model), folder, **method)
+    ours, theirs = model.config.backbone_settings(), source.config.backbone_settings()
+    differ = [f"{name} is {theirs[name]!r} there, {ours[name]!r} here" for name in ours if ours[name] != theirs[name]]
+    if differ:
+        raise ValueError(f"model.init_from: {folder} holds another backbone than this run's ({'; '.join(differ)}); "
+                         "give the run the saved model's settings (model.preset, model.overrides, "
+                         "model.max_position_embeddings, the same data)")
+    saved = {name: tensor for name, tensor in source.state_dict().items() if not is_method_tensor(name)}
+    model.load_state_dict(saved, strict=False)
+
+
+# ---------------------------------------------------------------- depthattn convert
+
+
+def add_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("src", metavar="SRC_DIR", help="a Llama, Mistral, Qwen2 or Qwen3 model folder, or a "
+                                                       "Depth-Attention reference-implementation checkpoint")
+    parser.add_argument("out", metavar="OUT_DIR", help="the converted model folder (must not exist)")
+    parser.add_argument("--cross-layer", choices=CROSS_LAYER_METHODS,
+                        help="default: a reference checkpoint's own method, else depth_attention")
+    parser.add_argument("--depth-stride", type=int, help="default: a reference checkpoint's, else half the depth")
+    parser.add_argument("--depth-window", type=int)
+    parser.add_argument("--depth-mix", choices=DEPTH_MIX_RULES)
+    parser.add_argument("--depth-score-bias", action="store_true", default=None,
+                        help="add the learned score bias (docs/method.md#variants)")
+    parser.add_argument("--depth-self-bias-init", type=float,
+                        help="with --depth-score-bias: initial bias of each layer's own entry; 30 starts the "
+                             "converted model as the source (docs/method.md#retrofitting)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .data.files import atomic_directory
+    from .modeling import DepthAttentionForCausalLM
+
+    src, out = Path(args.src), Path(args.out)
+    if out.exists():
+        raise FileExistsError(f"{out} already exists; remove it or choose another OUT_DIR")
+    names = ("cross_layer", "depth_stride", "depth_window", "depth_mix", "depth_score_bias", "depth_self_bias_init")
+    settings = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    model = DepthAttentionForCausalLM.from_pretrained_decoder(src, **settings)
+    with atomic_directory(out) as tmp:
+        model.save_pretrained(tmp)
+        for item in src.iterdir():
+            if item.is_file() and (item.name.startswith("tokenizer") or item.name in TOKENIZER_FILES):
+                shutil.copy(item, tmp / item.name)
+    config = model.config
+    print(f"{out}: cross_layer={config.cross_layer}" + (
+        f", depth_stride={config.resolved_depth_stride}, depth_window={config.depth_window}"
+        if config.cross_layer == "depth_attention" else ""))
+    return 0

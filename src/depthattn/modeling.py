@@ -14,10 +14,9 @@ from typing import Callable
 import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
-from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.masking_utils import create_causal_mask
+from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
@@ -30,6 +29,7 @@ from .config import DepthAttentionConfig
 from .depth import DepthState, DepthStates
 from .methods import METHODS, CrossLayerMethod, build_method
 from .methods.base import rms_normalize
+from .methods.depth_attention import DepthScoreBias
 
 
 @dataclass
@@ -58,9 +58,9 @@ class DepthAttentionRMSNorm(nn.Module):
 class DepthAttentionMLP(nn.Module):
     def __init__(self, config: DepthAttentionConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
         self.act_fn = ACT2FN[config.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -130,13 +130,19 @@ class DepthAttentionAttention(nn.Module):
         self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
         self.scaling = self.head_dim**-0.5
         self.is_causal = True
-        bias = config.attention_bias
-        self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=bias)
-        self.q_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
-        self.k_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        qkv_bias = config.attention_bias or config.qkv_bias  # Qwen2: q, k, v biases without an o bias
+        self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=qkv_bias)
+        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size,
+                                bias=config.attention_bias)
+        if config.use_qk_norm:
+            self.q_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+            self.k_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        else:  # Llama, Mistral, Qwen2
+            self.q_norm = self.k_norm = nn.Identity()
+        self.k_norm_after_rope = config.k_norm_after_rope
+        self.sliding_window = config.sliding_window if config.layer_types[layer_idx] == "sliding_attention" else None
         self.num_layers = config.num_hidden_layers
         # per loop: the unrolled steps that step `loop * L + layer_idx` reads (the method's choice), and whether a
         # later step reads this one's state
@@ -165,9 +171,13 @@ class DepthAttentionAttention(nn.Module):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         query = self.q_norm(self.q_proj(hidden_states).view(hidden_shape)).transpose(1, 2)  # (B, Hq, T, d)
-        key = self.k_norm(self.k_proj(hidden_states).view(hidden_shape)).transpose(1, 2)  # (B, Hkv, T, d)
+        key = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)  # (B, Hkv, T, d)
         value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)  # (B, Hkv, T, d)
+        if not self.k_norm_after_rope:
+            key = self.k_norm(key)
         query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
+        if self.k_norm_after_rope:  # the reference implementation's order (docs/method.md)
+            key = self.k_norm(key)
 
         step, state = loop * self.num_layers + self.layer_idx, DepthState(key, key, value)
         if sources := self.loop_depth_sources[loop]:  # a method acting inside attention mixes its sources in
@@ -181,7 +191,8 @@ class DepthAttentionAttention(nn.Module):
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(attn_implementation, eager_attention_forward)
         out, attn_weights = attention(
             self, query, key, value, attention_mask,
-            dropout=self.config.attention_dropout if self.training else 0.0, scaling=self.scaling, **kwargs,
+            dropout=self.config.attention_dropout if self.training else 0.0, scaling=self.scaling,
+            sliding_window=self.sliding_window, **kwargs,
         )
         return self.o_proj(out.reshape(*input_shape, -1).contiguous()), attn_weights
 
@@ -231,9 +242,8 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module):
         super()._init_weights(module)
-        if isinstance(module, DepthAttentionAttention) and module.depth_score_bias is not None:
-            for bias in module.depth_score_bias:
-                init.zeros_(bias)
+        if isinstance(module, DepthScoreBias):  # its own module, so that a converted model initialises it too
+            module.reset_parameters()
         if isinstance(module, CrossLayerMethod):
             # the method's documented initialisation (guarded: loaded values stay), drawn from its own random
             # stream, so that with the same seed the backbone starts from vanilla's weights whatever the method
@@ -293,24 +303,28 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         if isinstance(attention_mask, dict):  # built by `generate` for the configured implementation
             if implementation != self.config._attn_implementation:
                 raise ValueError("output_attentions with a prepared mask needs attn_implementation='eager'")
-            mask = attention_mask["full_attention"]
+            masks = attention_mask
         else:
             mask_config = self.config
             if implementation != self.config._attn_implementation:
                 mask_config = copy.copy(self.config)
                 mask_config._attn_implementation = implementation
-            mask = create_causal_mask(config=mask_config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-                                      cache=cache, position_ids=position_ids)
+            mask_functions = {"full_attention": create_causal_mask,
+                              "sliding_attention": create_sliding_window_causal_mask}
+            masks = {kind: mask_functions[kind](config=mask_config, inputs_embeds=inputs_embeds,
+                                                attention_mask=attention_mask, cache=cache, position_ids=position_ids)
+                     for kind in set(self.config.layer_types)}
 
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
         method = self.cross_layer
         stream = method.init(inputs_embeds)
         depth_states = DepthStates(self.config.unrolled_depth)  # written and read by the attentions
         for loop in range(self.config.num_loops):
-            for layer in self.layers:
+            for layer_type, layer in zip(self.config.layer_types, self.layers):
                 stream = layer(
-                    stream, method=method, loop=loop, position_embeddings=position_embeddings, attention_mask=mask,
-                    depth_states=depth_states, cache=cache, attn_implementation=implementation, **kwargs,
+                    stream, method=method, loop=loop, position_embeddings=position_embeddings,
+                    attention_mask=masks[layer_type], depth_states=depth_states, cache=cache,
+                    attn_implementation=implementation, **kwargs,
                 )
         return DepthAttentionModelOutput(
             last_hidden_state=self.norm(method.final(stream)), cache=cache if use_cache else None,
@@ -355,15 +369,24 @@ class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):
         )
 
     @classmethod
-    def from_qwen3(cls, model_or_path, **depth_settings) -> "DepthAttentionForCausalLM":
-        """A Depth-Attention (or, with cross_layer="none", vanilla) model with a Qwen3 checkpoint's weights.
+    def from_pretrained_decoder(cls, model_or_dir, **depth_settings) -> "DepthAttentionForCausalLM":
+        """A Depth-Attention (or, with cross_layer="none", vanilla) model with a decoder checkpoint's weights.
 
-        Depth-Attention adds no parameters, so every tensor is taken as it is. `model_or_path` is a
-        `Qwen3ForCausalLM` or a local directory holding one.
+        Depth-Attention adds no parameters, so every tensor is taken as it is. `model_or_dir` is a transformers
+        Llama, Mistral, Qwen2 or Qwen3 causal LM, a depthattn model (another method on the same backbone), or a
+        local folder holding one of them or a checkpoint of the Depth-Attention reference implementation
+        (`depthattn.convert`); `depth_settings` are config fields over the source's.
         """
-        from .convert import qwen3_to_depth_attention
+        from .convert import decoder_to_depth_attention
 
-        return qwen3_to_depth_attention(cls, model_or_path, **depth_settings)
+        return decoder_to_depth_attention(cls, model_or_dir, **depth_settings)
+
+    @classmethod
+    def from_qwen3(cls, model_or_dir, **depth_settings) -> "DepthAttentionForCausalLM":
+        """`from_pretrained_decoder` for Qwen3 checkpoints only."""
+        from .convert import decoder_to_depth_attention
+
+        return decoder_to_depth_attention(cls, model_or_dir, families=("qwen3",), **depth_settings)
 
 
 def _add_loop_slots(cache: Cache, slots: int):
@@ -374,7 +397,8 @@ def _add_loop_slots(cache: Cache, slots: int):
     if cache.get_seq_length() > 0:
         raise ValueError(f"this cache holds {len(cache.layers)} layer slots and tokens already; the looped model "
                          f"needs {slots} (num_hidden_layers x num_loops)")
-    cache.layers.extend(copy.deepcopy(cache.layers[0]) for _ in range(missing))
+    layers = len(cache.layers)  # slot u holds layer u % L, of that layer's kind (full or sliding)
+    cache.layers.extend(copy.deepcopy(cache.layers[u % layers]) for u in range(layers, slots))
 
 
 def _embed(embed_tokens: nn.Embedding, input_ids: torch.Tensor) -> torch.Tensor:

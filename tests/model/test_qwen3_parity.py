@@ -65,7 +65,7 @@ def test_from_qwen3_rejects_other_models(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a directory"):
         DepthAttentionForCausalLM.from_qwen3(tmp_path / "missing")
     depth = DepthAttentionForCausalLM.from_qwen3(qwen3())
-    with pytest.raises(ValueError, match="expected a Qwen3 config"):
+    with pytest.raises(ValueError, match="model_type .depth_attention.; supported: Qwen3ForCausalLM"):
         DepthAttentionForCausalLM.from_qwen3(depth)
 
 

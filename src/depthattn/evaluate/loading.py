@@ -71,8 +71,8 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
     model_type = _read_json(path / "config.json").get("model_type")
     if model_type != depthattn.DepthAttentionConfig.model_type:
         raise ValueError(f"{path} holds a {model_type!r} model, not a depthattn one (model_type "
-                         f"{depthattn.DepthAttentionConfig.model_type!r}); convert a Qwen3 model with "
-                         "DepthAttentionForCausalLM.from_qwen3")
+                         f"{depthattn.DepthAttentionConfig.model_type!r}); convert a Llama, Mistral, Qwen2 or "
+                         "Qwen3 model first: depthattn convert SRC_DIR OUT_DIR")
     damaged = checksum_problems(path)
     if damaged:
         raise ValueError(f"{path} is damaged: {'; '.join(damaged)} (checksums.json); use an intact copy")

@@ -155,6 +155,8 @@ class Study:
     def cell_config(self, setting: dict, method: str, seed: int) -> TrainConfig:
         data = self.setting_config(setting)
         data.setdefault("model", {})["method"] = method
+        if "{seed}" in data["model"].get("init_from", ""):  # retrofitting: each seed starts from its own model
+            data["model"]["init_from"] = data["model"]["init_from"].format(seed=seed)
         cell = self.cell_path(setting, method, seed)
         data.setdefault("train", {}).update(seed=seed, out_dir=str(Path(self.out_dir) / cell))
         return TrainConfig.from_dict(data, source=f"study {self.name}, {setting_label(setting) or 'base'}, {cell}")

@@ -6,7 +6,8 @@ Before sequence attention, step `u`'s query attends over the keys of its sources
 
 Parameters: none; the layer's own q, k, v are reused. With `depth_score_bias` each attention holds one learned
 score per loop with sources and per candidate, under `model.layers.N.self_attn.depth_score_bias.K`.
-Initialisation: nothing to initialise; the optional score bias starts at zero, i.e. plain Depth-Attention.
+Initialisation: nothing to initialise; the optional score bias starts at zero, i.e. plain Depth-Attention, or
+with each layer's own entry at `depth_self_bias_init` (docs/method.md#retrofitting).
 Inference state (docs/method.md#inference): the KV cache keeps vanilla's size, mixed values in the value slots.
 """
 
@@ -14,10 +15,27 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers import initialization as init
 
 from ..depth import depth_sources
 from ..ops import get_depth_mix
 from .base import CrossLayerMethod, FlopTerm
+
+
+class DepthScoreBias(nn.ParameterList):
+    """The learned score bias of one attention: per loop with sources, one entry per source and one for the layer
+    itself (last), added to its depth scores."""
+
+    def __init__(self, loop_sources, self_init: float):
+        super().__init__(nn.Parameter(torch.zeros(len(s) + 1)) for s in loop_sources if s)
+        self.self_init = self_init
+
+    def reset_parameters(self):
+        """Sources at zero, the layer itself at `self_init` (guarded: loaded values stay)."""
+        for bias in self:
+            start = torch.zeros_like(bias)
+            start[-1] = self.self_init
+            init.copy_(bias, start)
 
 
 def _half(depth: int) -> int:
@@ -38,6 +56,8 @@ class DepthAttention(CrossLayerMethod):
         "depth_mix_k": {"depth_stride": _half, "depth_mix_states": "k"},
         "depth_bias": {"depth_stride": _half, "depth_score_bias": True},  # a learned score per layer and source
         "depth_static": {"depth_stride": _half, "depth_mix": "uniform", "depth_score_bias": True},  # ignores tokens
+        # converted from a vanilla model, it starts as that model (docs/method.md#retrofitting)
+        "depth_retrofit": {"depth_stride": _half, "depth_score_bias": True, "depth_self_bias_init": 30.0},
     }
     inference_state = (
         "Across tokens: none; the KV cache has vanilla's size (mixed values in the value slots). Per token while "
@@ -57,10 +77,10 @@ class DepthAttention(CrossLayerMethod):
 
     @staticmethod
     def score_bias(config, loop_sources):
-        """With `depth_score_bias`: per loop with sources, one score per source and self (last), zero at init."""
+        """With `depth_score_bias`: per loop with sources, one score per source and self (last)."""
         if not config.depth_score_bias:
             return None
-        return nn.ParameterList(nn.Parameter(torch.zeros(len(s) + 1)) for s in loop_sources if s)
+        return DepthScoreBias(loop_sources, config.depth_self_bias_init)
 
     def forward(self, attention, query, state, sources, step):
         loop = step // self.num_layers

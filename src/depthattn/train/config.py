@@ -41,6 +41,9 @@ class ModelSection:
     num_loops: int = 1
     max_position_embeddings: int = 4096
     overrides: dict = field(default_factory=dict)  # any other DepthAttentionConfig field
+    # retrofitting (docs/method.md#retrofitting): a saved model folder (final/ or checkpoints/step_*) of the same
+    # backbone whose tensors start this run; the method's own parameters keep their initialisation
+    init_from: str = ""
 
     def check(self):
         from ..presets import PRESETS

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from transformers.utils import logging as hf_logging
 
 from .. import DepthAttentionConfig, DepthAttentionForCausalLM, method_settings
+from ..convert import load_backbone
 from ..data.files import (atomic_directory, atomic_write_bytes, atomic_write_json, make_folder, read_records,
                           remove_temporaries, reporting_full_disk, sha256_file, write_checksums)
 from ..data.manifest import read_manifest
@@ -229,6 +230,8 @@ def _train(cfg: TrainConfig, resume: bool, world: World) -> dict:
               "model folders this run writes have none: generate, eval and harness will need --tokenizer DIR",
               file=sys.stderr)
     model = DepthAttentionForCausalLM(build_model_config(cfg, train_shards.vocab_size, train_shards.eos_id))
+    if cfg.model.init_from and not checkpoint:
+        load_backbone(model, cfg.model.init_from)
     model.to(world.device)
     if checkpoint:
         load_weights(checkpoint, model)

@@ -1,0 +1,84 @@
+"""Retrofitting (docs/method.md#retrofitting): a saved vanilla model converted to Depth-Attention, opt-in starting
+exactly as the vanilla model, and training runs (and study cells) that start from such a saved model."""
+
+import json
+
+import pytest
+import torch
+
+from depthattn import DepthAttentionForCausalLM, method_settings
+from depthattn.convert import load_backbone
+from depthattn.data import TokenShards
+from depthattn.evaluate.study import Study
+from depthattn.train import TrainConfig, train
+from depthattn.train.loop import build_model_config
+from tests.helpers import tiny_model
+
+# with each layer's own score biased by 30, every other depth weight is at most exp(score spread - 30): in float32
+# the converted model's logits are the vanilla model's up to rounding
+START_ATOL = 1e-5
+
+
+def test_depth_retrofit_starts_a_converted_vanilla_model_as_it_was(tmp_path):
+    vanilla = tiny_model(cross_layer="none")
+    vanilla.save_pretrained(tmp_path / "vanilla")
+    ids = torch.randint(0, vanilla.config.vocab_size, (2, 12))
+    expected = vanilla(ids).logits
+    retrofit = DepthAttentionForCausalLM.from_pretrained_decoder(
+        tmp_path / "vanilla", **{**method_settings("depth_retrofit", 4), "depth_stride": 1})
+    biases = [b.tolist() for layer in retrofit.model.layers if layer.self_attn.depth_score_bias
+              for b in layer.self_attn.depth_score_bias]
+    assert biases == [[0.0] * (len(b) - 1) + [30.0] for b in biases] and len(biases) == 3
+    torch.testing.assert_close(retrofit(ids).logits, expected, rtol=0, atol=START_ATOL)
+    plain = DepthAttentionForCausalLM.from_pretrained_decoder(vanilla, depth_stride=1)
+    assert (plain(ids).logits - expected).abs().max() > 1e-3  # converted as it is, the mixing changes the output
+
+
+def test_the_self_bias_needs_the_score_bias():
+    with pytest.raises(ValueError, match="depth_score_bias=True"):
+        tiny_model(depth_self_bias_init=30.0)
+
+
+def run_config(data, out_dir, *overrides):
+    base = ["--data.path", str(data), "--data.seq_len", "32", "--train.out_dir", str(out_dir),
+            "--train.batch_size", "4", "--train.eval_every", "100", "--train.eval_batches", "1",
+            "--train.checkpoint_every", "100", "--train.progress", "false", "--optim.warmup_steps", "2",
+            "--optim.lr", "3e-3"]
+    return TrainConfig.load(None, base + list(overrides))
+
+
+def first_loss(out_dir):
+    return json.loads((out_dir / "metrics.jsonl").read_text().splitlines()[0])["loss"]
+
+
+def test_a_run_starts_from_a_saved_vanilla_model(tiny_data, tmp_path):
+    train(run_config(tiny_data, tmp_path / "vanilla", "--model.method", "vanilla", "--train.steps", "20"))
+    saved = tmp_path / "vanilla" / "final"
+
+    cfg = run_config(tiny_data, tmp_path / "retrofit", "--model.method", "depth_retrofit", "--train.steps", "2",
+                     "--model.init_from", str(saved))
+    shards = TokenShards(tiny_data, "train")
+    model = DepthAttentionForCausalLM(build_model_config(cfg, shards.vocab_size, shards.eos_id))
+    load_backbone(model, saved)
+    vanilla = DepthAttentionForCausalLM.from_pretrained(saved)
+    ids = torch.randint(0, 384, (2, 16))
+    torch.testing.assert_close(model(ids).logits, vanilla(ids).logits, rtol=0, atol=START_ATOL)
+
+    train(cfg)
+    train(run_config(tiny_data, tmp_path / "fresh", "--model.method", "depth_retrofit", "--train.steps", "2"))
+    assert first_loss(tmp_path / "retrofit") < first_loss(tmp_path / "fresh") - 0.5  # it did start trained
+
+    other = run_config(tiny_data, tmp_path / "other", "--model.init_from", str(saved),
+                       "--model.overrides", "{ num_hidden_layers = 2 }")
+    with pytest.raises(ValueError, match="num_hidden_layers is 4 there, 2 here"):
+        train(other)
+    with pytest.raises(FileNotFoundError, match="holds no saved model"):
+        train(run_config(tiny_data, tmp_path / "missing", "--model.init_from", str(tmp_path / "nowhere")))
+
+
+def test_the_retrofit_study_starts_each_seed_from_the_core_studys_vanilla_cell():
+    retrofit, core = Study.load("configs/study/retrofit.toml"), Study.load("configs/study/core.toml")
+    for seed in retrofit.seeds:
+        cell = retrofit.cell_config({}, "depth_retrofit", seed)
+        assert cell.model.init_from == f"{core.out_dir}/{core.cell_path({}, 'vanilla', seed)}/final"
+        assert cell.model.preset == "tiny" and cell.model.overrides == {"num_hidden_layers": 8}
