@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from .data.files import NoSpaceLeft
+from .files import NoSpaceLeft
 
 
 def main(argv: list[str] | None = None) -> int:

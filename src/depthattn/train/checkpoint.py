@@ -26,9 +26,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from ..data.files import (atomic_directory, atomic_write_json, checksum_problems, make_folder, remove_temporaries,
-                          sha256_file, write_checksums)
 from ..data.manifest import read_manifest
+from ..files import (atomic_directory, atomic_write_json, checksum_problems, make_folder, remove_temporaries,
+                     sha256_file, write_checksums)
 from .config import TrainConfig
 
 STEP_DIR = re.compile(r"^step_(\d{8})$")

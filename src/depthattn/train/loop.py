@@ -13,8 +13,8 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from .. import DepthAttentionConfig, DepthAttentionForCausalLM, method_settings
-from ..data.files import atomic_write_json
 from ..data.shards import TokenBatches, TokenShards
+from ..files import atomic_write_json
 from .checkpoint import CheckpointManager
 from .config import MODEL_PRESETS, TrainConfig
 from .distributed import World, close_world, init_world, parallelize

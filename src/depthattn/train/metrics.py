@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..data.files import atomic_write_bytes, read_records, reporting_full_disk
+from ..files import atomic_write_bytes, read_records, reporting_full_disk
 from .config import TrainConfig
 from .distributed import World
 
