@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from depthattn.data.files import atomic_write_bytes, atomic_write_json
+from depthattn.files import atomic_write_bytes, atomic_write_json
 from depthattn.ops import DEPTH_IMPLS, TRITON_AVAILABLE
 
 from . import candidates as cand

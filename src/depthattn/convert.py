@@ -148,7 +148,7 @@ def load_backbone(model, folder):
     """Start `model` from the model saved in `folder` (retrofitting, docs/method.md#retrofitting): every saved
     tensor as it is, while the tensors of `model`'s method keep their initialisation. The saved backbone must be
     `model`'s; its method may be another (vanilla, typically)."""
-    from .data.files import checksum_problems
+    from .files import checksum_problems
 
     folder = Path(folder)
     if not (folder / "config.json").is_file():
@@ -189,7 +189,7 @@ def add_arguments(parser: argparse.ArgumentParser):
 
 
 def run(args: argparse.Namespace) -> int:
-    from .data.files import atomic_directory
+    from .files import atomic_directory
     from .modeling import DepthAttentionForCausalLM
 
     src, out = Path(args.src), Path(args.out)

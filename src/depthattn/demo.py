@@ -10,6 +10,7 @@ and finished stages (prepared data, finished runs) are reused.
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import time
@@ -73,7 +74,12 @@ def study_quote(steps: int) -> list[str]:
     return lines or ["(the study has fewer than two seeds of this setting so far: docs/results/study.md)"]
 
 
-def run_demo(args) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="runs/demo", help="output folder (default %(default)s)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per model")
+
+
+def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     steps = args.steps or STEPS
     data = out / "data"

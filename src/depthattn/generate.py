@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import torch
@@ -19,6 +20,23 @@ def generate_text(model_dir: str, prompt: str, max_new_tokens: int = 64, tempera
     tok = find_tokenizer(check_model_dir(model_dir), tokenizer)
     model = load_model(model_dir)
     return sample(model, tok, prompt, max_new_tokens, temperature, top_k, seed)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="a folder saved by train: final/ or checkpoints/step_* "
+                                      "(e.g. runs/demo/depth_attention/final)")
+    parser.add_argument("prompt", help='the text to continue; "" starts a new document')
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.8, help="0 for greedy decoding")
+    parser.add_argument("--top-k", type=int, default=50, help="0: no limit")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder (default: the model folder's)")
+
+
+def run(args: argparse.Namespace) -> int:
+    print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed,
+                        args.tokenizer))
+    return 0
 
 
 @torch.no_grad()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from depthattn.data.files import atomic_write_json
+from depthattn.files import atomic_write_json
 from depthattn.data.manifest import DTYPES, FORMAT, FORMAT_VERSION, MANIFEST_NAME, TOKENIZER_DIR, token_dtype_name
 from depthattn.data.prepare import ShardWriter
 

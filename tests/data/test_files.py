@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from depthattn.data.files import AtomicFile, atomic_write_json
+from depthattn.files import AtomicFile, atomic_write_json
 
 
 def test_atomic_write_makes_parents_and_leaves_no_temporary(tmp_path):

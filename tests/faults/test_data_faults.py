@@ -7,8 +7,8 @@ import json
 import pytest
 
 from depthattn.cli import main
-from depthattn.data import files
-from depthattn.data.files import AtomicFile, DataError, NoSpaceLeft, read_records
+from depthattn import files
+from depthattn.files import AtomicFile, NoSpaceLeft, read_records
 from depthattn.data.prepare import prepare
 
 
@@ -88,5 +88,5 @@ def test_jsonl_drops_a_torn_last_line_and_names_a_bad_one(tmp_path, capsys):
     assert read_records(path) == [{"step": 1}, {"step": 2}]
     assert f"{path}: dropped its last line" in capsys.readouterr().err
     path.write_text('{"step": 1}\n{"step": 2\n{"step": 3}\n')
-    with pytest.raises(DataError, match=f"{path}, line 2: not valid JSON"):
+    with pytest.raises(ValueError, match=f"{path}, line 2: not valid JSON"):
         read_records(path)

@@ -85,9 +85,9 @@ def test_resume_after_sigkill_is_exact(tiny_data, tmp_path):
 
 
 def test_nan_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(tiny_data, tmp_path, monkeypatch):
-    import depthattn.train.loop as loop
+    import depthattn.train.step as step
 
-    real_loss = loop.lm_loss
+    real_loss = step.lm_loss
     calls = {"n": 0}
 
     def poisoned(*args, **kwargs):
@@ -95,7 +95,7 @@ def test_nan_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(tiny_data, t
         loss = real_loss(*args, **kwargs)
         return loss * math.nan if calls["n"] > 5 else loss  # step 6 goes bad
 
-    monkeypatch.setattr(loop, "lm_loss", poisoned)
+    monkeypatch.setattr(step, "lm_loss", poisoned)
     with pytest.raises(TrainingDiverged, match="step 6.*step_00000004 is intact"):
         train(config(tiny_data, tmp_path / "run", "--train.eval_every", "100"))
     checkpoint = tmp_path / "run" / "checkpoints" / "step_00000004"

@@ -1,7 +1,7 @@
 """Data pipeline: embedded corpus, BPE tokenizer, `prepare` (text -> token shards), shard loading and batches."""
 
 from .corpus import embedded_corpus_documents, embedded_corpus_path, embedded_corpus_records
-from .files import DataError
+from .errors import DataError
 from .manifest import MANIFEST_NAME, TOKENIZER_DIR, read_manifest
 from .prepare import document_split, prepare
 from .shards import TokenBatches, TokenShards, eval_batches

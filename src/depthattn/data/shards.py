@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .files import DataError, sha256_file
+from ..files import sha256_file
+from .errors import DataError
 from .manifest import DTYPES, MANIFEST_NAME, read_manifest
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .corpus import embedded_corpus_documents
-from .files import DataError
+from .errors import DataError
 
 EMBEDDED = "embedded"
 HF_PREFIX = "hf:"

@@ -7,7 +7,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from .files import DataError, atomic_directory
+from ..files import atomic_directory
+from .errors import DataError
 
 EOS_TOKEN = "<|endoftext|>"  # appended to every document, so it also separates documents
 PAD_TOKEN = "<|pad|>"

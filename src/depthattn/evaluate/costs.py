@@ -282,7 +282,7 @@ def run(args) -> int:
     records = costs_table(configs_from_args(args), args.context, args.dtype_bytes)
     print(format_table(records))
     if args.out:
-        from ..data.files import atomic_write_json
+        from ..files import atomic_write_json
 
         atomic_write_json(args.out, records)
         print(f"wrote {args.out}")

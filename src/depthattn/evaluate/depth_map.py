@@ -137,7 +137,7 @@ def compute_depth_map(
 
 def write_depth_map(result: dict, out_dir: str | os.PathLike, title: str | None = None) -> tuple[Path, Path]:
     """depth_map.json (atomic) and depth_map.png in `out_dir`."""
-    from ..data.files import atomic_write_json
+    from ..files import atomic_write_json
     from .plots import plot_depth_map
 
     out_dir = Path(out_dir)

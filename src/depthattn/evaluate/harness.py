@@ -350,7 +350,7 @@ def format_table(result: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
-    from ..data.files import atomic_write_json
+    from ..files import atomic_write_json
 
     hf_logging.disable_progress_bar()
 

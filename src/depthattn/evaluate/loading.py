@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.files import checksum_problems
+from ..files import checksum_problems
 from ..train.checkpoint import nonfinite_tensors
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -297,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the weights-loading bar
-    from ..data.files import atomic_write_json
+    from ..files import atomic_write_json
 
     result = evaluate_perplexity(
         args.model, data=args.data, split=args.split, text=args.text, tokenizer=args.tokenizer,

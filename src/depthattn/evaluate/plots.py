@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..data.files import AtomicFile
+from ..files import AtomicFile
 
 
 def read_metrics(path: str | Path) -> list[dict]:

@@ -40,10 +40,10 @@ from pathlib import Path
 import torch
 
 from ..data import MANIFEST_NAME, prepare
-from ..data.files import atomic_write_bytes, atomic_write_json
 from ..data.manifest import TOKENIZER_DIR
 from ..data.shards import TokenShards
 from ..data.tokenizer import load_tokenizer
+from ..files import atomic_write_bytes, atomic_write_json
 from ..methods import count_parameters
 from ..presets import PRESETS
 from ..train import TrainConfig, train

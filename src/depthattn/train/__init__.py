@@ -1,6 +1,8 @@
-"""Training: typed config, AdamW + cosine schedule, atomic resumable checkpoints, DDP / FSDP2 under torchrun."""
+"""Training: typed config, AdamW + cosine schedule, the loop and its step, metrics, atomic resumable checkpoints,
+DDP / FSDP2 under torchrun."""
 
 from .config import MODEL_PRESETS, TrainConfig
-from .loop import TrainingDiverged, build_model_config, evaluate, train
+from .loop import build_model_config, train
+from .step import TrainingDiverged, evaluate
 
 __all__ = ["MODEL_PRESETS", "TrainConfig", "TrainingDiverged", "build_model_config", "evaluate", "train"]

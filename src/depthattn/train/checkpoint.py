@@ -4,13 +4,18 @@ A checkpoint is a folder `step_XXXXXXXX/` that appears in one rename once every 
 so a run killed at any moment leaves only whole checkpoints behind. It is also a model folder that eval and
 generate read (config, weights, tokenizer), and it records the settings a resumed run must share with it
 (settings.json) and the sha256 of every file (checksums.json), checked before a run resumes from it.
+CheckpointManager holds these rules for one run: which checkpoint it resumes from, when it writes one, how many
+it keeps, and the final model folder it exports.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -21,7 +26,10 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from ..data.files import atomic_directory, atomic_write_json, checksum_problems, write_checksums
+from ..data.manifest import read_manifest
+from ..files import (atomic_directory, atomic_write_json, checksum_problems, make_folder, remove_temporaries,
+                     sha256_file, write_checksums)
+from .config import TrainConfig
 
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 WEIGHTS = "model.safetensors"
@@ -68,26 +76,6 @@ def save_model_files(folder: Path, unwrapped, state: dict, tokenizer_path: Path 
     if tokenizer_path and Path(tokenizer_path).is_dir():
         for item in Path(tokenizer_path).iterdir():
             shutil.copy(item, folder / item.name)
-
-
-def save_checkpoint(out_dir: Path, step: int, model, unwrapped, optimizer, scheduler, batches, keep: int,
-                    extra: dict, settings: dict, tokenizer_path: Path | None) -> Path | None:
-    """Every rank calls this (gathering sharded state is collective); rank 0 writes."""
-    model_state = full_model_state(model)
-    optim_state = get_optimizer_state_dict(model, optimizer, options=_options())
-    if not is_main_process():
-        return None
-    path = Path(out_dir) / "checkpoints" / f"step_{step:08d}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_directory(path) as tmp:
-        save_model_files(tmp, unwrapped, model_state, tokenizer_path)
-        torch.save({"step": step, "optimizer": optim_state, "scheduler": scheduler.state_dict(),
-                    "data": batches.state_dict(), "rng": rng_state(), **extra}, tmp / TRAINER_STATE)
-        atomic_write_json(tmp / SETTINGS, settings)
-        write_checksums(tmp)
-    for old in list_checkpoints(out_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return path
 
 
 def list_checkpoints(out_dir: Path) -> list[Path]:
@@ -139,25 +127,136 @@ def saved_settings(path: Path) -> dict:
             "data.seq_len": config.get("data", {}).get("seq_len")}
 
 
-def load_weights(path: Path, model):
-    """Load a checkpoint's weights into a (possibly wrapped) model, before the optimizer state."""
-    weights = path / WEIGHTS
-    if not weights.is_file():
-        raise FileNotFoundError(f"checkpoint {path} has no {WEIGHTS}; it is incomplete or not a checkpoint")
-    set_model_state_dict(model, load_file(weights), options=StateDictOptions(full_state_dict=True))
+def run_settings(cfg: TrainConfig, manifest: dict, tokenizer_dir: Path) -> dict:
+    """What a resumed run must share with its checkpoint: the model, the sequence length, the training data
+    (its shards' checksums, wherever the folder now is) and the tokenizer."""
+    tokenizer_files = sorted(tokenizer_dir.iterdir()) if tokenizer_dir.is_dir() else []
+    settings = {
+        **{f"model.{key}": value for key, value in dataclasses.asdict(cfg.model).items()},
+        "data.seq_len": cfg.data.seq_len,
+        "data.train_sha256": [file["sha256"] for file in manifest["splits"]["train"]["files"]],
+        "tokenizer.vocab_size": manifest["tokenizer"]["vocab_size"],
+        "tokenizer.eos_id": manifest["tokenizer"]["eos_id"],
+        "tokenizer.sha256": hashlib.sha256("".join(f"{p.name}:{sha256_file(p)}\n" for p in tokenizer_files)
+                                           .encode()).hexdigest() if tokenizer_files else None,
+    }
+    return json.loads(json.dumps(settings))  # as settings.json gives it back
 
 
-def load_trainer_state(path: Path, model, optimizer, scheduler, batches) -> dict:
-    state_path = path / TRAINER_STATE
-    if not state_path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} has no {TRAINER_STATE}; it is incomplete or not a checkpoint")
-    try:
-        state = torch.load(state_path, weights_only=True, map_location="cpu")
-    except Exception as error:
-        raise ValueError(f"cannot read {state_path} ({error}); the file is corrupt - delete this checkpoint "
-                         "folder to resume from the one before") from None
-    set_optimizer_state_dict(model, optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True))
-    scheduler.load_state_dict(state["scheduler"])
-    batches.load_state_dict(state["data"])
-    set_rng_state(state["rng"])
-    return state
+def resume_point(out_dir: Path, settings: dict, main: bool) -> Path | None:
+    """The checkpoint --resume continues from: the newest whole one (newer damaged ones are reported), once the
+    run's settings are checked against it; None when the run has none yet."""
+    checkpoint = newest_good_checkpoint(out_dir, report=_report_damaged if main else None)
+    if checkpoint is None and list_checkpoints(out_dir):
+        raise RuntimeError(f"no checkpoint in {out_dir / 'checkpoints'} is whole (see above); move them away to "
+                           "start again, or choose another --train.out_dir")
+    if main and checkpoint is None:
+        print(f"{out_dir} holds no checkpoint to resume from yet: training starts from scratch", file=sys.stderr)
+    elif main and checkpoint != list_checkpoints(out_dir)[-1]:
+        print(f"resuming from {checkpoint}, the newest whole checkpoint", file=sys.stderr)
+    if checkpoint:
+        check_resume_settings(checkpoint, settings)
+    return checkpoint
+
+
+def check_resume_settings(checkpoint: Path, settings: dict):
+    saved = saved_settings(checkpoint)
+    changed = [key for key in settings if key in saved and saved[key] != settings[key]]
+    if changed:
+        raise ValueError(
+            f"cannot resume from {checkpoint}: "
+            + "; ".join(f"{key} was {_short(saved[key])}, now {_short(settings[key])}" for key in changed)
+            + ". The model, data and tokenizer must stay as the checkpoint has them: resume with its settings, "
+              "or start a new run in another --train.out_dir")
+
+
+def _short(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _report_damaged(path: Path, problem: str):
+    print(f"checkpoint {path} is damaged: {problem}", file=sys.stderr)
+
+
+class CheckpointManager:
+    """One run's checkpoints in `train.out_dir`: the one --resume continues from, one every `checkpoint_every`
+    steps and at the last step, the newest `keep_checkpoints` kept, and `final/`, the exported model.
+
+    Every rank calls save and export (gathering sharded state is collective); the main process writes."""
+
+    def __init__(self, cfg: TrainConfig, resume: bool, is_main: bool):
+        t = cfg.train
+        self.out_dir = Path(t.out_dir)
+        self.every, self.keep, self.last_step = t.checkpoint_every, t.keep_checkpoints, t.steps
+        if list_checkpoints(self.out_dir) and not resume:
+            raise FileExistsError(f"{self.out_dir} already holds checkpoints; pass --resume to continue that run, "
+                                  "or choose another --train.out_dir")
+        make_folder(self.out_dir, "--train.out_dir")
+        if is_main:  # what a killed run left of its atomic writes
+            remove_temporaries(self.out_dir)
+            remove_temporaries(self.out_dir / "checkpoints")
+        manifest = read_manifest(cfg.data.path)
+        self.tokenizer_path = Path(cfg.data.path) / manifest["tokenizer"]["path"]  # copied into every model folder
+        self.settings = run_settings(cfg, manifest, self.tokenizer_path)
+        self.resume_from = resume_point(self.out_dir, self.settings, is_main) if resume else None
+
+    def load_weights(self, model):
+        """The resumed checkpoint's weights into the model, before it is wrapped and its optimizer built."""
+        if self.resume_from is None:
+            return
+        weights = self.resume_from / WEIGHTS
+        if not weights.is_file():
+            raise FileNotFoundError(f"checkpoint {self.resume_from} has no {WEIGHTS}; it is incomplete or not a "
+                                    "checkpoint")
+        set_model_state_dict(model, load_file(weights), options=StateDictOptions(full_state_dict=True))
+
+    def load_trainer_state(self, model, optimizer, scheduler, batches) -> int:
+        """The resumed checkpoint's optimizer, schedule, data position and RNG; returns the step it was written
+        after (0 for a run that starts afresh)."""
+        if self.resume_from is None:
+            return 0
+        state_path = self.resume_from / TRAINER_STATE
+        if not state_path.is_file():
+            raise FileNotFoundError(f"checkpoint {self.resume_from} has no {TRAINER_STATE}; it is incomplete or not a "
+                                    "checkpoint")
+        try:
+            state = torch.load(state_path, weights_only=True, map_location="cpu")
+        except Exception as error:
+            raise ValueError(f"cannot read {state_path} ({error}); the file is corrupt - delete this checkpoint "
+                             "folder to resume from the one before") from None
+        set_optimizer_state_dict(model, optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True))
+        scheduler.load_state_dict(state["scheduler"])
+        batches.load_state_dict(state["data"])
+        set_rng_state(state["rng"])
+        return state["step"]
+
+    def due(self, step: int) -> bool:
+        return step % self.every == 0 or step == self.last_step
+
+    def save(self, step: int, model, unwrapped, optimizer, scheduler, batches, extra: dict) -> Path | None:
+        """checkpoints/step_XXXXXXXX, then the older ones beyond the newest `keep` go."""
+        model_state = full_model_state(model)
+        optim_state = get_optimizer_state_dict(model, optimizer, options=_options())
+        if not is_main_process():
+            return None
+        path = self.out_dir / "checkpoints" / f"step_{step:08d}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_directory(path) as tmp:
+            save_model_files(tmp, unwrapped, model_state, self.tokenizer_path)
+            torch.save({"step": step, "optimizer": optim_state, "scheduler": scheduler.state_dict(),
+                        "data": batches.state_dict(), "rng": rng_state(), **extra}, tmp / TRAINER_STATE)
+            atomic_write_json(tmp / SETTINGS, self.settings)
+            write_checksums(tmp)
+        for old in list_checkpoints(self.out_dir)[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return path
+
+    def export(self, model, unwrapped):
+        """final/: a Hugging Face folder (config, safetensors weights, tokenizer) that AutoModelForCausalLM loads."""
+        state = full_model_state(model)
+        if not is_main_process():
+            return
+        with atomic_directory(self.out_dir / "final") as tmp:
+            save_model_files(tmp, unwrapped, state, self.tokenizer_path)
+            write_checksums(tmp)

@@ -149,7 +149,7 @@ def build(out_dir: str | Path = HERE) -> dict[str, str]:
         MC_FILE: jsonl(with_splits(build_mc(documents, random.Random(SEED)), "mc")),
         LASTWORD_FILE: jsonl(with_splits(build_lastword(documents, random.Random(SEED + 1)), "lastword")),
     }
-    from ...data.files import atomic_write_bytes
+    from ...files import atomic_write_bytes
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

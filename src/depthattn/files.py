@@ -1,4 +1,4 @@
-"""The data pipeline's error type and crash-safe file writing.
+"""Crash-safe file writing and reading, for every part of depthattn that writes files.
 
 Every file is written under a temporary name in its final directory, flushed, fsync'ed and then
 renamed over the target with os.replace, so a reader never sees a half-written file.
@@ -18,10 +18,6 @@ from pathlib import Path
 
 CHECKSUMS = "checksums.json"
 _TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{16}\.tmp$")  # the names temporary_sibling makes
-
-
-class DataError(ValueError):
-    """Bad input data or a broken dataset directory; the message names the file, the problem and the fix."""
 
 
 class NoSpaceLeft(OSError):
@@ -200,7 +196,7 @@ def read_records(path: str | os.PathLike) -> list[dict]:
             records.append(json.loads(line))
         except ValueError as error:
             if number < len(lines):
-                raise DataError(f"{path}, line {number}: not valid JSON ({error}); fix or delete that line") from None
+                raise ValueError(f"{path}, line {number}: not valid JSON ({error}); fix or delete that line") from None
             print(f"note: {path}: dropped its last line, cut short by an interrupted write: {line[:60]!r}",
                   file=sys.stderr)
     return records

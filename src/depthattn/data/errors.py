@@ -1,0 +1,5 @@
+"""The data pipeline's error type."""
+
+
+class DataError(ValueError):
+    """Bad input data or a broken dataset directory; the message names the file, the problem and the fix."""
