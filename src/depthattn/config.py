@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 
 from transformers import GenerationConfig, PreTrainedConfig
@@ -122,6 +123,18 @@ class DepthAttentionConfig(PreTrainedConfig):
     def unrolled_depth(self) -> int:
         """Decoder layers run per token: `num_hidden_layers * num_loops`."""
         return self.num_hidden_layers * self.num_loops
+
+    def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
+        """The decoder as the caches see it. Every cache transformers builds from a config (the dynamic and static
+        caches of `generate`, the paged cache of continuous batching) reads it here; a looped model gets a copy with
+        one layer per unrolled step, so that each step has its own KV slot (`modeling.py`)."""
+        config = super().get_text_config(decoder=decoder, encoder=encoder)
+        if self.num_loops == 1:
+            return config
+        unrolled = copy.copy(config)
+        unrolled.num_hidden_layers, unrolled.num_loops = self.unrolled_depth, 1
+        unrolled.layer_types = ["full_attention"] * self.unrolled_depth
+        return unrolled
 
     @property
     def resolved_depth_stride(self) -> int:
