@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     add_costs_arguments(commands.add_parser(
         "costs", help="parameters, extra FLOPs, activation I/O, KV cache and state of every method (paper Table 2)"))
 
+    from .serve import add_arguments as add_serve_arguments, run as run_serve
+
+    add_serve_arguments(commands.add_parser("serve", help="an OpenAI-compatible HTTP server for a saved model"))
+
     demo = commands.add_parser("demo", help="train Depth-Attention and its vanilla twin on the embedded corpus")
     demo.add_argument("--out", default="runs/demo", help="output folder (default %(default)s)")
     demo.add_argument("--steps", type=int, default=None, help="training steps per model")
@@ -83,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_depth_map(args)
         if args.command == "costs":
             return run_costs(args)
+        if args.command == "serve":
+            return run_serve(args)
         if args.command == "demo":
             from .demo import run_demo
 
