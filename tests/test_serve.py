@@ -4,31 +4,24 @@ with a 4xx and keeps serving, and ends with exit code 0 on SIGTERM."""
 
 import functools
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+import benchmarks.serving
+from depthattn.data.tokenizer import word_level_tokenizer
 from depthattn.evaluate.loading import load_model
 from tests.helpers import tiny_model
 
 pytest.importorskip("uvicorn", reason='needs the serve extra: pip install "depthattn[serve]"')
 
-# a word-level vocabulary: every token decodes to whole words, so a stream of tokens joins to the full decode
+# a word-level vocabulary (one token per word): a stream of tokens joins to the full decode
 WORDS = ("the a of and to in is it that was he for on are as with his they at be this from have or by one had not "
          "but what all were when we there can an your which their said if do will each about how up out them then "
          "she many some so these would other into has more her two like him see time could no make than first").split()
-SPECIAL = ["<|endoftext|>", "<|pad|>", "[UNK]"]
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}assistant"
 CONTEXT = 64
 PROMPTS = ["the cat sat on", "when we see them", "a", "it was the first time that he"]
@@ -38,57 +31,21 @@ SERVERS = {"depth_attention": (dict(depth_stride=1), ["--continuous-batching", "
 
 
 def save_model_folder(folder, chat_template=None, **settings):
-    vocab = {token: i for i, token in enumerate(SPECIAL + WORDS)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=SPECIAL[0], pad_token=SPECIAL[1],
-                                        unk_token=SPECIAL[2], chat_template=chat_template)
+    tokenizer = word_level_tokenizer(WORDS)
+    tokenizer.chat_template = chat_template
     tokenizer.save_pretrained(folder)
-    model = tiny_model(vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                       max_position_embeddings=CONTEXT, eos_token_id=0, pad_token_id=1, **settings)
+    model = tiny_model(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       max_position_embeddings=CONTEXT, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id, **settings)
     model.save_pretrained(folder)
-    return tokenizer
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("localhost", 0))
-        return sock.getsockname()[1]
+class Server(benchmarks.serving.Server):
+    def request(self, route, body=None):
+        """(status, content) of a POST of `body` (a dict, or bytes as they are) or, without one, a GET."""
+        return self.post(route, body if body is None or isinstance(body, bytes) else json.dumps(body).encode())
 
-
-class Server:
-    def __init__(self, folder, extra_args):
-        self.folder, self.port, self.log = str(folder), free_port(), folder / "server.log"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-        with open(self.log, "w") as log:  # a file, not a pipe that would fill up and block the server
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "depthattn", "serve", self.folder, "--port", str(self.port), "--device", "cpu",
-                 *extra_args], env=env, stdout=log, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout=180):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"the server exited with {self.process.returncode}: {self.log.read_text()}")
-            try:
-                urllib.request.urlopen(f"http://localhost:{self.port}/health", timeout=2)
-                return
-            except OSError:
-                time.sleep(0.3)
-        raise AssertionError(f"the server did not answer /health in time: {self.log.read_text()}")
-
-    def request(self, route, body=None, raw: bytes | None = None):
-        """(status, response bytes) of a POST (a GET without a body)."""
-        data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"http://localhost:{self.port}{route}", data=data,
-                                         headers={"content-type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=120) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read()
-
-    def complete(self, prompt, **fields):
+    def completion(self, prompt, **fields):
         status, answer = self.request("/v1/completions", dict(prompt=prompt, temperature=0, **fields))
         assert status == 200, answer
         return json.loads(answer)
@@ -101,10 +58,10 @@ def servers(tmp_path_factory):
     for name, (settings, args) in SERVERS.items():
         folder = tmp_path_factory.mktemp(name)
         save_model_folder(folder, chat_template=CHAT_TEMPLATE if name == "depth_attention" else None, **settings)
-        started[name] = Server(folder, args)
+        started[name] = Server(str(folder), ["--device", "cpu", *args], folder / "server.log", threads=1)
     try:
         for server in started.values():
-            server.wait_ready()
+            server.wait_ready(timeout=180)
         yield started
     finally:
         for server in started.values():
@@ -123,7 +80,7 @@ def greedy_text(server, prompt, max_new_tokens=MAX_TOKENS):
     model, tokenizer = reference(server.folder)
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=1)
+        out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
     return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
 
 
@@ -137,7 +94,7 @@ def test_models_lists_the_folder(servers, name):
 def test_concurrent_completions_are_greedy_generate(servers, name):
     server = servers[name]
     with ThreadPoolExecutor(len(PROMPTS)) as pool:
-        answers = list(pool.map(lambda p: server.complete(p, max_tokens=MAX_TOKENS), PROMPTS))
+        answers = list(pool.map(lambda p: server.completion(p, max_tokens=MAX_TOKENS), PROMPTS))
     for prompt, answer in zip(PROMPTS, answers):
         assert answer["choices"][0]["text"] == greedy_text(server, prompt)
         assert answer["usage"]["completion_tokens"] <= MAX_TOKENS
@@ -154,7 +111,7 @@ def test_streamed_chunks_join_to_the_text(servers, name):
 
 
 def test_without_max_tokens_generation_stops_at_the_context(servers):
-    usage = servers["vanilla"].complete(PROMPTS[3])["usage"]
+    usage = servers["vanilla"].completion(PROMPTS[3])["usage"]
     assert usage["total_tokens"] <= CONTEXT
 
 
@@ -187,7 +144,7 @@ BAD_REQUESTS = {
 @pytest.mark.parametrize("case", BAD_REQUESTS)
 def test_bad_request_is_a_4xx_with_a_message(servers, case):
     route, body, status, message = BAD_REQUESTS[case]
-    got, answer = servers["vanilla"].request(route, raw=body if isinstance(body, bytes) else json.dumps(body).encode())
+    got, answer = servers["vanilla"].request(route, body)
     assert got == status and message in json.loads(answer)["error"]["message"]
 
 
@@ -195,7 +152,7 @@ def test_bad_request_is_a_4xx_with_a_message(servers, case):
 def test_still_serving_after_bad_requests_then_sigterm_ends_it_cleanly(servers, name):
     server = servers[name]
     server.request("/v1/completions", dict(prompt="the", max_tokens=-3))
-    assert server.complete(PROMPTS[1], max_tokens=MAX_TOKENS)["choices"][0]["text"] == greedy_text(
+    assert server.completion(PROMPTS[1], max_tokens=MAX_TOKENS)["choices"][0]["text"] == greedy_text(
         server, PROMPTS[1])
     server.process.send_signal(signal.SIGTERM)
     assert server.process.wait(timeout=60) == 0
