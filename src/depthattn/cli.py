@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     generate.add_argument("--top-k", type=int, default=50, help="0: no limit")
     generate.add_argument("--seed", type=int, default=0)
     generate.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder (default: the model folder's)")
+    generate.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
+                          help="torch.compile the decoding steps (static KV cache; backend default inductor)")
 
     from .evaluate.study import add_arguments as add_study_arguments, run as run_study
 
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             from .generate import generate_text
 
             print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed,
-                                args.tokenizer))
+                                args.tokenizer, args.compile))
             return 0
         if args.command == "study":
             return run_study(args)

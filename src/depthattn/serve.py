@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "batching); sampling settings are those of the first request")
     parser.add_argument("--cb-num-blocks", type=int, metavar="N",
                         help="KV cache blocks for continuous batching (default: sized from free memory)")
-    parser.add_argument("--compile", action="store_true", help="static KV cache and torch.compile")
+    parser.add_argument("--compile", action="store_true",
+                        help="a static KV cache per request, whose decoding steps transformers compiles on a GPU")
     parser.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: auto)")
 
 
