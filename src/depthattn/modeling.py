@@ -232,6 +232,12 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
                              "leave use_reentrant at its default, False")
         super()._activation_checkpointing_enable(activation_checkpointing_kwargs, every_n_layers, offload)
 
+    def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        # transformers records the new size in get_text_config(), which for a looped model is a copy (config.py)
+        self.config.vocab_size = embeddings.num_embeddings
+        return embeddings
+
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, DepthAttentionAttention) and module.depth_score_bias is not None:

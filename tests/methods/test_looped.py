@@ -111,3 +111,10 @@ def test_a_cache_with_too_few_slots_is_an_error():
     cache = vanilla(torch.randint(0, 97, (1, 4)), use_cache=True).cache
     with pytest.raises(ValueError, match="needs 8 .* DynamicCache\\(config=model.config\\)"):
         tiny_model(num_loops=2)(torch.randint(0, 97, (1, 1)), cache=cache, use_cache=True)
+
+
+def test_resizing_the_embeddings_records_the_vocabulary_in_the_config():
+    model = tiny_model(num_loops=2)
+    model.resize_token_embeddings(120, mean_resizing=False)
+    assert model.config.vocab_size == 120 and model.lm_head.weight.shape[0] == 120
+    assert model(torch.tensor([[119]])).logits.shape[-1] == 120
