@@ -117,7 +117,7 @@ def test_without_max_tokens_generation_stops_at_the_context(servers):
 
 def test_chat_completion_with_the_chat_template(servers):
     server = servers["depth_attention"]
-    messages = [{"role": "user", "content": "what is the time"}]
+    messages = [{"role": "user", "content": [{"type": "text", "text": "what is the time"}]}]  # OpenAI content parts
     status, answer = server.request("/v1/chat/completions",
                                     dict(messages=messages, max_tokens=MAX_TOKENS, temperature=0))
     assert status == 200, answer

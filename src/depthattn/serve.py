@@ -166,9 +166,13 @@ class RequestChecks:
         if self.tokenizer.chat_template is None:
             raise BadRequest("this model's tokenizer has no chat template: use /v1/completions with a prompt",
                              "messages")
-        try:
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                     return_dict=True)["input_ids"]
+        from transformers.cli.serving.utils import BaseHandler, Modality
+
+        try:  # as transformers' chat handler formats them
+            ids = self.tokenizer.apply_chat_template(
+                BaseHandler.get_processor_inputs_from_messages(messages, Modality.LLM), add_generation_prompt=True,
+                tools=body.get("tools"), tokenize=True, return_dict=True, **body.get("chat_template_kwargs", {}),
+            )["input_ids"]
         except Exception as error:  # the template's own message (a jinja error, a missing field)
             raise BadRequest(f"the chat template cannot format these messages: {error}", "messages") from None
         return len(ids)
