@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[dev,analysis,parquet,eval]"
+	$(PY) -m pip install --quiet -e ".[dev,analysis,parquet,eval,serve]"
 	touch $@
 
 test: $(VENV)/.installed

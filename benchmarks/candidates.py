@@ -10,7 +10,7 @@ from transformers import Cache, Qwen3Config, Qwen3ForCausalLM
 
 import depthattn
 from depthattn.config import CROSS_LAYER_METHODS
-from depthattn.convert import config_from_qwen3
+from depthattn.convert import config_from_decoder
 from depthattn.ops import DEPTH_IMPLS
 
 QWEN3 = "qwen3"
@@ -83,7 +83,7 @@ def build(names: list[str], size: dict, depth_impl: str, device: torch.device, d
             settings = dict(cross_layer=method)
             if impl is not None:
                 settings["depth_impl"] = impl
-            config = config_from_qwen3(qwen3.config, **settings)
+            config = config_from_decoder(qwen3.config, **settings)
             config._attn_implementation = "sdpa"
             torch.manual_seed(seed + 1)  # a method's own parameters: the same initialisation in every run
             with torch.device(device):

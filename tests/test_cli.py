@@ -32,10 +32,22 @@ def test_generate_from_a_saved_model(demo_dir, capsys):
     assert capsys.readouterr().out.startswith("ROMEO.")
 
 
+def test_generate_compiled_gives_the_eager_greedy_text(demo_dir, capsys):
+    """The decoding steps compiled whole (the eager backend: dynamo's graph, no code generation) over a static
+    cache give the same greedy text as eager decoding."""
+    argv = ["generate", str(demo_dir / "depth_attention" / "final"), "ROMEO.", "--max-new-tokens", "8",
+            "--temperature", "0"]
+    assert main(argv) == 0
+    eager = capsys.readouterr().out
+    assert main([*argv, "--compile", "eager"]) == 0
+    assert capsys.readouterr().out == eager
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train", "--optim.lrr", "1"], "did you mean 'lr'"),
     (["train", "--config", "missing.toml"], "does not exist"),
     (["generate", "nowhere", "hi"], "model folder nowhere does not exist"),
+    (["generate", "nowhere", "hi", "--compile", "nope"], "unknown --compile backend 'nope'"),
     (["prepare", "--input", "missing.txt", "--out", "x"], "missing.txt"),
 ])
 def test_errors_are_one_clear_line(argv, message, capsys, tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ COMMANDS = {  # name: (its module, its help line)
               "parameters, extra FLOPs, activation I/O, KV cache and state of every method (paper Table 2)"),
     "convert": (".convert",
                 "a Llama, Mistral, Qwen2, Qwen3 or reference Depth-Attention checkpoint into a depthattn model"),
+    "serve": (".serve", "an OpenAI-compatible HTTP server for a model folder (transformers serve)"),
     "demo": (".demo", "train Depth-Attention and its vanilla twin on the embedded corpus"),
 }
 TAKES_OVERRIDES = {"train"}  # commands that accept any config value as --section.key value

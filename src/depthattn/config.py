@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 
@@ -166,6 +167,18 @@ class DepthAttentionConfig(PreTrainedConfig):
         """The fields that describe the decoder (its loops included) without its cross-layer method."""
         return {name: getattr(self, name) for name in DepthAttentionConfig.__annotations__
                 if name not in CROSS_LAYER_FIELDS}
+
+    def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
+        """The decoder as the caches see it. Every cache transformers builds from a config (the dynamic and static
+        caches of `generate`, the paged cache of continuous batching) reads it here; a looped model gets a copy with
+        one layer per unrolled step, so that each step has its own KV slot (`modeling.py`) of its layer's kind."""
+        config = super().get_text_config(decoder=decoder, encoder=encoder)
+        if self.num_loops == 1:
+            return config
+        unrolled = copy.copy(config)
+        unrolled.num_hidden_layers, unrolled.num_loops = self.unrolled_depth, 1
+        unrolled.layer_types = [self.layer_types[u % self.num_hidden_layers] for u in range(self.unrolled_depth)]
+        return unrolled
 
     @property
     def resolved_depth_stride(self) -> int:

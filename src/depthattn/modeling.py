@@ -2,7 +2,8 @@
 
 State-dict keys are those of transformers' Qwen3ForCausalLM; a baseline's parameters (`depthattn.methods`) live
 under `model.cross_layer`. With `num_loops` K the stack of layers runs K times with shared weights; unrolled step
-`u = loop * num_hidden_layers + layer` has KV-cache slot `u`, and depth sources are chosen over the unrolled depth.
+`u = loop * num_hidden_layers + layer` has KV-cache slot `u` (caches built from the config have one slot per unrolled
+step: `DepthAttentionConfig.get_text_config`), and depth sources are chosen over the unrolled depth.
 """
 
 from __future__ import annotations
@@ -240,6 +241,12 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
                              "leave use_reentrant at its default, False")
         super()._activation_checkpointing_enable(activation_checkpointing_kwargs, every_n_layers, offload)
 
+    def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        # transformers records the new size in get_text_config(), which for a looped model is a copy (config.py)
+        self.config.vocab_size = embeddings.num_embeddings
+        return embeddings
+
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, DepthScoreBias):  # its own module, so that a converted model initialises it too
@@ -292,8 +299,11 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
             use_cache = self.config.use_cache and not self.training
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
-        if cache is not None and self.config.num_loops > 1:
-            _add_loop_slots(cache, self.config.unrolled_depth)
+        slots = self.config.unrolled_depth  # one per unrolled step
+        if isinstance(cache, Cache) and cache.layer_class_to_replicate is None and len(cache) < slots:
+            raise ValueError(f"this cache holds {len(cache)} layer slots; the model needs {slots} "
+                             "(num_hidden_layers x num_loops): build it from this model's config, e.g. "
+                             "DynamicCache(config=model.config)")
         if position_ids is None:
             past = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + past  # (1, T)
@@ -387,18 +397,6 @@ class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):
         from .convert import decoder_to_depth_attention
 
         return decoder_to_depth_attention(cls, model_or_dir, families=("qwen3",), **depth_settings)
-
-
-def _add_loop_slots(cache: Cache, slots: int):
-    """Caches built from the config have one slot per layer; a looped model needs one per unrolled step."""
-    missing = slots - len(cache.layers)
-    if missing <= 0 or cache.layer_class_to_replicate is not None:  # enough, or the cache grows by itself
-        return
-    if cache.get_seq_length() > 0:
-        raise ValueError(f"this cache holds {len(cache.layers)} layer slots and tokens already; the looped model "
-                         f"needs {slots} (num_hidden_layers x num_loops)")
-    layers = len(cache.layers)  # slot u holds layer u % L, of that layer's kind (full or sliding)
-    cache.layers.extend(copy.deepcopy(cache.layers[u % layers]) for u in range(layers, slots))
 
 
 def _embed(embed_tokens: nn.Embedding, input_ids: torch.Tensor) -> torch.Tensor:

@@ -106,8 +106,15 @@ def test_each_unrolled_step_has_its_own_cache_slot_of_vanilla_size():
     assert not torch.allclose(looped.layers[1].keys, looped.layers[5].keys)
 
 
-def test_a_filled_cache_with_too_few_slots_is_an_error():
+def test_a_cache_with_too_few_slots_is_an_error():
     vanilla = tiny_model(cross_layer="none")
     cache = vanilla(torch.randint(0, 97, (1, 4)), use_cache=True).cache
-    with pytest.raises(ValueError, match="needs 8"):
+    with pytest.raises(ValueError, match="needs 8 .* DynamicCache\\(config=model.config\\)"):
         tiny_model(num_loops=2)(torch.randint(0, 97, (1, 1)), cache=cache, use_cache=True)
+
+
+def test_resizing_the_embeddings_records_the_vocabulary_in_the_config():
+    model = tiny_model(num_loops=2)
+    model.resize_token_embeddings(120, mean_resizing=False)
+    assert model.config.vocab_size == 120 and model.lm_head.weight.shape[0] == 120
+    assert model(torch.tensor([[119]])).logits.shape[-1] == 120

@@ -1,17 +1,20 @@
 """transformers' continuous batching (`generate_batch`, a paged KV cache) gives `generate`'s greedy tokens.
 
 The mixed value takes the plain value's cache slot, so a paged cache needs no state of its own; the attention
-passes the cache its kwargs as Qwen3 does. Looped models (one slot per unrolled step) are not covered yet."""
+passes the cache its kwargs as Qwen3 does. A looped model's paged cache holds one slot per unrolled step, as every
+cache built from its config does (`DepthAttentionConfig.get_text_config`)."""
 
 import pytest
 import torch
-from transformers import GenerationConfig
+from transformers import ContinuousBatchingConfig, GenerationConfig
 
 from tests.helpers import METHOD_SETTINGS, tiny_model
 
 CASES = {"vanilla": dict(cross_layer="none"), "depth_attention": dict(depth_stride=2),
          "depth_bias": dict(depth_stride=1, depth_score_bias=True),
-         "value_residual": METHOD_SETTINGS["value_residual"], "mhc": METHOD_SETTINGS["mhc"]}
+         "value_residual": METHOD_SETTINGS["value_residual"], "mhc": METHOD_SETTINGS["mhc"],
+         "looped_vanilla": dict(cross_layer="none", num_hidden_layers=2, num_loops=2),
+         "looped_depth_attention": dict(num_hidden_layers=2, num_loops=3, depth_stride=2, depth_window=1)}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -21,6 +24,9 @@ def test_generate_batch_equals_generate(case):
     expected = [model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False, pad_token_id=0)[0, len(p):]
                 .tolist() for p in prompts]
     config = GenerationConfig(max_new_tokens=6, do_sample=False, eos_token_id=-1, pad_token_id=0)
-    out = model.generate_batch(prompts, generation_config=config, progress_bar=False)
+    # a small cache: sized from free memory, on a CPU it takes most of the RAM and a minute to allocate
+    paged = ContinuousBatchingConfig(num_blocks=16, max_batch_tokens=64)
+    out = model.generate_batch(prompts, generation_config=config, continuous_batching_config=paged,
+                               progress_bar=False)
     got = [out[key].generated_tokens for key in sorted(out, key=lambda k: int(k.rsplit("_", 1)[-1]))]
     assert got == expected

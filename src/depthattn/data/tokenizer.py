@@ -1,4 +1,4 @@
-"""Train a byte-level BPE tokenizer; save and load Hugging Face tokenizer directories."""
+"""Train a byte-level BPE tokenizer, or build a word-level one; save and load Hugging Face tokenizer directories."""
 
 import os
 from collections.abc import Iterable
@@ -13,6 +13,7 @@ from .errors import DataError
 EOS_TOKEN = "<|endoftext|>"  # appended to every document, so it also separates documents
 PAD_TOKEN = "<|pad|>"
 SPECIAL_TOKENS = [EOS_TOKEN, PAD_TOKEN]  # ids 0 and 1
+UNK_TOKEN = "<|unk|>"  # word-level tokenizers only: a byte-level BPE has a token for every byte
 MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)  # the byte alphabet plus the special tokens
 
 
@@ -43,6 +44,17 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | os
     )
     save_tokenizer(hf_tokenizer, out_dir)
     return hf_tokenizer
+
+
+def word_level_tokenizer(words: list[str]) -> PreTrainedTokenizerBase:
+    """One token per word of `words` (ids after the special tokens and UNK_TOKEN), split at whitespace: every token
+    decodes to a whole word, so a prompt of n known words is exactly n tokens and streamed tokens join to the full
+    decode. For tests and the serving benchmark."""
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, UNK_TOKEN, *words])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=UNK_TOKEN))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
+                                   unk_token=UNK_TOKEN)
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerBase, out_dir: str | os.PathLike) -> None:

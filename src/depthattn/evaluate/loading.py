@@ -54,20 +54,12 @@ def _listed(names) -> str:
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str | None = None):
-    """A saved depthattn model in eval mode, refused unless its files match their checksums (where the folder
-    records them), every tensor of the model is in the weights with its shape, no other tensor is, and all
-    are finite.
-
-    dtype: float32, bfloat16, float16, or auto (the dtype recorded in the saved config).
-    """
+def check_saved_model(model_dir: str | os.PathLike) -> Path:
+    """`model_dir` as a Path, after checking that it holds a depthattn model whose files match their checksums
+    (where the folder records them)."""
     import depthattn  # registers the depth_attention model type with the Auto classes
-    from transformers import AutoModelForCausalLM
 
     path = check_model_dir(model_dir)
-    if dtype not in DTYPE_CHOICES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_CHOICES)}")
-    device = resolve_device(device)
     model_type = _read_json(path / "config.json").get("model_type")
     if model_type != depthattn.DepthAttentionConfig.model_type:
         raise ValueError(f"{path} holds a {model_type!r} model, not a depthattn one (model_type "
@@ -76,6 +68,22 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
     damaged = checksum_problems(path)
     if damaged:
         raise ValueError(f"{path} is damaged: {'; '.join(damaged)} (checksums.json); use an intact copy")
+    return path
+
+
+def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str | None = None):
+    """A saved depthattn model in eval mode, refused unless its files match their checksums (where the folder
+    records them), every tensor of the model is in the weights with its shape, no other tensor is, and all
+    are finite.
+
+    dtype: float32, bfloat16, float16, or auto (the dtype recorded in the saved config).
+    """
+    from transformers import AutoModelForCausalLM
+
+    path = check_saved_model(model_dir)
+    if dtype not in DTYPE_CHOICES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_CHOICES)}")
+    device = resolve_device(device)
     try:
         model, info = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES.get(dtype, "auto"), local_files_only=True,
                                                            output_loading_info=True, ignore_mismatched_sizes=True)

@@ -1,0 +1,236 @@
+"""`python -m benchmarks.serving`: `depthattn serve` under N concurrent clients (closed loop: each client sends its
+next request when the previous one is answered), for a Depth-Attention model and its vanilla twin (the same shape
+and weights), both served at once and measured in alternating rounds, the order rotated every round, so that
+machine drift cancels. Reports generated tokens/s and p50/p99 request latency per N, and the Depth-Attention /
+vanilla throughput ratio (median of per-round ratios; goal >= 0.98 at every N). Writes serving.json and
+serving.md."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from depthattn import DepthAttentionConfig, DepthAttentionForCausalLM
+from depthattn.files import atomic_write_bytes, atomic_write_json
+from depthattn.data.tokenizer import word_level_tokenizer
+
+from .bench import DEFAULT_SIZE, QUICK_SIZE, machine_info
+from .measure import paired_ratio, summary
+
+GOAL = 0.98  # Depth-Attention / vanilla throughput, at every number of clients
+TWINS = {"depth_attention": dict(cross_layer="depth_attention"), "vanilla": dict(cross_layer="none")}
+PAGE_TOKENS = 256  # transformers' ContinuousBatchingConfig.page_size: tokens per paged-cache block
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.serving", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="a tiny model and few rounds (smoke runs)")
+    p.add_argument("--clients", default="1,4,16", help="comma-separated numbers of concurrent clients")
+    p.add_argument("--prompt-tokens", type=int, help="tokens per prompt (default 128; quick 16)")
+    p.add_argument("--max-tokens", type=int, help="tokens generated per request (default 64; quick 8)")
+    p.add_argument("--requests", type=int, default=2, help="requests per client per round (default 2)")
+    p.add_argument("--rounds", type=int, help="timed rounds per server and N (default 5; quick 2)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first, per server and N (default 1)")
+    p.add_argument("--no-continuous-batching", action="store_true",
+                   help="serve requests one at a time (default: continuous batching)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], help="default float32 on CPU, bfloat16 on GPU")
+    p.add_argument("--threads", type=int, default=os.cpu_count(),
+                   help="torch threads of each server (default: all cores)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="runs/benchmarks", help="output directory (serving.json, serving.md)")
+    return p.parse_args(argv)
+
+
+def save_twins(root: Path, size: dict, words: list[str], context: int, dtype: torch.dtype,
+               seed: int) -> dict[str, str]:
+    """A Depth-Attention model folder and its vanilla twin with the same weights (Depth-Attention adds none),
+    random, with a word-level tokenizer over `words` (prompts of an exact length) and no EOS (every request
+    generates max_tokens)."""
+    tokenizer = word_level_tokenizer(words)
+    torch.manual_seed(seed)
+    weights, folders = None, {}
+    for name, settings in TWINS.items():
+        config = DepthAttentionConfig(**size, max_position_embeddings=context, eos_token_id=None,
+                                      pad_token_id=tokenizer.pad_token_id, **settings)
+        model = DepthAttentionForCausalLM(config).to(dtype)
+        if weights is None:
+            weights = model.state_dict()
+        else:
+            model.load_state_dict(weights)
+        folders[name] = str(root / name)
+        model.save_pretrained(folders[name])
+        tokenizer.save_pretrained(folders[name])
+    return folders
+
+
+class Server:
+    """A `depthattn serve` process on a free port (the tests use it too)."""
+
+    def __init__(self, folder: str, options: list[str], log: Path, threads: int):
+        with socket.socket() as sock:
+            sock.bind(("localhost", 0))
+            self.port = sock.getsockname()[1]
+        self.folder, self.log = folder, log
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads)}
+        with open(log, "w") as out:  # a file, not a pipe that would fill up and block the server
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "depthattn", "serve", folder, "--port", str(self.port), *options],
+                env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 600):
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None and time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://localhost:{self.port}/health", timeout=5)
+                return
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError(f"the server did not start; its output ({self.log}):\n{self.log.read_text()[-3000:]}")
+
+    def post(self, route: str, body: bytes | None = None) -> tuple[int, bytes]:
+        """The status and content of the answer to a POST of `body` (a GET without one)."""
+        request = urllib.request.Request(f"http://localhost:{self.port}{route}", data=body,
+                                         headers={"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=600) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    def complete(self, prompt: str, max_tokens: int) -> tuple[float, int]:
+        """Seconds until the answer, and the tokens generated."""
+        start = time.perf_counter()
+        status, answer = self.post("/v1/completions", json.dumps(
+            dict(prompt=prompt, max_tokens=max_tokens, temperature=0)).encode())
+        if status != 200:
+            raise RuntimeError(f"the server answered {status}: {answer.decode()}")
+        return time.perf_counter() - start, json.loads(answer)["usage"]["completion_tokens"]
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=120)
+
+
+def run_round(server: Server, prompts: list[list[str]], max_tokens: int) -> tuple[float, list[float]]:
+    """Generated tokens/s over the round's wall time, and each request's latency; client i sends prompts[i]."""
+    def client(own: list[str]) -> list[tuple[float, int]]:
+        return [server.complete(prompt, max_tokens) for prompt in own]
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        answers = [a for own in pool.map(client, prompts) for a in own]
+    wall = time.perf_counter() - start
+    return sum(tokens for _, tokens in answers) / wall, [latency for latency, _ in answers]
+
+
+def percentile(samples: list[float], q: int) -> float:
+    return statistics.quantiles(samples, n=100, method="inclusive")[q - 1] if len(samples) > 1 else samples[0]
+
+
+def measure(servers: dict[str, Server], clients: int, work: dict, words: list[str], rng: random.Random) -> dict:
+    names, throughput, latencies = list(servers), {n: [] for n in servers}, {n: [] for n in servers}
+    for round_index in range(work["warmup"] + work["rounds"]):
+        prompts = [[" ".join(rng.choices(words, k=work["prompt_tokens"])) for _ in range(work["requests"])]
+                   for _ in range(clients)]  # the same prompts for both servers in a round
+        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+            tokens_per_s, seconds = run_round(servers[name], prompts, work["max_tokens"])
+            if round_index >= work["warmup"]:
+                throughput[name].append(tokens_per_s)
+                latencies[name] += seconds
+    result = {name: {"tokens_per_s": summary(throughput[name]), "latency_p50_s": percentile(latencies[name], 50),
+                     "latency_p99_s": percentile(latencies[name], 99), "requests": len(latencies[name])}
+              for name in names}
+    result["ratio"] = paired_ratio(throughput["depth_attention"], throughput["vanilla"])
+    result["goal_met"] = result["ratio"]["median"] >= GOAL
+    return result
+
+
+def markdown(report: dict) -> str:
+    lines = [f"Serving: `{report['command']}`", "",
+             "| clients | Depth-Attention tok/s | vanilla tok/s | DA / vanilla (median [p25, p75]) | "
+             "DA p50 / p99 latency | vanilla p50 / p99 latency | goal >= 0.98 |", "|---|---|---|---|---|---|---|"]
+    for clients, r in report["results"].items():
+        da, va, ratio = r["depth_attention"], r["vanilla"], r["ratio"]
+        lines.append(
+            f"| {clients} | {da['tokens_per_s']['median']:.1f} | {va['tokens_per_s']['median']:.1f} | "
+            f"{ratio['median']:.3f} [{ratio['p25']:.3f}, {ratio['p75']:.3f}] | "
+            f"{da['latency_p50_s']:.3f} / {da['latency_p99_s']:.3f} s | "
+            f"{va['latency_p50_s']:.3f} / {va['latency_p99_s']:.3f} s | {'met' if r['goal_met'] else 'NOT met'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    clients = [int(n) for n in args.clients.split(",") if n.strip()]
+    if not clients or min(clients) < 1:
+        raise SystemExit(f"--clients must list numbers >= 1, got {args.clients!r}")
+    size = dict(QUICK_SIZE if args.quick else DEFAULT_SIZE)
+    work = dict(prompt_tokens=args.prompt_tokens or (16 if args.quick else 128),
+                max_tokens=args.max_tokens or (8 if args.quick else 64), requests=args.requests,
+                rounds=args.rounds or (2 if args.quick else 5), warmup=args.warmup,
+                continuous_batching=not args.no_continuous_batching, device=args.device,
+                dtype=args.dtype or ("float32" if args.device == "cpu" else "bfloat16"), threads=args.threads)
+    request_tokens = work["prompt_tokens"] + work["max_tokens"]
+    # room for every client's request at once, twice over (transformers keeps a safety margin of free blocks)
+    cb_blocks = 2 * max(clients) * -(-request_tokens // PAGE_TOKENS) if work["continuous_batching"] else None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    info = machine_info(torch.device(args.device))
+    print(f"serving benchmark: size {size}; workload {work}", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as root:
+        words = [f"w{i}" for i in range(size["vocab_size"] - 3)]  # the vocabulary: 3 special tokens, then words
+        folders = save_twins(Path(root), size, words, request_tokens, getattr(torch, work["dtype"]), args.seed)
+        options = ["--device", args.device] + (
+            ["--continuous-batching", "--cb-num-blocks", str(cb_blocks)] if cb_blocks else [])
+        servers = {name: Server(folder, options, out / f"serving-{name}.log", args.threads)
+                   for name, folder in folders.items()}
+        try:
+            for server in servers.values():
+                server.wait_ready()
+            rng = random.Random(args.seed)
+            results = {}
+            for n in clients:
+                results[n] = measure(servers, n, work, words, rng)
+                print(f"{n} clients: DA / vanilla throughput {results[n]['ratio']['median']:.3f}", file=sys.stderr,
+                      flush=True)
+        finally:
+            for server in servers.values():
+                server.stop()
+    if hasattr(os, "getloadavg"):
+        info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    report = {
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python -m benchmarks.serving " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine": info, "size": size, "workload": work, "cb_num_blocks": cb_blocks, "goal": GOAL,
+        "method": "closed-loop clients over HTTP (urllib, one thread each); tokens/s = generated tokens of a round "
+                  "/ its wall time; both servers alive throughout, rounds alternate between them (order rotated "
+                  "each round, the same prompts for both); ratios are medians of per-round ratios",
+        "results": results, "elapsed_s": time.perf_counter() - start,
+    }
+    atomic_write_json(out / "serving.json", report)
+    table = markdown(report)
+    atomic_write_bytes(out / "serving.md", table.encode("utf-8"))
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,173 @@
+"""`depthattn serve` end to end: a server process per model (Depth-Attention with continuous batching, vanilla
+without) answers concurrent requests with `generate`'s greedy text, streams the same text, answers bad requests
+with a 4xx and keeps serving, and ends with exit code 0 on SIGTERM."""
+
+import functools
+import json
+import signal
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from transformers import PreTrainedTokenizerFast
+
+import benchmarks.serving
+from depthattn.data.tokenizer import word_level_tokenizer
+from depthattn.evaluate.loading import load_model
+from tests.helpers import tiny_model
+
+pytest.importorskip("uvicorn", reason='needs the serve extra: pip install "depthattn[serve]"')
+
+# a word-level vocabulary (one token per word): a stream of tokens joins to the full decode
+WORDS = ("the a of and to in is it that was he for on are as with his they at be this from have or by one had not "
+         "but what all were when we there can an your which their said if do will each about how up out them then "
+         "she many some so these would other into has more her two like him see time could no make than first").split()
+CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}assistant"
+CONTEXT = 64
+PROMPTS = ["the cat sat on", "when we see them", "a", "it was the first time that he"]
+MAX_TOKENS = 8
+SERVERS = {"depth_attention": (dict(depth_stride=1), ["--continuous-batching", "--cb-num-blocks", "16"]),
+           "vanilla": (dict(cross_layer="none"), [])}
+
+
+def save_model_folder(folder, chat_template=None, **settings):
+    tokenizer = word_level_tokenizer(WORDS)
+    tokenizer.chat_template = chat_template
+    tokenizer.save_pretrained(folder)
+    model = tiny_model(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       max_position_embeddings=CONTEXT, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id, **settings)
+    model.save_pretrained(folder)
+
+
+class Server(benchmarks.serving.Server):
+    def request(self, route, body=None):
+        """(status, content) of a POST of `body` (a dict, or bytes as they are) or, without one, a GET."""
+        return self.post(route, body if body is None or isinstance(body, bytes) else json.dumps(body).encode())
+
+    def completion(self, prompt, **fields):
+        status, answer = self.request("/v1/completions", dict(prompt=prompt, temperature=0, **fields))
+        assert status == 200, answer
+        return json.loads(answer)
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """Both servers, started together (most of a start is importing torch and transformers)."""
+    started = {}
+    for name, (settings, args) in SERVERS.items():
+        folder = tmp_path_factory.mktemp(name)
+        save_model_folder(folder, chat_template=CHAT_TEMPLATE if name == "depth_attention" else None, **settings)
+        started[name] = Server(str(folder), ["--device", "cpu", *args], folder / "server.log", threads=1)
+    try:
+        for server in started.values():
+            server.wait_ready(timeout=180)
+        yield started
+    finally:
+        for server in started.values():
+            if server.process.poll() is None:
+                server.process.kill()
+                server.process.wait()
+
+
+@functools.cache
+def reference(folder):
+    """The served model and tokenizer, loaded from the folder as any user would."""
+    return load_model(folder, device="cpu"), PreTrainedTokenizerFast.from_pretrained(folder)
+
+
+def greedy_text(server, prompt, max_new_tokens=MAX_TOKENS):
+    model, tokenizer = reference(server.folder)
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_models_lists_the_folder(servers, name):
+    status, answer = servers[name].request("/v1/models")
+    assert status == 200 and [m["id"] for m in json.loads(answer)["data"]] == [servers[name].folder]
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_concurrent_completions_are_greedy_generate(servers, name):
+    server = servers[name]
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        answers = list(pool.map(lambda p: server.completion(p, max_tokens=MAX_TOKENS), PROMPTS))
+    for prompt, answer in zip(PROMPTS, answers):
+        assert answer["choices"][0]["text"] == greedy_text(server, prompt)
+        assert answer["usage"]["completion_tokens"] <= MAX_TOKENS
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_streamed_chunks_join_to_the_text(servers, name):
+    status, answer = servers[name].request(
+        "/v1/completions", dict(prompt=PROMPTS[0], max_tokens=MAX_TOKENS, temperature=0, stream=True))
+    assert status == 200
+    chunks = [json.loads(line.removeprefix("data: ")) for line in answer.decode().splitlines() if line.strip()]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == greedy_text(servers[name], PROMPTS[0])
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+def test_without_max_tokens_generation_stops_at_the_context(servers):
+    usage = servers["vanilla"].completion(PROMPTS[3])["usage"]
+    assert usage["total_tokens"] <= CONTEXT
+
+
+def test_chat_completion_with_the_chat_template(servers):
+    server = servers["depth_attention"]
+    messages = [{"role": "user", "content": [{"type": "text", "text": "what is the time"}]}]  # OpenAI content parts
+    status, answer = server.request("/v1/chat/completions",
+                                    dict(messages=messages, max_tokens=MAX_TOKENS, temperature=0))
+    assert status == 200, answer
+    templated = "user what is the time assistant"  # CHAT_TEMPLATE applied to the messages
+    assert json.loads(answer)["choices"][0]["message"]["content"] == greedy_text(server, templated)
+
+
+BAD_REQUESTS = {
+    "max_tokens 0": ("/v1/completions", dict(prompt="the", max_tokens=0), 400, "max_tokens must be an integer >= 1"),
+    "max_tokens -3": ("/v1/completions", dict(prompt="the", max_tokens=-3), 400, "max_tokens must be"),
+    "prompt beyond the context": ("/v1/completions", dict(prompt="the " * (CONTEXT + 1), max_tokens=1), 400,
+                                  "no room in the model's context of 64 tokens"),
+    "prompt and max_tokens beyond the context": ("/v1/completions", dict(prompt="the " * 60, max_tokens=10), 400,
+                                                 "ask for at most 4"),
+    "unknown model": ("/v1/completions", dict(prompt="the", model="gpt-4", max_tokens=2), 404, "'gpt-4' is not served"),
+    "malformed JSON": ("/v1/completions", b'{"prompt": "the", ', 400, "not valid JSON"),
+    "negative temperature": ("/v1/completions", dict(prompt="the", temperature=-0.5), 400,
+                             "temperature must be a number >= 0"),
+    "chat without a chat template": ("/v1/chat/completions", dict(messages=[{"role": "user", "content": "hi"}]), 400,
+                                     "no chat template"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_REQUESTS)
+def test_bad_request_is_a_4xx_with_a_message(servers, case):
+    route, body, status, message = BAD_REQUESTS[case]
+    got, answer = servers["vanilla"].request(route, body)
+    assert got == status and message in json.loads(answer)["error"]["message"]
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_still_serving_after_bad_requests_then_sigterm_ends_it_cleanly(servers, name):
+    server = servers[name]
+    server.request("/v1/completions", dict(prompt="the", max_tokens=-3))
+    assert server.completion(PROMPTS[1], max_tokens=MAX_TOKENS)["choices"][0]["text"] == greedy_text(
+        server, PROMPTS[1])
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(timeout=60) == 0
+    log = server.log.read_text()
+    assert "Shutting down" in log and "Traceback" not in log, log
+
+
+def test_transformers_server_loads_a_depthattn_folder(tmp_path):
+    """`transformers serve` finds the class of config.json `architectures` in the transformers package."""
+    from transformers.cli.serving.model_manager import ModelManager
+
+    save_model_folder(tmp_path)
+    manager = ModelManager(device="cpu", force_model=str(tmp_path))
+    try:
+        model, _ = manager.load_model_and_processor(str(tmp_path))
+        assert type(model).__name__ == "DepthAttentionForCausalLM" and model.config.cross_layer == "depth_attention"
+    finally:
+        manager.shutdown()
