@@ -172,10 +172,11 @@ class DepthAttentionAttention(nn.Module):
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         query = self.q_norm(self.q_proj(hidden_states).view(hidden_shape)).transpose(1, 2)  # (B, Hq, T, d)
-        key = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)  # (B, Hkv, T, d)
-        value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)  # (B, Hkv, T, d)
+        key = self.k_proj(hidden_states).view(hidden_shape)  # (B, T, Hkv, d)
         if not self.k_norm_after_rope:
             key = self.k_norm(key)
+        key = key.transpose(1, 2)  # (B, Hkv, T, d)
+        value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)  # (B, Hkv, T, d)
         query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
         if self.k_norm_after_rope:  # the reference implementation's order (docs/method.md)
             key = self.k_norm(key)
