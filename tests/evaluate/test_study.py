@@ -1,4 +1,5 @@
 import json
+import shutil
 import math
 
 import pytest
@@ -173,3 +174,31 @@ def test_more_seeds_go_where_the_interval_spans_zero(tmp_path, tiny_data):
     assert uncertain_cells(study) == []
     assert "better" in markdown_report(study, study.read_results())
     assert results_dir.is_dir()
+
+
+def test_a_retrofitting_study_retrains_its_missing_starting_models(tiny_data, tmp_path):
+    """Results are committed but checkpoints are not: on a fresh machine the parent's models are trained again,
+    identically, before the cells that start from them."""
+    parent = Study.load(write_study(tmp_path, tiny_data, seeds=(0,)))
+    run_study(parent)
+    start = tmp_path / "runs" / parent.cell_path({}, "vanilla", 0)
+    weights = (start / "final" / "model.safetensors").read_bytes()
+    result = parent.result_path({}, "vanilla", 0)
+    committed = result.read_text()
+    for folder in (tmp_path / "runs").iterdir():  # a fresh clone: result files only
+        shutil.rmtree(folder)
+
+    child = tmp_path / "r.toml"
+    child.write_text(f'[study]\nextends = "s.toml"\nmethods = ["vanilla", "depth_attention"]\nseeds = [0]\n'
+                     f'start_from = "vanilla"\nout_dir = "{tmp_path / "runs"}"\nresults = "{tmp_path / "results"}"\n'
+                     '[base.train]\nsteps = 2\n')
+    retrofit = Study.load(child)
+    assert retrofit.cell_config({}, "depth_attention", 0).model.init_from == str(start / "final")
+    run_study(retrofit)
+    assert (start / "final" / "model.safetensors").read_bytes() == weights and result.read_text() == committed
+    assert {r["method"] for r in retrofit.read_results()} == {"vanilla", "depth_attention"}
+    assert retrofit.cell_path({}, "vanilla", 0) != parent.cell_path({}, "vanilla", 0)
+
+    child.write_text(child.read_text().replace('extends = "s.toml"\n', ''))
+    with pytest.raises(ValueError, match="start_from names a method of the study this one extends"):
+        Study.load(child)

@@ -76,7 +76,7 @@ def test_a_run_starts_from_a_saved_vanilla_model(tiny_data, tmp_path):
         train(run_config(tiny_data, tmp_path / "missing", "--model.init_from", str(tmp_path / "nowhere")))
 
 
-def test_the_retrofit_study_starts_each_seed_from_the_core_studys_vanilla_cell():
+def test_the_retrofit_study_starts_each_seed_from_the_core_studys_vanilla_cell():  # and trains it if missing
     retrofit, core = Study.load("configs/study/retrofit.toml"), Study.load("configs/study/core.toml")
     for seed in retrofit.seeds:
         cell = retrofit.cell_config({}, "depth_retrofit", seed)

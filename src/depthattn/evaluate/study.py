@@ -74,6 +74,8 @@ class Study:
     more_seeds: list[int] = field(default_factory=list)
     contrasts: list[list[str]] = field(default_factory=list)
     paper: dict = field(default_factory=dict)  # method -> the paper's number, shown beside ours
+    start_from: str = ""  # retrofitting: every cell starts from this method's final model, same seed, in `parent`
+    parent: "Study | None" = None  # the study this one extends
     axes: list[Axis] = field(default_factory=list)
     datasets: dict = field(default_factory=dict)  # path -> prepare settings
     base: dict = field(default_factory=dict)
@@ -87,6 +89,7 @@ class Study:
             raise ValueError(f"{path}: unknown sections {sorted(unknown)}; a study has [study], [axes.*], "
                              "[datasets.*] and [base.*]")
         head = dict(data.get("study", {}))
+        parent = None
         if "extends" in head:  # another study's [base] and [datasets], under this file's
             parent = path.parent / head.pop("extends")
             if not parent.is_file():
@@ -94,7 +97,8 @@ class Study:
             inherited = read_toml(parent, "study config", "configs/study/")
             data["datasets"] = {**inherited.get("datasets", {}), **data.get("datasets", {})}
             data["base"] = _merge(inherited.get("base", {}), data.get("base", {}))
-        known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts", "paper"}
+        known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts", "paper",
+                 "start_from"}
         if set(head) - known:
             raise ValueError(f"{path}: unknown [study] keys {sorted(set(head) - known)}; known: {', '.join(sorted(known))}")
         missing = {"methods", "seeds"} - set(head)
@@ -116,10 +120,16 @@ class Study:
                 raise ValueError(f"{path}: [datasets.{name}] takes path and vocab_size, got {sorted(spec)}")
             datasets[spec["path"]] = {"vocab_size": spec.get("vocab_size", 4096)}
         head.setdefault("title", path.stem)
-        study = cls(name=path.stem, axes=axes, datasets=datasets, base=data.get("base", {}), **head)
+        if head.get("start_from") and parent is None:
+            raise ValueError(f"{path}: start_from names a method of the study this one extends; add extends")
+        study = cls(name=path.stem, axes=axes, datasets=datasets, base=data.get("base", {}),
+                    parent=cls.load(parent) if parent else None, **head)
         return study.check()
 
     def check(self) -> "Study":
+        if self.start_from and self.start_from not in self.parent.methods:
+            raise ValueError(f"start_from {self.start_from!r} must be one of the parent study's methods "
+                             f"{self.parent.methods}")
         for method in self.methods:
             if method not in PRESETS:
                 raise ValueError(f"study method {method!r} is not a preset; choose from {', '.join(PRESETS)}")
@@ -144,6 +154,9 @@ class Study:
         data = json.loads(json.dumps(self.base))  # a deep copy
         for axis in self.axes:
             set_key(data, axis.key, axis.values[setting[axis.name]])
+        if self.start_from:  # the parent's models by their path, so that the cell key tells where a cell started
+            start = Path(self.parent.out_dir) / self.parent.cell_path({}, self.start_from, "{seed}") / "final"
+            data.setdefault("model", {})["init_from"] = str(start)
         return data
 
     def cell_path(self, setting: dict, method: str, seed: int) -> Path:
@@ -155,11 +168,15 @@ class Study:
     def cell_config(self, setting: dict, method: str, seed: int) -> TrainConfig:
         data = self.setting_config(setting)
         data.setdefault("model", {})["method"] = method
-        if "{seed}" in data["model"].get("init_from", ""):  # retrofitting: each seed starts from its own model
+        if self.start_from:  # retrofitting: each seed starts from its own model of the parent study
             data["model"]["init_from"] = data["model"]["init_from"].format(seed=seed)
         cell = self.cell_path(setting, method, seed)
         data.setdefault("train", {}).update(seed=seed, out_dir=str(Path(self.out_dir) / cell))
         return TrainConfig.from_dict(data, source=f"study {self.name}, {setting_label(setting) or 'base'}, {cell}")
+
+    def start_config(self, seed: int) -> TrainConfig:
+        """The training config of the parent study's base-setting cell that `start_from` names."""
+        return self.parent.cell_config({}, self.start_from, seed)
 
     def read_results(self) -> list[dict]:
         """The result of every finished cell of this study, with its setting."""
@@ -285,9 +302,23 @@ def uncertain_cells(study: Study) -> list[tuple]:
     return wanted
 
 
+def train_start(study: Study, seed: int, threads: int | None = None) -> None:
+    """Train (or resume) the model a retrofitting study's cells of `seed` start from, unless it is there: its
+    result may be committed while its checkpoints, never committed, are on another machine."""
+    cfg = study.start_config(seed)
+    if not (Path(cfg.train.out_dir) / "final" / "model.safetensors").exists():
+        if threads:
+            torch.set_num_threads(threads)
+        train(cfg, resume=True)
+
+
 def run_study(study: Study, workers: int = 1, threads: int | None = None, methods=None, seeds=None) -> None:
     for path in {study.cell_config(s, study.methods[0], study.seeds[0]).data.path for s in study.settings()}:
         ensure_dataset(study, path)
+    if study.start_from:  # one process per seed: cells of a seed share their starting model
+        starts = sorted({cell[2] for cell in pending_cells(study, seeds, methods)})
+        with ProcessPoolExecutor(max(1, min(workers, len(starts)))) as pool:
+            list(pool.map(train_start, [study] * len(starts), starts, [threads] * len(starts)))
     rounds = [lambda: pending_cells(study, seeds, methods)]
     if seeds is None and methods is None:
         rounds.append(lambda: uncertain_cells(study))
