@@ -317,8 +317,12 @@ def run_study(study: Study, workers: int = 1, threads: int | None = None, method
         ensure_dataset(study, path)
     if study.start_from:  # one process per seed: cells of a seed share their starting model
         starts = sorted({cell[2] for cell in pending_cells(study, seeds, methods)})
-        with ProcessPoolExecutor(max(1, min(workers, len(starts)))) as pool:
-            list(pool.map(train_start, [study] * len(starts), starts, [threads] * len(starts)))
+        if workers == 1:
+            for seed in starts:
+                train_start(study, seed, threads)
+        else:
+            with ProcessPoolExecutor(min(workers, len(starts))) as pool:
+                list(pool.map(train_start, [study] * len(starts), starts, [threads] * len(starts)))
     rounds = [lambda: pending_cells(study, seeds, methods)]
     if seeds is None and methods is None:
         rounds.append(lambda: uncertain_cells(study))
