@@ -34,27 +34,35 @@ def leaves(query, state, sources):
     return out
 
 
-def run(fn, query, state, sources, scaling, rule, mix_states, seed=1, score_bias=None):
-    """Outputs of `fn` and the gradients of a loss that reads the mixed key, the mixed value and the weights."""
-    extra = () if score_bias is None else (score_bias,)
-    mixed, weights = fn(query, state, sources, scaling, rule, mix_states, *extra)
+def run(fn, query, state, sources, scaling, rule, mix_states, seed=1, score_bias=None, need_weights=True):
+    """Outputs of `fn` and the gradients of a loss that reads the mixed key, the mixed value and (if needed) the
+    weights."""
+    mixed, weights = fn(query, state, sources, scaling, rule, mix_states, score_bias,
+                        **({} if need_weights else {"need_weights": False}))
     g = torch.Generator().manual_seed(seed)
     loss = sum((t.double() * torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.device)).sum()
-               for t in (mixed.key, mixed.value, weights))
-    inputs = leaves(query, state, sources) + list(extra)
+               for t in (mixed.key, mixed.value, weights if need_weights else mixed.key * 0))
+    inputs = leaves(query, state, sources) + ([] if score_bias is None else [score_bias])
     grads = torch.autograd.grad(loss, inputs, allow_unused=True)
     grads = [torch.zeros_like(t) if gr is None else gr for t, gr in zip(inputs, grads)]
     return mixed, weights, grads
 
 
-def assert_same(fn, ref, query, state, sources, scaling, rule, mix_states, atol, rtol, score_bias=None):
-    a_mixed, a_w, a_grads = run(fn, query, state, sources, scaling, rule, mix_states, score_bias=score_bias)
-    b_mixed, b_w, b_grads = run(ref, query, state, sources, scaling, rule, mix_states, score_bias=score_bias)
-    assert a_w.dtype == b_w.dtype and a_w.shape == b_w.shape
+def assert_same(fn, ref, query, state, sources, scaling, rule, mix_states, atol, rtol, score_bias=None,
+                need_weights=True):
+    """`fn` against `ref`: mixed states, weights and gradients; with `need_weights=False`, `fn` is called so and
+    the weights it returns (None or the reference's) are left out of the loss."""
+    a_mixed, a_w, a_grads = run(fn, query, state, sources, scaling, rule, mix_states, score_bias=score_bias,
+                                need_weights=need_weights)
+    b_mixed, b_w, b_grads = run(ref, query, state, sources, scaling, rule, mix_states, score_bias=score_bias,
+                                need_weights=need_weights)
+    compared = [("key", a_mixed.key, b_mixed.key), ("value", a_mixed.value, b_mixed.value)]
+    if a_w is not None or need_weights:
+        assert a_w.dtype == b_w.dtype and a_w.shape == b_w.shape
+        compared.append(("weights", a_w, b_w))
     assert a_mixed.key.dtype == b_mixed.key.dtype and a_mixed.value.dtype == b_mixed.value.dtype
     assert a_mixed.score_key is state.score_key
-    for name, x, y in [("key", a_mixed.key, b_mixed.key), ("value", a_mixed.value, b_mixed.value),
-                       ("weights", a_w, b_w)]:
+    for name, x, y in compared:
         torch.testing.assert_close(x, y, atol=atol, rtol=rtol, msg=lambda m: f"{name}: {m}")
     for i, (x, y) in enumerate(zip(a_grads, b_grads)):
         torch.testing.assert_close(x, y, atol=atol, rtol=rtol, msg=lambda m: f"gradient of input {i}: {m}")

@@ -42,6 +42,27 @@ def test_compiled_matches_reference(case, dtype, seq_len):
     assert_same(ops.depth_mix_compiled, REF, q, state, sources, 0.25, rule, states, **TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+@pytest.mark.parametrize("seq_len", [1, 7], ids=["decode", "few-rows"])
+def test_compiled_without_weights_matches_reference(case, dtype, seq_len):
+    n, hq, hkv, rule, states = case  # the softmax rule takes the scaled_dot_product_attention form
+    q, state, sources = make_inputs(seq_len=seq_len, num_sources=n, num_heads=hq, num_kv_heads=hkv, dtype=dtype)
+    assert_same(ops.depth_mix_compiled, REF, q, state, sources, 0.25, rule, states, need_weights=False, **TOL[dtype])
+    assert (ops.depth_mix_compiled(q, state, sources, 0.25, rule, states, need_weights=False)[1] is None) == (
+        rule == "softmax")
+
+
+def test_compiled_without_weights_score_bias_and_bfloat16():
+    q, state, sources = make_inputs(seq_len=1, num_sources=3, dtype=torch.float64, shared_key=False)
+    bias = torch.tensor([0.5, -1.0, 0.25, 2.0], dtype=torch.float64, requires_grad=True)
+    assert_same(ops.depth_mix_compiled, REF, q, state, sources, 0.25, "softmax", "kv", score_bias=bias,
+                need_weights=False, **TOL[torch.float64])
+    q, state, sources = make_inputs(seq_len=1, num_sources=2, dtype=torch.bfloat16)
+    assert_same(ops.depth_mix_compiled, REF, q, state, sources, 0.25, "softmax", "kv", need_weights=False,
+                atol=3e-2, rtol=3e-2)
+
+
 @pytest.mark.parametrize("rule", ["softmax", "uniform"])
 @pytest.mark.parametrize("seq_len", [1, 200], ids=["decode-rows", "many-rows"])
 def test_compiled_score_bias_matches_reference(rule, seq_len):

@@ -2,7 +2,10 @@
 
 All share the signature and results of the reference `depth_mix_reference` (`naive.py`):
 
-    depth_mix(query, state, sources, scaling, rule="softmax", mix_states="v") -> (DepthState, weights)
+    depth_mix(query, state, sources, scaling, rule="softmax", mix_states="v", score_bias=None,
+              need_weights=True) -> (DepthState, weights)
+
+`need_weights=False` lets a path skip computing the weights (it returns None then), as generation does.
 
 * `"reference"`: the plain reference (`naive.py`).
 * `"compiled"`: a few plain torch ops (`compiled.py`), fast in eager mode and fused by `torch.compile`
@@ -32,12 +35,13 @@ def depth_mix_auto(
     rule: str = "softmax",
     mix_states: str = "v",
     score_bias: torch.Tensor | None = None,
-) -> tuple[DepthState, torch.Tensor]:
+    need_weights: bool = True,
+) -> tuple[DepthState, torch.Tensor | None]:
     """The fastest implementation for these tensors: Triton on a GPU (eager, no score bias), else the compiled form."""
     if TRITON_AVAILABLE and score_bias is None and query.device.type != "cpu" \
             and not torch.compiler.is_compiling() and triton_runs_on(query.device):
         return depth_mix_triton(query, state, sources, scaling, rule, mix_states)
-    return depth_mix_compiled(query, state, sources, scaling, rule, mix_states, score_bias)
+    return depth_mix_compiled(query, state, sources, scaling, rule, mix_states, score_bias, need_weights)
 
 
 _IMPLS: dict[str, Callable] = {
@@ -58,9 +62,10 @@ def get_depth_mix(impl: str = "auto") -> Callable:
                          f"got {impl!r}") from None
 
 
-def depth_mix(query, state, sources, scaling, rule="softmax", mix_states="v", score_bias=None, impl: str = "auto"):
+def depth_mix(query, state, sources, scaling, rule="softmax", mix_states="v", score_bias=None, need_weights=True,
+              impl: str = "auto"):
     """Depth mixing through the implementation `impl` (one of DEPTH_IMPLS)."""
-    return get_depth_mix(impl)(query, state, sources, scaling, rule, mix_states, score_bias)
+    return get_depth_mix(impl)(query, state, sources, scaling, rule, mix_states, score_bias, need_weights)
 
 
 __all__ = [

@@ -15,13 +15,14 @@ def depth_mix_reference(
     rule: str = "softmax",
     mix_states: str = "v",
     score_bias: torch.Tensor | None = None,
-) -> tuple[DepthState, torch.Tensor]:
+    need_weights: bool = True,
+) -> tuple[DepthState, torch.Tensor | None]:
     """Mix the states of `sources` (earlier layers, same tokens) into this layer's `state`.
 
     query: (B, Hq, T, d); every tensor of `state` and `sources`: (B, Hkv, T, d); score_bias: (len(sources) + 1,),
     added to the scores (zero for the uniform rule) before the softmax.
     Returns the mixed state and the depth weights (B, Hkv, T, len(sources) + 1), self last, in float32
-    (float64 for a float64 model).
+    (float64 for a float64 model). The reference always computes the weights, whatever `need_weights`.
     """
     batch, num_heads, seq_len, head_dim = query.shape
     num_kv_heads = state.score_key.shape[1]

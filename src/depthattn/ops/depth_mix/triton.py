@@ -178,7 +178,8 @@ def depth_mix_triton(
     rule: str = "softmax",
     mix_states: str = "v",
     score_bias: torch.Tensor | None = None,
-) -> tuple[DepthState, torch.Tensor]:
+    need_weights: bool = True,
+) -> tuple[DepthState, torch.Tensor | None]:
     """Same contract as `depthattn.ops.depth_mix_reference`, computed by the Triton kernels (forward and backward)."""
     if score_bias is not None:
         raise ValueError("the Triton kernels take no score bias; use the compiled or reference depth mixing")
