@@ -16,7 +16,8 @@ from pathlib import Path
 
 from transformers import AutoConfig, PreTrainedConfig
 
-from .config import CROSS_LAYER_FIELDS, CROSS_LAYER_METHODS, DEPTH_MIX_RULES, DepthAttentionConfig
+from .config import CROSS_LAYER_METHODS, DepthAttentionConfig
+from .methods.depth_attention import DEPTH_MIX_RULES
 
 FAMILIES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM", "depth_attention": "DepthAttentionForCausalLM"}
@@ -157,8 +158,7 @@ def load_backbone(model, folder):
     damaged = checksum_problems(folder)
     if damaged:
         raise ValueError(f"model.init_from: {folder} is damaged: {'; '.join(damaged)} (checksums.json)")
-    method = {name: getattr(model.config, name) for name in CROSS_LAYER_FIELDS}
-    source = decoder_to_depth_attention(type(model), folder, **method)
+    source = decoder_to_depth_attention(type(model), folder, **model.config.cross_layer_settings())
     ours, theirs = model.config.backbone_settings(), source.config.backbone_settings()
     differ = [f"{name} is {theirs[name]!r} there, {ours[name]!r} here" for name in ours if ours[name] != theirs[name]]
     if differ:

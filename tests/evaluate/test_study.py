@@ -151,7 +151,8 @@ def test_why_maps_depth_weights_beside_value_residual_lambdas(tiny_data, tmp_pat
     matrix = why["depth_attention"]["depth_map"]
     assert len(matrix) == 2 and matrix[0][0] == pytest.approx(1.0)  # layer 0 keeps its own value
     assert sum(matrix[1]) == pytest.approx(1.0, abs=1e-5)
-    assert len(why["value_residual"]["lambdas"]) == 1 and len(why["value_residual"]["lambdas"][0]) == 2
+    mixing = why["value_residual"]["mixing"]  # its lambdas, for layer 1
+    assert list(mixing) == ["λ1 (layer 0)", "λ2 (own)"] and all(len(weights) == 1 for weights in mixing.values())
     index = write_index([study], tmp_path / "study.md").read_text()
     assert "| base | s |" in index and "s_why_base.png" in index
 

@@ -1,13 +1,16 @@
-"""A new cross-layer method is one module plus one registry line: it trains, decodes with a cache, has costs and
-saves and loads (the toy method of toy_method.py)."""
+"""A new cross-layer method is one module plus one registry line: it trains, decodes with a cache, has costs, saves
+and loads, and owns its config field (the toy method of toy_method.py)."""
+
+import json
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from depthattn.config import CROSS_LAYER_METHODS
+from depthattn import PRESETS, DepthAttentionConfig
+from depthattn.config import ConfigField, method_fields
 from depthattn.evaluate.costs import method_costs
-from depthattn.methods import INFERENCE_STATE, METHODS, count_parameters, register
+from depthattn.methods import INFERENCE_STATE, METHODS, count_parameters, register, unregister
 from depthattn.train import TrainConfig, train
 
 from ..helpers import prefill_then_decode, tiny_config, tiny_model
@@ -18,8 +21,7 @@ from .toy_method import ToyValueGain
 def toy():
     register("toy", ToyValueGain)
     yield "toy"
-    del METHODS["toy"], INFERENCE_STATE["toy"]
-    CROSS_LAYER_METHODS.remove("toy")
+    unregister("toy")
 
 
 def test_toy_method_trains_and_reloads(toy, tiny_data, tmp_path):
@@ -52,3 +54,30 @@ def test_toy_method_decodes_with_a_cache_and_has_costs(toy, tmp_path):
     model.save_pretrained(tmp_path / "toy")
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "toy")
     torch.testing.assert_close(reloaded(ids).logits, full, rtol=0, atol=0)
+
+
+def test_toy_method_owns_its_config_field(toy, tmp_path):
+    config = tiny_config(cross_layer=toy, toy_gain_init=0.25)
+    assert tiny_config().toy_gain_init == 0.0  # every config has every registered method's fields
+    config.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["toy_gain_init"] == 0.25
+    assert DepthAttentionConfig.from_pretrained(tmp_path).to_dict() == config.to_dict()
+    assert (AutoModelForCausalLM.from_config(config).model.cross_layer.gains == 0.25).all()
+    with pytest.raises(ValueError, match="toy_gain_init must be a finite number, got nan"):
+        tiny_config(toy_gain_init=float("nan"))
+    with pytest.raises(ValueError, match="did you mean 'toy_gain_init'"):
+        tiny_config(toy_gain_int=0.5)
+
+
+def test_register_then_unregister_leaves_no_trace():
+    before = dict(METHODS), dict(INFERENCE_STATE), method_fields(), dict(PRESETS)
+    register("toy", ToyValueGain)
+    unregister("toy")
+    assert (dict(METHODS), dict(INFERENCE_STATE), method_fields(), dict(PRESETS)) == before
+    assert "toy_gain_init" not in tiny_config().to_dict()
+    with pytest.raises(ValueError, match="unknown DepthAttentionConfig keys: 'toy_gain_init'"):
+        tiny_config(toy_gain_init=0.5)
+    clash = type("Clash", (ToyValueGain,), {"config_fields": {"depth_stride": ConfigField(1, "taken")}})
+    with pytest.raises(ValueError, match=r"another method has: \['depth_stride'\]"):
+        register("clash", clash)
+    assert "clash" not in METHODS

@@ -1,25 +1,33 @@
 """A toy cross-layer method added in one file plus one registry line: every step u >= 1 adds a learned multiple of
 step 0's value to its own, `V'_u = V_u + g_u V_0`, inside attention through the `CrossLayerMethod` hooks.
 
-Not a paper's method: no arXiv reference. Parameters: `L - 1` gains `g_u`. Initialisation: zero (vanilla at init).
+Not a paper's method: no arXiv reference. Parameters: `L - 1` gains `g_u`. Initialisation: `toy_gain_init`, its
+own config field (0: vanilla at init).
 """
 
 import torch
 from torch import nn
 from transformers import initialization as init
 
+from depthattn.config import ConfigField, check_number
 from depthattn.methods import CrossLayerMethod, FlopTerm
 
 
 class ToyValueGain(CrossLayerMethod):
     inference_state = "Across tokens: none. Per token while it is processed: layer 0's value."
+    config_fields = {"toy_gain_init": ConfigField(0.0, "The initial value of every gain g_u.")}
+
+    @classmethod
+    def check_config(cls, config):
+        check_number("toy_gain_init", config.toy_gain_init)
 
     def __init__(self, config):
         super().__init__(config)
         self.gains = nn.Parameter(torch.empty(max(config.unrolled_depth - 1, 0)))
+        self.gain_init = config.toy_gain_init
 
     def reset_parameters(self):
-        init.zeros_(self.gains)
+        init.constant_(self.gains, self.gain_init)
 
     @staticmethod
     def step_sources(config):

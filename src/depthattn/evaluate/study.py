@@ -551,7 +551,8 @@ def write_report(study: Study) -> Path:
 
 def explain(study: Study, seed: int = 0) -> Path:
     """Why the methods differ, for each setting's seed-`seed` models (read from out_dir): the depth-weight map of
-    every Depth-Attention variant and value residual's learned lambdas, per layer, in <results>/<name>_why.*."""
+    every Depth-Attention variant and the learned mixing weights of the other methods that have them
+    (`CrossLayerMethod.layer_mixing`: value residual's lambdas), per layer, in <results>/<name>_why.*."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -573,19 +574,16 @@ def explain(study: Study, seed: int = 0) -> Path:
                 found.setdefault(label, {})[method] = {"depth_map": result["matrix"], "sources": result["sources"]}
                 plot_depth_map(result["matrix"], root / f"{study.name}_why_{method}_{label}.png", title=(
                     f"{method}, {label}, seed {seed}: mean depth weight (row: layer, column: source)"))
-            elif method == "value_residual":
-                model = load_model(final, device="cpu")
-                lambdas = model.model.cross_layer.lambdas.detach().tolist()  # (L - 1, 2): layer 0's value, own
-                found.setdefault(label, {})[method] = {"lambdas": lambdas}
+            elif mixing := load_model(final, device="cpu").model.cross_layer.layer_mixing():
+                found.setdefault(label, {})[method] = {"mixing": mixing}
     if not found:
         raise FileNotFoundError(f"no seed-{seed} models of study {study.name} under {study.out_dir}; run the study first")
     for label, methods in found.items():
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
         for i, (method, info) in enumerate(methods.items()):
-            if "lambdas" in info:
-                layers = range(1, len(info["lambdas"]) + 1)
-                ax.plot(layers, [l[0] for l in info["lambdas"]], "s-", color="black", label="value_residual λ1 (layer 0)")
-                ax.plot(layers, [l[1] for l in info["lambdas"]], "s--", color="gray", label="value_residual λ2 (own)")
+            if "mixing" in info:
+                for (name, weights), style in zip(info["mixing"].items(), itertools.cycle(("s-", "s--", "s:"))):
+                    ax.plot(range(1, len(weights) + 1), weights, style, color=f"C{i}", label=f"{method} {name}")
             else:
                 matrix = info["depth_map"]
                 layers = range(1, len(matrix))
@@ -656,8 +654,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads per worker")
     parser.add_argument("--methods", nargs="+", help="run only these methods")
     parser.add_argument("--seeds", nargs="+", type=int, help="run only these seeds")
-    parser.add_argument("--why", action="store_true", help="also write depth-weight maps and value-residual lambdas "
-                        "of seed 0 (needs the cells' models in the out dir)")
+    parser.add_argument("--why", action="store_true", help="also write depth-weight maps and learned mixing weights "
+                        "(value residual's lambdas) of seed 0 (needs the cells' models in the out dir)")
     parser.add_argument("--index", help="also write one page for all the given studies (docs/results/study.md)")
     parser.add_argument("--out-dir", help="checkpoints and logs (default: the config's out_dir, runs/study)")
     parser.add_argument("--results", help="cell results and reports (default: the config's results, docs/results/study)")

@@ -1,5 +1,6 @@
 """Cross-layer methods behind `DepthAttentionConfig.cross_layer`: one small module each, one shared backbone,
-one registry (`METHODS`) that the model, the costs and the inference-state table read.
+one registry (`METHODS`, filled by `register`) that the config, the model, the costs and the inference-state table
+read.
 
 - `none`: the vanilla decoder; `depth_attention`: Depth-Attention (its mixing: `depthattn.depth`, `depthattn.ops`);
 - hidden-state baselines (a `Residual`: how sublayer outputs are combined into the stream):
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..config import CROSS_LAYER_METHODS
+from ..config import CROSS_LAYER_METHODS, DepthAttentionConfig
 
 from .attnres import AttnRes
 from .base import CrossLayerMethod, FlopTerm, Residual
@@ -24,26 +25,32 @@ from .mhc import MHC
 from .value_residual import ValueResidual
 from .vanilla import Vanilla
 
-METHODS: dict[str, type[CrossLayerMethod]] = {
-    "none": Vanilla,
-    "depth_attention": DepthAttention,
-    "value_residual": ValueResidual,
-    "denseformer": DenseFormer,
-    "attnres": AttnRes,
-    "mhc": MHC,
-    "hyper_connections": HyperConnections,
-}
-
+# `cross_layer` name -> method class: the config's registry (config.py sits below the methods and cannot import them)
+METHODS: dict[str, type[CrossLayerMethod]] = CROSS_LAYER_METHODS
 # The extra state each `cross_layer` holds at inference, over a vanilla decoder.
-INFERENCE_STATE: dict[str, str] = {name: cls.inference_state for name, cls in METHODS.items()}
+INFERENCE_STATE: dict[str, str] = {}
 
 
 def register(name: str, cls: type[CrossLayerMethod]):
-    """Make `cls` the method of `cross_layer=name`: accepted by the config, built by the model, in the costs."""
-    if name not in CROSS_LAYER_METHODS:
-        CROSS_LAYER_METHODS.append(name)
+    """Make `cls` the method of `cross_layer=name`: accepted by the config with its own fields (`cls.config_fields`,
+    checked by `cls.check_config`), built by the model, in the costs and the presets."""
+    taken = {*DepthAttentionConfig.__dataclass_fields__,
+             *(field for other, method in METHODS.items() if other != name for field in method.config_fields)}
+    if clash := sorted(taken & set(cls.config_fields)):
+        raise ValueError(f"{cls.__name__} declares config fields that the backbone or another method has: {clash}")
     METHODS[name] = cls
     INFERENCE_STATE[name] = cls.inference_state
+
+
+def unregister(name: str):
+    """Undo `register(name, ...)`: configs no longer accept `cross_layer=name` nor the method's fields."""
+    del METHODS[name], INFERENCE_STATE[name]
+
+
+for _name, _cls in (("none", Vanilla), ("depth_attention", DepthAttention), ("value_residual", ValueResidual),
+                    ("denseformer", DenseFormer), ("attnres", AttnRes), ("mhc", MHC),
+                    ("hyper_connections", HyperConnections)):
+    register(_name, _cls)
 
 
 def build_method(config) -> CrossLayerMethod:
@@ -66,5 +73,5 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
 __all__ = [
     "AttnRes", "CrossLayerMethod", "DenseFormer", "DepthAttention", "FlopTerm", "HyperConnections",
     "INFERENCE_STATE", "METHODS", "MHC", "Residual", "ValueResidual", "Vanilla", "build_method", "count_parameters",
-    "register",
+    "register", "unregister",
 ]

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
+from ..config import ConfigField, check_int
 from .base import FlopTerm, Residual, rms_normalize
 
 RECENCY_BIAS_INIT = 3.0
@@ -34,6 +35,7 @@ class AttnResStream:
 
 
 class AttnRes(Residual):
+    config_fields = {"attnres_block_size": ConfigField(12, "Sublayers (attention and MLP count one each) per block.")}
     inference_state = (
         "Across tokens: none (the KV cache is vanilla's). Per token while it is processed: one snapshot of the "
         "stream per block, ceil(2L / block_size) hidden vectors (L = unrolled depth); over a prefill, T times that."
@@ -47,6 +49,10 @@ class AttnRes(Residual):
         self.query = nn.Parameter(torch.empty(count, size))
         self.gain = nn.Parameter(torch.empty(count, size))
         self.recency_bias = nn.Parameter(torch.empty(count))
+
+    @classmethod
+    def check_config(cls, config):
+        check_int("attnres_block_size", config.attnres_block_size, 1)
 
     def reset_parameters(self):
         init.zeros_(self.query)

@@ -7,6 +7,7 @@ import dataclasses
 import torch
 from torch import nn
 
+from ..config import ConfigField
 from ..depth import DepthState
 
 
@@ -30,8 +31,10 @@ class CrossLayerMethod(nn.Module):
     so that vanilla and Depth-Attention checkpoints (which have none) keep exactly Qwen3's keys, and what is known
     about it without building a model.
 
-    `reset_parameters` sets the method's documented initialisation. `DepthAttentionPreTrainedModel._init_weights`
-    calls it; it must use `transformers.initialization` so that values loaded by `from_pretrained` survive.
+    `config_fields` declares the method's own `DepthAttentionConfig` fields (name: default and meaning), which every
+    config then has; `check_config` checks their values. `reset_parameters` sets the method's documented
+    initialisation. `DepthAttentionPreTrainedModel._init_weights` calls it; it must use `transformers.initialization`
+    so that values loaded by `from_pretrained` survive.
     `inference_state` states the extra state the method holds at inference (docs/method.md#baselines).
 
     A method acting inside attention (Depth-Attention, value residual) declares, per unrolled step, the earlier
@@ -53,13 +56,24 @@ class CrossLayerMethod(nn.Module):
     """
 
     inference_state: str = ""
+    config_fields: dict[str, ConfigField] = {}
     presets: dict[str, dict] = {}  # named variants: config fields over the method's defaults (depthattn.presets)
 
     def __init__(self, config):
         super().__init__()
 
+    @classmethod
+    def check_config(cls, config):
+        """Raise ValueError, naming the field, if a value of `config_fields` is invalid (every config is checked by
+        every method, whatever its `cross_layer`)."""
+
     def reset_parameters(self):
         pass
+
+    def layer_mixing(self) -> dict[str, list[float]] | None:
+        """Learned weights of the method's cross-layer mix, by what they weigh, per unrolled step from step 1 on
+        (`depthattn.evaluate.study.explain` plots them), or None."""
+        return None
 
     @staticmethod
     def step_sources(config) -> list[list[int]]:

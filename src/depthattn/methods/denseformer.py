@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
+from ..config import ConfigField, check_int
 from .base import FlopTerm, Residual
 
 
@@ -29,6 +30,11 @@ class DenseFormerStream:
 
 
 class DenseFormer(Residual):
+    config_fields = {
+        "denseformer_dilation": ConfigField(1, "k: the DWA after block `i` (1-based) averages the block outputs `m` "
+                                               "with `(i - m) % k == 0`."),
+        "denseformer_period": ConfigField(1, "p: a DWA after every p-th block only (the paper's k x p DenseFormer)."),
+    }
     inference_state = (
         "Across tokens: none (the KV cache is vanilla's). Per token while it is processed: the embedding and every "
         "block output so far, up to L hidden vectors (L = unrolled depth); over a prefill of T tokens, T x L."
@@ -41,6 +47,11 @@ class DenseFormer(Residual):
         ends = list(itertools.accumulate(sizes))
         self._weights_of = {i: (end - size, end) for i, size, end in zip(self.dwas, sizes, ends)}
         self.alphas = nn.Parameter(torch.empty(sum(sizes)))  # every DWA's weights, one after the other
+
+    @classmethod
+    def check_config(cls, config):
+        for name in cls.config_fields:
+            check_int(name, getattr(config, name), 1)
 
     @staticmethod
     def dwa_sources(config) -> dict[int, list[int]]:

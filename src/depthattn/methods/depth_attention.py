@@ -9,6 +9,7 @@ score per loop with sources and per candidate, under `model.layers.N.self_attn.d
 Initialisation: nothing to initialise; the optional score bias starts at zero, i.e. plain Depth-Attention, or
 with each layer's own entry at `depth_self_bias_init` (docs/method.md#retrofitting).
 Inference state (docs/method.md#inference): the KV cache keeps vanilla's size, mixed values in the value slots.
+Config fields: `depth_*` (`DepthAttention.config_fields`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,13 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
+from ..config import ConfigField, check_bool, check_choice, check_int, check_number
 from ..depth import depth_sources
 from ..ops import get_depth_mix
 from .base import CrossLayerMethod, FlopTerm
+
+DEPTH_MIX_RULES = ("softmax", "uniform")
+DEPTH_MIX_STATES = ("v", "kv", "k")
 
 
 class DepthScoreBias(nn.ParameterList):
@@ -43,6 +48,29 @@ def _half(depth: int) -> int:
 
 
 class DepthAttention(CrossLayerMethod):
+    config_fields = {
+        "depth_stride": ConfigField(None, (
+            "Unrolled steps `j` with `j % depth_stride == 0` are depth sources; `None` means half the unrolled depth, "
+            "`max(1, num_hidden_layers * num_loops // 2)` (`config.resolved_depth_stride`).")),
+        "depth_window": ConfigField(0, "The `depth_window` unrolled steps directly below each step are sources too."),
+        "depth_mix": ConfigField("softmax", (
+            '`"softmax"` over depth scores, or `"uniform"` (the plain average over the same sources).')),
+        "depth_mix_states": ConfigField("v", (
+            'What is mixed and cached in place of the layer\'s own state: `"v"`, `"kv"` or `"k"`. Depth scores '
+            "always compare the query with each source layer's own key.")),
+        "depth_score_bias": ConfigField(False, (
+            "A learned bias per layer and per source (self included) added to the depth scores before the softmax, "
+            "initialised to zero, so the model starts as plain Depth-Attention. With `depth_mix=\"uniform\"` the "
+            "weights are the softmax of the bias alone: a learned mix that ignores the tokens.")),
+        "depth_self_bias_init": ConfigField(0.0, (
+            "With `depth_score_bias`, the initial bias of each layer's own entry (the sources' start at zero). A large "
+            "value (e.g. 30) starts a model converted from a vanilla one as that vanilla model: each source's weight "
+            "is then at most exp(its score - the layer's own score - 30) (docs/method.md#retrofitting).")),
+        "depth_impl": ConfigField("auto", (
+            "How depth mixing is computed, with the same results (`depthattn.ops.DEPTH_IMPLS`, checked when the "
+            'model is built): `"reference"` (`naive.py`), `"compiled"` (a few torch ops that `torch.compile` '
+            'fuses), `"triton"` (GPU kernels), or `"auto"`.')),
+    }
     # named variants (docs/method.md#variants); a function receives the unrolled depth D
     presets = {
         "depth_attention": {"depth_stride": _half},  # the default: sources every D // 2 steps
@@ -63,6 +91,22 @@ class DepthAttention(CrossLayerMethod):
         "Across tokens: none; the KV cache has vanilla's size (mixed values in the value slots). Per token while "
         "it is processed: k and mixed v of its source layers (|S| KV-head vector pairs)."
     )
+
+    @classmethod
+    def check_config(cls, config):
+        check_choice("depth_mix", config.depth_mix, DEPTH_MIX_RULES)
+        check_choice("depth_mix_states", config.depth_mix_states, DEPTH_MIX_STATES)
+        stride = config.depth_stride
+        if stride is not None and (not isinstance(stride, int) or isinstance(stride, bool) or stride < 1):
+            raise ValueError(f"depth_stride must be an integer >= 1 or None (None means half the unrolled depth), "
+                             f"got {stride!r}")
+        check_int("depth_window", config.depth_window, 0)
+        check_bool("depth_score_bias", config.depth_score_bias)
+        if config.depth_score_bias and config.depth_impl == "triton":
+            raise ValueError("depth_score_bias is not in the Triton kernels; use depth_impl 'auto' or 'compiled'")
+        check_number("depth_self_bias_init", config.depth_self_bias_init)
+        if config.depth_self_bias_init and not config.depth_score_bias:
+            raise ValueError("depth_self_bias_init initialises the learned score bias; set depth_score_bias=True too")
 
     def __init__(self, config):
         super().__init__(config)

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
+from ..config import ConfigField, check_int
 from .base import FlopTerm, rms_normalize
 from .streams import MultiStreamResidual
 
@@ -28,6 +29,7 @@ SCALE_INIT = 0.01
 
 
 class HyperConnections(MultiStreamResidual):
+    config_fields = {"hc_streams": ConfigField(4, "n, the residual streams (the expansion rate).")}
     inference_state = (
         "Across tokens: none (the KV cache is vanilla's). Per token while it is processed: n residual streams "
         "instead of one, n - 1 extra hidden vectors; over a prefill of T tokens, T x (n - 1)."
@@ -45,6 +47,10 @@ class HyperConnections(MultiStreamResidual):
         self.static_pre = nn.Parameter(torch.empty(count, n))      # A_m
         self.static_post = nn.Parameter(torch.empty(count, n))     # B
         self.static_res = nn.Parameter(torch.empty(count, n, n))   # A_r
+
+    @classmethod
+    def check_config(cls, config):
+        check_int("hc_streams", config.hc_streams, 1)
 
     def reset_parameters(self):
         n, count = self.num_streams, self.num_sublayers

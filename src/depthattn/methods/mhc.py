@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
+from ..config import ConfigField, check_int, check_number
 from .base import FlopTerm, rms_normalize
 from .streams import MultiStreamResidual
 
@@ -42,6 +43,11 @@ def sinkhorn(logits: torch.Tensor, iterations: int) -> torch.Tensor:
 
 
 class MHC(MultiStreamResidual):
+    config_fields = {
+        "mhc_streams": ConfigField(4, "n, the residual streams (at least 2)."),
+        "mhc_sinkhorn_iters": ConfigField(20, "Sinkhorn-Knopp iterations."),
+        "mhc_alpha_init": ConfigField(0.01, "Initial value of the three gating scales alpha."),
+    }
     inference_state = (
         "Across tokens: none (the KV cache is vanilla's). Per token while it is processed: n residual streams "
         "instead of one, n - 1 extra hidden vectors (3 at n = 4); over a prefill of T tokens, T x (n - 1)."
@@ -56,6 +62,12 @@ class MHC(MultiStreamResidual):
         self.bias = nn.Parameter(torch.empty(self.num_sublayers, 2 * n + n * n))
         self.alpha = nn.Parameter(torch.empty(self.num_sublayers, 3))  # pre, post, res
         self.final_logits = nn.Parameter(torch.empty(n))
+
+    @classmethod
+    def check_config(cls, config):
+        check_int("mhc_streams", config.mhc_streams, 2)
+        check_int("mhc_sinkhorn_iters", config.mhc_sinkhorn_iters, 1)
+        check_number("mhc_alpha_init", config.mhc_alpha_init, 0)
 
     def reset_parameters(self):
         n, like = self.num_streams, dict(dtype=self.bias.dtype, device=self.bias.device)

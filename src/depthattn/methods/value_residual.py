@@ -33,6 +33,10 @@ class ValueResidual(CrossLayerMethod):
     def reset_parameters(self):
         init.constant_(self.lambdas, LAMBDA_INIT)
 
+    def layer_mixing(self):
+        lambdas = self.lambdas.detach()
+        return {"λ1 (layer 0)": lambdas[:, 0].tolist(), "λ2 (own)": lambdas[:, 1].tolist()}
+
     @staticmethod
     def step_sources(config):
         return [[0] if u else [] for u in range(config.unrolled_depth)]
