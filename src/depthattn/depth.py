@@ -22,8 +22,9 @@ class DepthStates:
     Attentions write and read them as they do the KV cache. A plain object rather than a list, so that wrappers
     which rebuild a layer's list and dict arguments (FSDP's input casting) hand every layer the same one."""
 
-    def __init__(self, depth: int):
+    def __init__(self, depth: int, need_weights: bool = True):
         self._states: list[DepthState | None] = [None] * depth
+        self.need_weights = need_weights  # whether this forward records depth weights (else mixing may skip them)
 
     def __getitem__(self, step: int) -> DepthState:
         return self._states[step]

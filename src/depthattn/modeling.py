@@ -183,7 +183,7 @@ class DepthAttentionAttention(nn.Module):
 
         step, state = loop * self.num_layers + self.layer_idx, DepthState(key, key, value)
         if sources := self.loop_depth_sources[loop]:  # a method acting inside attention mixes its sources in
-            state, _ = method(self, query, state, [depth_states[j] for j in sources], step)
+            state, _ = method(self, query, state, [depth_states[j] for j in sources], step, depth_states.need_weights)
         if self.loop_keeps_state[loop]:
             depth_states[step] = state
         key, value = state.key, state.value
@@ -329,7 +329,9 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
         method = self.cross_layer
         stream = method.init(inputs_embeds)
-        depth_states = DepthStates(self.config.unrolled_depth)  # written and read by the attentions
+        # written and read by the attentions; depth weights are computed only when recorded (transformers' rule)
+        need_weights = kwargs.get("output_depth_weights", getattr(self.config, "output_depth_weights", False))
+        depth_states = DepthStates(self.config.unrolled_depth, need_weights=bool(need_weights))
         for loop in range(self.config.num_loops):
             for layer_type, layer in zip(self.config.layer_types, self.layers):
                 stream = layer(

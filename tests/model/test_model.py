@@ -60,6 +60,14 @@ def test_depth_weights_are_returned_and_normalised():
     assert torch.all(uniform.depth_weights[2] == 0.25)  # layer 3
 
 
+def test_depth_weights_are_computed_only_when_recorded():
+    model = tiny_model(depth_stride=1)
+    ids = torch.randint(0, 97, (2, 6))  # few rows: mixing without weights takes another form
+    recorded, plain = model(ids, output_depth_weights=True), model(ids)
+    assert plain.depth_weights is None and len(recorded.depth_weights) == 3
+    torch.testing.assert_close(plain.logits, recorded.logits, rtol=0, atol=1e-5)
+
+
 def test_output_attentions_takes_the_eager_path_with_the_same_output():
     model = tiny_model(depth_stride=1)
     ids = torch.randint(0, 97, (2, 7))

@@ -86,10 +86,11 @@ class CrossLayerMethod(nn.Module):
         return None
 
     def forward(self, attention: nn.Module, query: torch.Tensor, state: DepthState, sources: list[DepthState],
-                step: int) -> tuple[DepthState, torch.Tensor | None]:
+                step: int, need_weights: bool = True) -> tuple[DepthState, torch.Tensor | None]:
         """The state that step `step`'s attention uses and caches, given its own and its sources' states
         (query: (B, Hq, T, d); states: (B, Hkv, T, d) each), and depth weights (B, Hkv, T, n) or None (the model
-        records them as `depth_weights` through transformers' output hooks)."""
+        records them as `depth_weights` through transformers' output hooks; with `need_weights` False it does not
+        record them, and a method may skip computing them)."""
         raise NotImplementedError(f"{type(self).__name__} declares depth sources but does not mix them")
 
     # the plain residual stream: a (B, T, D) tensor

@@ -126,13 +126,13 @@ class DepthAttention(CrossLayerMethod):
             return None
         return DepthScoreBias(loop_sources, config.depth_self_bias_init)
 
-    def forward(self, attention, query, state, sources, step):
+    def forward(self, attention, query, state, sources, step, need_weights=True):
         loop = step // self.num_layers
         bias = attention.depth_score_bias
         if bias is not None:  # one entry per loop with sources, from the first such loop on
             bias = bias[loop - next(k for k, s in enumerate(attention.loop_depth_sources) if s)]
         return self.depth_mix(query, state, sources, attention.scaling, rule=self.rule, mix_states=self.mix_states,
-                              score_bias=bias)
+                              score_bias=bias, need_weights=need_weights)
 
     @classmethod
     def candidates(cls, config) -> int:
