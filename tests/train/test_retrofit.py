@@ -47,8 +47,12 @@ def run_config(data, out_dir, *overrides):
     return TrainConfig.load(None, base + list(overrides))
 
 
+def records(out_dir):
+    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+
+
 def first_loss(out_dir):
-    return json.loads((out_dir / "metrics.jsonl").read_text().splitlines()[0])["loss"]
+    return next(r["loss"] for r in records(out_dir) if "loss" in r)
 
 
 def test_a_run_starts_from_a_saved_vanilla_model(tiny_data, tmp_path):
@@ -67,6 +71,10 @@ def test_a_run_starts_from_a_saved_vanilla_model(tiny_data, tmp_path):
     train(cfg)
     train(run_config(tiny_data, tmp_path / "fresh", "--model.method", "depth_retrofit", "--train.steps", "2"))
     assert first_loss(tmp_path / "retrofit") < first_loss(tmp_path / "fresh") - 0.5  # it did start trained
+    # the loss before the first step is recorded, and it is the vanilla model's
+    start, vanilla_end = records(tmp_path / "retrofit")[0], records(tmp_path / "vanilla")[-1]
+    assert start["step"] == start["tokens"] == 0 and records(tmp_path / "fresh")[0]["step"] == 1  # fresh: none
+    assert start["val_loss"] == pytest.approx(vanilla_end["val_loss"], abs=1e-5)
 
     other = run_config(tiny_data, tmp_path / "other", "--model.init_from", str(saved),
                        "--model.overrides", "{ num_hidden_layers = 2 }")

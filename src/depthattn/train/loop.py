@@ -92,6 +92,8 @@ def _train(cfg: TrainConfig, resume: bool, world: World) -> dict:
     amp = autocast_dtype(t.dtype, world.device)
     metrics = Metrics(cfg, world, sum(p.numel() for p in model.parameters()), start, resumed)
 
+    if cfg.model.init_from and start == 0:  # where a converted model starts (docs/method.md#retrofitting)
+        metrics.write_start(evaluate(wrapped, val_shards, t.batch_size, cfg.data.seq_len, t.eval_batches, world, amp))
     wrapped.train()
     for step in range(start + 1, t.steps + 1):
         step_metrics = train_step(step, wrapped, batches, optimizer, scheduler, cfg, world, amp)

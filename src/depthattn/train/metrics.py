@@ -4,6 +4,7 @@ TensorBoard or W&B when asked), a progress bar, and a log line every log_every s
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -99,6 +100,13 @@ class Metrics:
         if self.is_main and not t.progress and (step % t.log_every == 0 or val is not None):
             print(f"{self.cfg.model.method} step {step}/{t.steps}: loss {loss:.4f}, lr {lr:.2e}, "  # for logs without a bar
                   f"{tok_s:,.0f} tok/s" + (f", val {val:.4f}" if val is not None else ""), flush=True)
+
+    def write_start(self, val_loss: float):
+        """The validation loss before the first step, of a run that starts from another model's weights."""
+        self.log.write({"step": 0, "tokens": 0, "val_loss": val_loss, "val_ppl": math.exp(val_loss)})
+        if self.is_main:
+            print(f"{self.cfg.model.method} step 0/{self.cfg.train.steps}: val {val_loss:.4f} "
+                  f"(from {self.cfg.model.init_from})", flush=True)
 
     def close(self):
         self.progress.close()
