@@ -9,6 +9,7 @@ import torch
 from depthattn import DepthAttentionForCausalLM, method_settings
 from depthattn.convert import load_backbone
 from depthattn.data import TokenShards
+from depthattn.evaluate.plots import plot_loss_curves
 from depthattn.evaluate.study import Study
 from depthattn.train import TrainConfig, train
 from depthattn.train.loop import build_model_config
@@ -75,6 +76,8 @@ def test_a_run_starts_from_a_saved_vanilla_model(tiny_data, tmp_path):
     start, vanilla_end = records(tmp_path / "retrofit")[0], records(tmp_path / "vanilla")[-1]
     assert start["step"] == start["tokens"] == 0 and records(tmp_path / "fresh")[0]["step"] == 1  # fresh: none
     assert start["val_loss"] == pytest.approx(vanilla_end["val_loss"], abs=1e-5)
+    pytest.importorskip("matplotlib")
+    assert plot_loss_curves({"retrofit": tmp_path / "retrofit" / "metrics.jsonl"}, tmp_path / "curves.png").exists()
 
     other = run_config(tiny_data, tmp_path / "other", "--model.init_from", str(saved),
                        "--model.overrides", "{ num_hidden_layers = 2 }")

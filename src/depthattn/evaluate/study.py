@@ -267,7 +267,7 @@ def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int |
         "val_tokens": scored["tokens"], "val_bytes": scored["bytes"],
         "train_tokens": records[-1]["tokens"], "final_train_loss": records[-1]["loss"],
         "curve": [[r["tokens"], r["val_loss"]] for r in records if "val_loss" in r],  # eval-subset loss
-        "tokens_per_s": statistics.median(r["tokens_per_s"] for r in records),
+        "tokens_per_s": statistics.median(r["tokens_per_s"] for r in records if "tokens_per_s" in r),
         **{f"params_{k}": v for k, v in count_parameters(model).items()},
         "seconds": time.perf_counter() - started, "threads": torch.get_num_threads(),
         "config": cfg.to_dict(), **run_metadata(),
@@ -449,6 +449,8 @@ def markdown_report(study: Study, results: list[dict]) -> str:
                 f"{bpb_rows[r['method']]['mean']:.4f} | {_interval(r)} | {p} | {wins} | "
                 f"{verdict(r) if 'diff_mean' in r else '—'} | {r['extra_params']:,} |"
                 + (f" {study.paper.get(r['method'], '—')} |" if study.paper else ""))
+        if study.start_from:
+            lines += ["", *_curve_table(study, cells)]
         for c in table["contrasts"]:
             a, b = c["pair"]
             p = "" if math.isnan(c["p_value"]) else f", p = {c['p_value']:.3f}"
@@ -456,6 +458,20 @@ def markdown_report(study: Study, results: list[dict]) -> str:
                           f"seeds: **{verdict(c).replace('better', f'{a} better').replace('worse', f'{b} better')}**."]
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _curve_table(study: Study, cells: list[dict]) -> list[str]:
+    """Eval-subset val loss along training, mean ± sd over seeds: where started models begin (tokens 0) and go."""
+    curves = {m: [dict(map(tuple, r["curve"])) for r in cells if r["method"] == m] for m in study.methods}
+    tokens = sorted({t for runs in curves.values() for run in runs for t in run})
+    lines = ["Along training (eval-subset val loss, mean ± sd over seeds; tokens 0 = the starting model converted):", "",
+             "| method | " + " | ".join(f"{t:,} tokens" for t in tokens) + " |", "|---|" + "---|" * len(tokens)]
+    for method, runs in curves.items():
+        values = [[run[t] for run in runs if t in run] for t in tokens]
+        lines.append(f"| {method} | " + " | ".join(
+            f"{statistics.mean(v):.4f} ± {statistics.stdev(v):.4f}" if len(v) > 1 else (f"{v[0]:.4f}" if v else "—")
+            for v in values) + " |")
+    return lines
 
 
 def plot_differences(study: Study, results: list[dict], out_png: Path) -> Path | None:

@@ -86,6 +86,8 @@ class DepthAttention(CrossLayerMethod):
         "depth_static": {"depth_stride": _half, "depth_mix": "uniform", "depth_score_bias": True},  # ignores tokens
         # converted from a vanilla model, it starts as that model (docs/method.md#retrofitting)
         "depth_retrofit": {"depth_stride": _half, "depth_score_bias": True, "depth_self_bias_init": 30.0},
+        # near that model (a source starts at about exp(-4) of the layer's own weight) and free to leave it
+        "depth_retrofit_soft": {"depth_stride": _half, "depth_score_bias": True, "depth_self_bias_init": 4.0},
     }
     inference_state = (
         "Across tokens: none; the KV cache has vanilla's size (mixed values in the value slots). Per token while "
