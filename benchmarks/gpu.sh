@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The GPU checks in one go, for a machine with a CUDA GPU and torch + triton installed (run from the repository
-# root): the GPU tests, then the benchmark at the paper's 1.5B shape, at the benchmark size, and with compiled
-# training and decoding steps. Each step has a time limit, and a step that would not fit in the time left
-# (GPU_BUDGET_S, default 560 s) is skipped, so the earlier results always come back. On an H200 the steps took
-# about 310 s before compiled decoding was added to the last one.
+# root), most wanted first: the GPU tests, the benchmark size (decoding at batch 1, then at batch 16), serving
+# (where transformers' serving extra is installed), the paper's 1.5B shape, and compiled training and decoding
+# steps. Each step has a time limit, and a step that would not fit in the time left (GPU_BUDGET_S, default
+# 560 s) is skipped, so the earlier results always come back.
 #
-#   benchmarks/gpu.sh OUT_DIR          -> OUT_DIR/log.txt and OUT_DIR/{b15,bench-size,compiled}/benchmark.{json,md}
+#   benchmarks/gpu.sh OUT_DIR   -> OUT_DIR/log.txt, OUT_DIR/{bench-size,decode16,b15,compiled}/benchmark.{json,md},
+#                                  OUT_DIR/serving/serving.{json,md}
 #
 # transformers older than the project's minimum is replaced from a wheel in .whl/ if one is there.
 set -u
@@ -37,15 +38,24 @@ step() {  # step NAME LIMIT_S COMMAND...: run COMMAND under LIMIT_S seconds if t
 
 parallel=$(python3 -c 'import xdist' 2>/dev/null && echo "-n 8")
 step tests 150 python3 -m pytest -p no:cacheprovider -q -rs $parallel tests/ops tests/model
+# the benchmark size (launch-bound on a GPU at batch 1): ~30 s
+step bench-size 90 python3 -m benchmarks --reps 5 --decode-tokens 16 \
+    --methods qwen3,vanilla,depth_attention,depth_attention:reference --out "$out/bench-size"
+# decoding at batch 16, where the mixing's rows are no longer a handful: ~20 s
+step decode16 60 python3 -m benchmarks --phases decode --decode-batch 16 --reps 5 --decode-tokens 16 \
+    --methods vanilla,depth_attention --out "$out/decode16"
+# depthattn serve under 1, 4 and 16 clients, Depth-Attention against vanilla (needs fastapi and uvicorn)
+if python3 -c 'import fastapi, uvicorn' 2>/dev/null; then
+    step serving 150 python3 -m benchmarks.serving --device cuda --rounds 3 --out "$out/serving"
+else
+    echo "== serving: skipped, transformers' serving extra (fastapi, uvicorn) is not installed"
+fi
 # the paper's 1.5B shape (stride 24 is the default D/2), batch 4 x 2048 tokens: ~50 s on an H200
 step b15 120 python3 -m benchmarks --layers 48 --hidden 1536 --intermediate 4096 --heads 24 --kv-heads 6 \
     --seq 2048 --batch 4 --context 2048 --reps 5 --decode-tokens 16 --methods qwen3,vanilla,depth_attention \
     --out "$out/b15"
-# the benchmark size (launch-bound on a GPU at batch 1): ~30 s
-step bench-size 90 python3 -m benchmarks --reps 5 --decode-tokens 16 \
-    --methods qwen3,vanilla,depth_attention,depth_attention:reference --out "$out/bench-size"
 # inductor-compiled training steps at the benchmark size, batch 8 x 2048 (~120 s, mostly compilation),
-# and compiled decoding steps into a StaticCache at context 2048 (not yet timed on a GPU)
+# and compiled decoding steps into a StaticCache at context 2048
 step compiled 240 python3 -m benchmarks --seq 2048 --batch 8 --phases train,decode,memory --reps 10 --compile \
     --methods qwen3,vanilla,depth_attention --out "$out/compiled"
-for f in "$out"/*/benchmark.md; do echo "== $f"; cat "$f"; done
+for f in "$out"/*/benchmark.md "$out"/serving/serving.md; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done
