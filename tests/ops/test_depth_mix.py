@@ -123,7 +123,7 @@ def test_training_path_never_copies_the_sources():
 def test_dispatch():
     assert ops.get_depth_mix("reference") is REF
     assert ops.get_depth_mix("compiled") is ops.depth_mix_compiled
-    assert set(ops.DEPTH_IMPLS) == {"auto", "reference", "compiled", "triton"}
+    assert set(ops.DEPTH_IMPLS) == {"auto", "reference", "compiled", "triton", "cpu"}
     with pytest.raises(ValueError, match="'auto', 'reference', 'compiled', 'triton'"):
         ops.get_depth_mix("fast")
     q, state, sources = make_inputs()

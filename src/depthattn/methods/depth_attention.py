@@ -69,7 +69,8 @@ class DepthAttention(CrossLayerMethod):
         "depth_impl": ConfigField("auto", (
             "How depth mixing is computed, with the same results (`depthattn.ops.DEPTH_IMPLS`, checked when the "
             'model is built): `"reference"` (`naive.py`), `"compiled"` (a few torch ops that `torch.compile` '
-            'fuses), `"triton"` (GPU kernels), or `"auto"`.')),
+            'fuses), `"triton"` (GPU kernels), `"cpu"` (one C++ op per call for CPU inference, compiled on first use), '
+            'or `"auto"`.')),
     }
     # named variants (docs/method.md#variants); a function receives the unrolled depth D
     presets = {

@@ -11,6 +11,8 @@ All share the signature and results of the reference `depth_mix_reference` (`nai
 * `"compiled"`: a few plain torch ops (`compiled.py`), fast in eager mode and fused by `torch.compile`
   (no graph break with `fullgraph=True`).
 * `"triton"`: Triton kernels, forward and backward (`triton.py`); GPUs (or `TRITON_INTERPRET=1`).
+* `"cpu"`: one C++ op per call for CPU inference (`cpu.py`), compiled on first use (needs a C++ compiler and
+  ninja); calls that need gradients take the compiled form. The fastest eager CPU decoding.
 * `"auto"`: `"triton"` on a GPU where Triton is installed and outside `torch.compile`, else `"compiled"`.
 """
 
@@ -23,6 +25,7 @@ import torch
 from depthattn.depth import DepthState
 
 from .compiled import depth_mix_compiled
+from .cpu import depth_mix_cpu, load_cpu_kernel
 from .naive import depth_mix_reference
 from .triton import TRITON_AVAILABLE, depth_mix_triton, triton_runs_on
 
@@ -49,17 +52,22 @@ _IMPLS: dict[str, Callable] = {
     "reference": depth_mix_reference,
     "compiled": depth_mix_compiled,
     "triton": depth_mix_triton,
+    "cpu": depth_mix_cpu,
 }
 DEPTH_IMPLS = tuple(_IMPLS)  # the values of DepthAttentionConfig.depth_impl
 
 
 def get_depth_mix(impl: str = "auto") -> Callable:
-    """The depth-mixing function named `impl` (one of DEPTH_IMPLS)."""
+    """The depth-mixing function named `impl` (one of DEPTH_IMPLS); `"cpu"` builds its kernel now, so that a
+    missing compiler shows when the model is built rather than mid-generation."""
     try:
-        return _IMPLS[impl]
+        fn = _IMPLS[impl]
     except KeyError:
         raise ValueError(f"depth_impl (the depth mixing implementation) must be one of {', '.join(map(repr, DEPTH_IMPLS))}; "
                          f"got {impl!r}") from None
+    if impl == "cpu":
+        load_cpu_kernel()
+    return fn
 
 
 def depth_mix(query, state, sources, scaling, rule="softmax", mix_states="v", score_bias=None, need_weights=True,
@@ -74,6 +82,7 @@ __all__ = [
     "depth_mix",
     "depth_mix_auto",
     "depth_mix_compiled",
+    "depth_mix_cpu",
     "depth_mix_reference",
     "depth_mix_triton",
     "get_depth_mix",

@@ -1,0 +1,68 @@
+"""Depth mixing as one C++ op for CPU inference (`cpu_kernel.cpp`), for eager decoding.
+
+In an eager decoding step each mixing call is a handful of tiny torch ops, and their dispatch, not the
+arithmetic, is what Depth-Attention adds over vanilla. The kernel does a call's scores, softmax and mixes in one
+op, reading the sources through their strides.
+
+The kernel is compiled on first use with torch's C++ extension builder (a C++ compiler and ninja; about 30 s
+once, then loaded from torch's extensions cache). Calls that need gradients, and tensors that are not on the
+CPU or mix dtypes, take the compiled form (`compiled.py`), so a model set to `depth_impl="cpu"` still trains.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+from depthattn.depth import DepthState
+
+from .compiled import depth_mix_compiled
+
+_SOURCE = Path(__file__).with_name("cpu_kernel.cpp")
+
+
+@functools.cache
+def load_cpu_kernel():
+    """The kernel's `depth_mix` function, built (once per machine) and loaded (once per process)."""
+    from torch.utils import cpp_extension
+
+    try:
+        module = cpp_extension.load(name="depthattn_cpu_kernel", sources=[str(_SOURCE)], extra_cflags=["-O3"])
+    except Exception as err:  # no compiler, no ninja, an unwritable cache: say what is needed
+        raise RuntimeError(
+            f"depth_impl='cpu' compiles a C++ kernel on first use and could not: {err}. It needs a C++ compiler "
+            "(g++ or clang++) and ninja (`pip install ninja`); or use depth_impl='auto', which needs neither."
+        ) from err
+    return module.depth_mix
+
+
+def _needs_grad(query, candidates, score_bias) -> bool:
+    return any(t.requires_grad for t in (query, score_bias, *(t for c in candidates for t in c)) if t is not None)
+
+
+def depth_mix_cpu(
+    query: torch.Tensor,
+    state: DepthState,
+    sources: list[DepthState],
+    scaling: float,
+    rule: str = "softmax",
+    mix_states: str = "v",
+    score_bias: torch.Tensor | None = None,
+    need_weights: bool = True,
+) -> tuple[DepthState, torch.Tensor]:
+    """Same signature and results as `depthattn.ops.depth_mix_reference`; always returns the weights (they cost
+    nothing extra here). Every state must share the query's dtype (as in the model)."""
+    # kept lean: a decoding step calls this once per layer, and each Python step costs as much as the arithmetic
+    candidates = [*sources, state]
+    if query.device.type != "cpu" or (torch.is_grad_enabled() and _needs_grad(query, candidates, score_bias)):
+        return depth_mix_compiled(query, state, sources, scaling, rule, mix_states, score_bias, need_weights)
+    mixed = [c.value for c in candidates] if mix_states == "v" else [c.key for c in candidates]
+    if mix_states == "kv":
+        mixed += [c.value for c in candidates]
+    group = query.shape[1] // state.score_key.shape[1]
+    out, weights = load_cpu_kernel()(query, [c.score_key for c in candidates], mixed, scaling / group, score_bias,
+                                     rule == "uniform")
+    key = out[0] if "k" in mix_states else state.key
+    return DepthState(state.score_key, key, out[-1] if "v" in mix_states else state.value), weights
