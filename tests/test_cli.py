@@ -41,6 +41,11 @@ def test_generate_compiled_gives_the_eager_greedy_text(demo_dir, capsys):
     eager = capsys.readouterr().out
     assert main([*argv, "--compile", "eager"]) == 0
     assert capsys.readouterr().out == eager
+    assert main([*argv, "--depth-impl", "reference"]) == 0
+    assert capsys.readouterr().out == eager
+    from depthattn.evaluate.loading import load_model
+
+    assert load_model(demo_dir / "depth_attention" / "final", depth_impl="reference").config.depth_impl == "reference"
 
 
 @pytest.mark.parametrize("argv, message", [

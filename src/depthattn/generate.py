@@ -9,13 +9,16 @@ import torch
 from transformers import CompileConfig
 
 from .evaluate.loading import check_model_dir, find_tokenizer, load_model
+from .ops import DEPTH_IMPLS
 
 
 def generate_text(model_dir: str, prompt: str, max_new_tokens: int = 64, temperature: float = 0.8,
-                  top_k: int = 50, seed: int = 0, tokenizer: str | None = None, compile: str | None = None) -> str:
+                  top_k: int = 50, seed: int = 0, tokenizer: str | None = None, compile: str | None = None,
+                  depth_impl: str | None = None) -> str:
     """Continue `prompt` with the model in `model_dir` (a final/ or checkpoint folder); an empty prompt starts a
     new document (from the tokenizer's BOS, else EOS). `compile`: a torch.compile backend (e.g. inductor) for the
-    decoding steps, which then write a static KV cache."""
+    decoding steps, which then write a static KV cache. `depth_impl`: the depth mixing implementation, over the
+    saved config's (`"cpu"`: the C++ kernel, the fastest eager CPU decoding)."""
     if max_new_tokens < 1 or top_k < 0 or not 0 <= temperature < math.inf:
         raise ValueError(f"need --max-new-tokens >= 1, --top-k >= 0 (0: no limit) and a finite --temperature >= 0 "
                          f"(0: greedy); got {max_new_tokens}, {top_k} and {temperature}")
@@ -23,7 +26,7 @@ def generate_text(model_dir: str, prompt: str, max_new_tokens: int = 64, tempera
         raise ValueError(f"unknown --compile backend {compile!r}; choose among "
                          f"{', '.join(torch._dynamo.list_backends())} (default inductor)")
     tok = find_tokenizer(check_model_dir(model_dir), tokenizer)
-    model = load_model(model_dir)
+    model = load_model(model_dir, depth_impl=depth_impl)
     return sample(model, tok, prompt, max_new_tokens, temperature, top_k, seed, compile)
 
 
@@ -38,11 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder (default: the model folder's)")
     parser.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
                         help="torch.compile the decoding steps (static KV cache; backend default inductor)")
+    parser.add_argument("--depth-impl", choices=DEPTH_IMPLS,
+                        help="depth mixing implementation (default: the saved config's; 'cpu': a C++ kernel for "
+                             "eager CPU decoding, built on first use)")
 
 
 def run(args: argparse.Namespace) -> int:
     print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed,
-                        args.tokenizer, args.compile))
+                        args.tokenizer, args.compile, args.depth_impl))
     return 0
 
 

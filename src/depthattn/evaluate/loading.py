@@ -71,12 +71,14 @@ def check_saved_model(model_dir: str | os.PathLike) -> Path:
     return path
 
 
-def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str | None = None):
+def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str | None = None,
+               depth_impl: str | None = None):
     """A saved depthattn model in eval mode, refused unless its files match their checksums (where the folder
     records them), every tensor of the model is in the weights with its shape, no other tensor is, and all
     are finite.
 
     dtype: float32, bfloat16, float16, or auto (the dtype recorded in the saved config).
+    depth_impl: the depth mixing implementation (`depthattn.ops.DEPTH_IMPLS`) over the saved config's.
     """
     from transformers import AutoModelForCausalLM
 
@@ -85,8 +87,10 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_CHOICES)}")
     device = resolve_device(device)
     try:
+        overrides = {} if depth_impl is None else {"depth_impl": depth_impl}
         model, info = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES.get(dtype, "auto"), local_files_only=True,
-                                                           output_loading_info=True, ignore_mismatched_sizes=True)
+                                                           output_loading_info=True, ignore_mismatched_sizes=True,
+                                                           **overrides)
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(f"could not load a causal language model from {path}: {error}") from error
     problems = [f"{what}: {_listed(names)}" for what, names in (
