@@ -6,7 +6,7 @@ op, reading the sources through their strides.
 
 The kernel is compiled on first use with torch's C++ extension builder (a C++ compiler and ninja; about 30 s
 once, then loaded from torch's extensions cache). Calls that need gradients, and tensors that are not on the
-CPU or mix dtypes, take the compiled form (`compiled.py`), so a model set to `depth_impl="cpu"` still trains.
+CPU, take the compiled form (`compiled.py`), so a model set to `depth_impl="cpu"` still trains.
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ def depth_mix_cpu(
     mix_states: str = "v",
     score_bias: torch.Tensor | None = None,
     need_weights: bool = True,
-) -> tuple[DepthState, torch.Tensor]:
-    """Same signature and results as `depthattn.ops.depth_mix_reference`; always returns the weights (they cost
-    nothing extra here). Every state must share the query's dtype (as in the model)."""
+) -> tuple[DepthState, torch.Tensor | None]:
+    """Same signature and results as `depthattn.ops.depth_mix_reference`; the kernel always returns the weights
+    (they cost nothing extra there). Every state must share the query's dtype (as in the model)."""
     # kept lean: a decoding step calls this once per layer, and each Python step costs as much as the arithmetic
     candidates = [*sources, state]
     if query.device.type != "cpu" or (torch.is_grad_enabled() and _needs_grad(query, candidates, score_bias)):
