@@ -2,8 +2,10 @@
 next request when the previous one is answered), for a Depth-Attention model and its vanilla twin (the same shape
 and weights), both served at once and measured in alternating rounds, the order rotated every round, so that
 machine drift cancels. Reports generated tokens/s and p50/p99 request latency per N, and the Depth-Attention /
-vanilla throughput ratio (median of per-round ratios; goal >= 0.98 at every N). Writes serving.json and
-serving.md."""
+vanilla throughput ratio (median of per-round ratios; goal >= 0.98 at every N). On Linux it also reads each
+server's CPU time (/proc) around every round and reports generated tokens per CPU second of the server process:
+on a shared or noisy machine that view is less moved by time the server spends descheduled. Writes serving.json
+and serving.md."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import torch
 
 from depthattn import DepthAttentionConfig, DepthAttentionForCausalLM
 from depthattn.files import atomic_write_bytes, atomic_write_json
+from depthattn.ops import DEPTH_IMPLS
 from depthattn.data.tokenizer import word_level_tokenizer
 
 from .bench import DEFAULT_SIZE, QUICK_SIZE, machine_info
@@ -51,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="serve requests one at a time (default: continuous batching)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="default float32 on CPU, bfloat16 on GPU")
+    p.add_argument("--depth-impl", choices=DEPTH_IMPLS,
+                   help="depth mixing implementation of the served models (default: the saved config's, auto)")
     p.add_argument("--threads", type=int, default=os.cpu_count(),
                    help="torch threads of each server (default: all cores)")
     p.add_argument("--seed", type=int, default=0)
@@ -123,21 +128,32 @@ class Server:
             raise RuntimeError(f"the server answered {status}: {answer.decode()}")
         return time.perf_counter() - start, json.loads(answer)["usage"]["completion_tokens"]
 
+    def cpu_seconds(self) -> float | None:
+        """User and system CPU time of the server process so far (all its threads), where /proc has it."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14 and 15
+
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
         self.process.wait(timeout=120)
 
 
-def run_round(server: Server, prompts: list[list[str]], max_tokens: int) -> tuple[float, list[float]]:
-    """Generated tokens/s over the round's wall time, and each request's latency; client i sends prompts[i]."""
+def run_round(server: Server, prompts: list[list[str]], max_tokens: int) -> tuple[float, float | None, list[float]]:
+    """Generated tokens per second of the round's wall time and per CPU second of the server (None without
+    /proc), and each request's latency; client i sends prompts[i]."""
     def client(own: list[str]) -> list[tuple[float, int]]:
         return [server.complete(prompt, max_tokens) for prompt in own]
 
-    start = time.perf_counter()
+    cpu_start, start = server.cpu_seconds(), time.perf_counter()
     with ThreadPoolExecutor(len(prompts)) as pool:
         answers = [a for own in pool.map(client, prompts) for a in own]
-    wall = time.perf_counter() - start
-    return sum(tokens for _, tokens in answers) / wall, [latency for latency, _ in answers]
+    wall, cpu_end = time.perf_counter() - start, server.cpu_seconds()
+    tokens = sum(tokens for _, tokens in answers)
+    per_cpu_s = tokens / (cpu_end - cpu_start) if cpu_start is not None and cpu_end > cpu_start else None
+    return tokens / wall, per_cpu_s, [latency for latency, _ in answers]
 
 
 def percentile(samples: list[float], q: int) -> float:
@@ -145,19 +161,24 @@ def percentile(samples: list[float], q: int) -> float:
 
 
 def measure(servers: dict[str, Server], clients: int, work: dict, words: list[str], rng: random.Random) -> dict:
-    names, throughput, latencies = list(servers), {n: [] for n in servers}, {n: [] for n in servers}
+    names = list(servers)
+    throughput, per_cpu_s, latencies = ({n: [] for n in servers} for _ in range(3))
     for round_index in range(work["warmup"] + work["rounds"]):
         prompts = [[" ".join(rng.choices(words, k=work["prompt_tokens"])) for _ in range(work["requests"])]
                    for _ in range(clients)]  # the same prompts for both servers in a round
         for name in names[round_index % len(names):] + names[:round_index % len(names)]:
-            tokens_per_s, seconds = run_round(servers[name], prompts, work["max_tokens"])
+            tokens_per_s, tokens_per_cpu_s, seconds = run_round(servers[name], prompts, work["max_tokens"])
             if round_index >= work["warmup"]:
                 throughput[name].append(tokens_per_s)
                 latencies[name] += seconds
-    result = {name: {"tokens_per_s": summary(throughput[name]), "latency_p50_s": percentile(latencies[name], 50),
+                if tokens_per_cpu_s is not None:
+                    per_cpu_s[name].append(tokens_per_cpu_s)
+    result = {name: {"tokens_per_s": summary(throughput[name]), "tokens_per_cpu_s": summary(per_cpu_s[name]),
+                     "latency_p50_s": percentile(latencies[name], 50),
                      "latency_p99_s": percentile(latencies[name], 99), "requests": len(latencies[name])}
               for name in names}
     result["ratio"] = paired_ratio(throughput["depth_attention"], throughput["vanilla"])
+    result["cpu_ratio"] = paired_ratio(per_cpu_s["depth_attention"], per_cpu_s["vanilla"])
     result["goal_met"] = result["ratio"]["median"] >= GOAL
     return result
 
@@ -165,12 +186,14 @@ def measure(servers: dict[str, Server], clients: int, work: dict, words: list[st
 def markdown(report: dict) -> str:
     lines = [f"Serving: `{report['command']}`", "",
              "| clients | Depth-Attention tok/s | vanilla tok/s | DA / vanilla (median [p25, p75]) | "
-             "DA p50 / p99 latency | vanilla p50 / p99 latency | goal >= 0.98 |", "|---|---|---|---|---|---|---|"]
+             "DA / vanilla per server CPU second | DA p50 / p99 latency | vanilla p50 / p99 latency | goal >= 0.98 |",
+             "|---|---|---|---|---|---|---|---|"]
     for clients, r in report["results"].items():
-        da, va, ratio = r["depth_attention"], r["vanilla"], r["ratio"]
+        da, va, ratio, cpu = r["depth_attention"], r["vanilla"], r["ratio"], r["cpu_ratio"]
         lines.append(
             f"| {clients} | {da['tokens_per_s']['median']:.1f} | {va['tokens_per_s']['median']:.1f} | "
             f"{ratio['median']:.3f} [{ratio['p25']:.3f}, {ratio['p75']:.3f}] | "
+            + (f"{cpu['median']:.3f} [{cpu['p25']:.3f}, {cpu['p75']:.3f}] | " if cpu else "n/a | ") +
             f"{da['latency_p50_s']:.3f} / {da['latency_p99_s']:.3f} s | "
             f"{va['latency_p50_s']:.3f} / {va['latency_p99_s']:.3f} s | {'met' if r['goal_met'] else 'NOT met'} |")
     return "\n".join(lines) + "\n"
@@ -185,7 +208,7 @@ def main(argv=None) -> int:
     work = dict(prompt_tokens=args.prompt_tokens or (16 if args.quick else 128),
                 max_tokens=args.max_tokens or (8 if args.quick else 64), requests=args.requests,
                 rounds=args.rounds or (2 if args.quick else 5), warmup=args.warmup,
-                continuous_batching=not args.no_continuous_batching, device=args.device,
+                continuous_batching=not args.no_continuous_batching, device=args.device, depth_impl=args.depth_impl,
                 dtype=args.dtype or ("float32" if args.device == "cpu" else "bfloat16"), threads=args.threads)
     request_tokens = work["prompt_tokens"] + work["max_tokens"]
     # room for every client's request at once, twice over (transformers keeps a safety margin of free blocks)
@@ -199,7 +222,8 @@ def main(argv=None) -> int:
         words = [f"w{i}" for i in range(size["vocab_size"] - 3)]  # the vocabulary: 3 special tokens, then words
         folders = save_twins(Path(root), size, words, request_tokens, getattr(torch, work["dtype"]), args.seed)
         options = ["--device", args.device] + (
-            ["--continuous-batching", "--cb-num-blocks", str(cb_blocks)] if cb_blocks else [])
+            ["--continuous-batching", "--cb-num-blocks", str(cb_blocks)] if cb_blocks else []) + (
+            ["--depth-impl", args.depth_impl] if args.depth_impl else [])
         servers = {name: Server(folder, options, out / f"serving-{name}.log", args.threads)
                    for name, folder in folders.items()}
         try:

@@ -4,7 +4,9 @@ with a 4xx and keeps serving, and ends with exit code 0 on SIGTERM."""
 
 import functools
 import json
+import random
 import signal
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -26,7 +28,8 @@ CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% en
 CONTEXT = 64
 PROMPTS = ["the cat sat on", "when we see them", "a", "it was the first time that he"]
 MAX_TOKENS = 8
-SERVERS = {"depth_attention": (dict(depth_stride=1), ["--continuous-batching", "--cb-num-blocks", "16"]),
+SERVERS = {"depth_attention": (dict(depth_stride=1, depth_impl="compiled"),
+                               ["--continuous-batching", "--cb-num-blocks", "16", "--depth-impl", "reference"]),
            "vanilla": (dict(cross_layer="none"), [])}
 
 
@@ -90,6 +93,10 @@ def test_models_lists_the_folder(servers, name):
     assert status == 200 and [m["id"] for m in json.loads(answer)["data"]] == [servers[name].folder]
 
 
+def test_depth_impl_option_switches_the_served_model(servers):
+    assert "depth mixing through depth_impl='reference'" in servers["depth_attention"].log.read_text()
+
+
 @pytest.mark.parametrize("name", SERVERS)
 def test_concurrent_completions_are_greedy_generate(servers, name):
     server = servers[name]
@@ -148,6 +155,19 @@ def test_bad_request_is_a_4xx_with_a_message(servers, case):
     assert got == status and message in json.loads(answer)["error"]["message"]
 
 
+def test_serving_benchmark_measures_both_servers_in_alternating_rounds(servers):
+    work = dict(warmup=1, rounds=2, prompt_tokens=3, requests=1, max_tokens=2)
+    result = benchmarks.serving.measure(servers, 2, work, list(WORDS), random.Random(0))
+    for name in SERVERS:
+        assert result[name]["requests"] == 4 and result[name]["tokens_per_s"]["n"] == 2
+        assert result[name]["tokens_per_s"]["median"] > 0 and result[name]["latency_p99_s"] > 0
+        if sys.platform == "linux":  # server CPU time from /proc
+            assert result[name]["tokens_per_cpu_s"]["n"] == 2 and result[name]["tokens_per_cpu_s"]["median"] > 0
+    assert result["ratio"]["n"] == 2 and result["goal_met"] == (result["ratio"]["median"] >= 0.98)
+    table = benchmarks.serving.markdown({"command": "test", "results": {2: result}})
+    assert table.splitlines()[-1].startswith("| 2 | ")
+
+
 @pytest.mark.parametrize("name", SERVERS)
 def test_still_serving_after_bad_requests_then_sigterm_ends_it_cleanly(servers, name):
     server = servers[name]
@@ -171,3 +191,4 @@ def test_transformers_server_loads_a_depthattn_folder(tmp_path):
         assert type(model).__name__ == "DepthAttentionForCausalLM" and model.config.cross_layer == "depth_attention"
     finally:
         manager.shutdown()
+

@@ -30,7 +30,8 @@ from .config import DepthAttentionConfig
 from .depth import DepthState, DepthStates
 from .methods import METHODS, CrossLayerMethod, build_method
 from .methods.base import rms_normalize
-from .methods.depth_attention import DepthScoreBias
+from .methods.depth_attention import DepthAttention, DepthScoreBias
+from .ops import DEPTH_IMPLS
 
 
 @dataclass
@@ -241,6 +242,19 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
                              "and the cross-layer methods (they are not positional tensor inputs of a layer); "
                              "leave use_reentrant at its default, False")
         super()._activation_checkpointing_enable(activation_checkpointing_kwargs, every_n_layers, offload)
+
+    def set_depth_impl(self, depth_impl: str):
+        """Switch the depth mixing implementation (one of `depthattn.ops.DEPTH_IMPLS`) of a built model in place,
+        as `set_attn_implementation` switches attention: the weights and the outputs stay the same."""
+        if depth_impl not in DEPTH_IMPLS:
+            raise ValueError(f"depth_impl must be one of {', '.join(map(repr, DEPTH_IMPLS))}; got {depth_impl!r}")
+        config = copy.copy(self.config)
+        config.depth_impl = depth_impl
+        METHODS[config.cross_layer].check_config(config)  # e.g. the Triton kernels have no score bias
+        for module in self.modules():
+            if isinstance(module, DepthAttention):
+                module.use_depth_impl(depth_impl)
+        self.config.depth_impl = depth_impl
 
     def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
         embeddings = super().resize_token_embeddings(*args, **kwargs)

@@ -12,8 +12,10 @@ import argparse
 import json
 import math
 import signal
+import sys
 
 from .evaluate.loading import check_saved_model, resolve_device
+from .ops import DEPTH_IMPLS
 
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
@@ -31,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true",
                         help="a static KV cache per request, whose decoding steps transformers compiles on a GPU")
     parser.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: auto)")
+    parser.add_argument("--depth-impl", choices=DEPTH_IMPLS,
+                        help="the depth mixing implementation, over the saved config's (e.g. cpu: the C++ kernel, "
+                             "for CPU serving)")
 
 
 def run(args) -> int:
@@ -51,6 +56,9 @@ def run(args) -> int:
     signal.signal(signal.SIGTERM, _exit_cleanly)
     serve = _build_server(args)
     served = serve._model_manager.loaded_models[args.model]
+    if args.depth_impl is not None:
+        served.model.set_depth_impl(args.depth_impl)
+        print(f"depthattn serve: depth mixing through depth_impl={args.depth_impl!r}", file=sys.stderr, flush=True)
     app = serve.server.config.app
     app.add_middleware(RequestChecks, model_name=args.model, tokenizer=served.processor,
                        context_length=served.model.config.max_position_embeddings)

@@ -1,6 +1,8 @@
 import pytest
+import torch
 
 from depthattn import DepthAttentionConfig, DepthAttentionForCausalLM
+from depthattn.ops.depth_mix import depth_mix_compiled, depth_mix_reference
 from tests.helpers import tiny_config
 
 
@@ -44,6 +46,26 @@ def test_bad_values_name_the_field(bad, field):
 def test_unknown_depth_impl_is_refused_when_the_model_is_built():
     with pytest.raises(ValueError, match="depth_impl .* must be one of 'auto', 'reference'"):
         DepthAttentionForCausalLM(tiny_config(depth_impl="cuda"))
+
+
+def test_set_depth_impl_switches_a_built_model_in_place():
+    model = DepthAttentionForCausalLM(tiny_config(depth_stride=1, depth_impl="compiled")).eval()
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        before = model(ids).logits
+    model.set_depth_impl("reference")
+    assert model.config.depth_impl == "reference" and model.model.cross_layer.depth_mix is depth_mix_reference
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, before)
+    with pytest.raises(ValueError, match="depth_impl must be one of .*'reference'.*; got 'cuda'"):
+        model.set_depth_impl("cuda")
+
+
+def test_set_depth_impl_refuses_a_combination_the_config_refuses_and_changes_nothing():
+    model = DepthAttentionForCausalLM(tiny_config(depth_stride=1, depth_score_bias=True, depth_impl="compiled"))
+    with pytest.raises(ValueError, match="not in the Triton kernels"):
+        model.set_depth_impl("triton")
+    assert model.config.depth_impl == "compiled" and model.model.cross_layer.depth_mix is depth_mix_compiled
 
 
 def test_choice_errors_list_the_allowed_values():

@@ -116,6 +116,9 @@ class DepthAttention(CrossLayerMethod):
         self.num_layers, self.depth_mix = config.num_hidden_layers, get_depth_mix(config.depth_impl)
         self.rule, self.mix_states = config.depth_mix, config.depth_mix_states
 
+    def use_depth_impl(self, depth_impl: str):
+        self.depth_mix = get_depth_mix(depth_impl)
+
     @staticmethod
     def step_sources(config):
         """S(u) for every unrolled step u, chosen over the unrolled depth (docs/method.md#the-operation)."""
