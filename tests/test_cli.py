@@ -8,7 +8,7 @@ from depthattn.cli import main
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
-    assert main(["demo", "--out", str(out), "--steps", "2"]) == 0
+    assert main(["demo", "--out", str(out), "--steps", "2", "--eval-tokens", "8192"]) == 0
     return out
 
 
@@ -20,10 +20,17 @@ def test_demo_writes_models_plot_and_table(demo_dir, capsys):
 
 
 def test_demo_rerun_reuses_finished_work(demo_dir, capsys):
-    assert main(["demo", "--out", str(demo_dir), "--steps", "2"]) == 0
+    assert main(["demo", "--out", str(demo_dir), "--steps", "2", "--eval-tokens", "8192"]) == 0
     out = capsys.readouterr().out
     assert "reusing the prepared corpus" in out and out.count("finished earlier; reusing it") == 2
+    assert "scored on the first 8,192 of" in out and "the study scores all of it" in out
     assert "| Depth-Attention |" in out and "| vanilla" in out
+
+
+def test_demo_refuses_too_few_eval_tokens(tmp_path):
+    with pytest.raises(SystemExit, match="--eval-tokens must be at least 2"):
+        main(["demo", "--out", str(tmp_path), "--eval-tokens", "1"])
+    assert not any(tmp_path.iterdir())
 
 
 def test_generate_from_a_saved_model(demo_dir, capsys):
