@@ -171,6 +171,11 @@ def test_more_seeds_go_where_the_interval_spans_zero(tmp_path, tiny_data):
     fake("vanilla", 0, 2.0), fake("vanilla", 1, 2.0)
     fake("depth_attention", 0, 1.9), fake("depth_attention", 1, 2.05)  # spans zero
     assert [(c[1], c[2]) for c in uncertain_cells(study)] == [("vanilla", 5), ("depth_attention", 5)]
+    progress = "Finished: 4 of the 4 distinct cells of 1 studies at their first seeds; more seeds where an " \
+               "interval spanned zero: {} finished, {} still wanted."
+    assert progress.format(0, 2) in write_index([study], tmp_path / "study.md").read_text()
+    fake("vanilla", 5, 2.0)
+    assert progress.format(1, 1) in write_index([study], tmp_path / "study.md").read_text()
     fake("depth_attention", 1, 1.89)  # now clearly better: no more seeds
     assert uncertain_cells(study) == []
     assert "better" in markdown_report(study, study.read_results())

@@ -620,11 +620,21 @@ def _cell(row: dict | None) -> str:
     return f"{_interval(row)}: {verdict(row)}" if row and "diff_mean" in row else "—"
 
 
+def _cell_paths(studies: list[Study], seeds_of) -> set[Path]:
+    return {study.result_path(setting, method, seed) for study in studies for setting in study.settings()
+            for method in study.methods for seed in seeds_of(study)}
+
+
 def _progress(studies: list[Study]) -> str:
-    cells = {study.result_path(setting, method, seed) for study in studies for setting in study.settings()
-             for method in study.methods for seed in study.seeds}
-    done = sum(path.exists() for path in cells)
-    return f"Finished: {done} of the {len(cells)} distinct cells of {len(studies)} studies (3 seeds each; more_seeds not counted)."
+    first = _cell_paths(studies, lambda study: study.seeds)
+    more = _cell_paths(studies, lambda study: study.more_seeds) - first  # a cell may be another study's first seed
+    wanted = {study.result_path(*cell) for study in studies for cell in uncertain_cells(study)} - first
+    line = (f"Finished: {sum(p.exists() for p in first)} of the {len(first)} distinct cells of {len(studies)} "
+            f"studies at their first seeds")
+    if more:
+        line += (f"; more seeds where an interval spanned zero: {sum(p.exists() for p in more)} finished, "
+                 f"{len(wanted)} still wanted")
+    return line + "."
 
 
 def write_index(studies: list[Study], path: Path) -> Path:
