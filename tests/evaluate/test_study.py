@@ -1,6 +1,7 @@
 import json
-import shutil
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 from scipy import stats
@@ -155,6 +156,8 @@ def test_why_maps_depth_weights_beside_value_residual_lambdas(tiny_data, tmp_pat
     assert list(mixing) == ["λ1 (layer 0)", "λ2 (own)"] and all(len(weights) == 1 for weights in mixing.values())
     index = write_index([study], tmp_path / "study.md").read_text()
     assert "| base | s |" in index and "s_why_base.png" in index
+    assert "![every setting](results/overview.png)" in index
+    assert (Path(study.results) / "overview.png").stat().st_size > 10_000
 
 
 def test_more_seeds_go_where_the_interval_spans_zero(tmp_path, tiny_data):

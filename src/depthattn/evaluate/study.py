@@ -637,6 +637,37 @@ def _progress(studies: list[Study]) -> str:
     return line + "."
 
 
+def plot_overview(entries: list[tuple[str, dict]], out_png: Path) -> Path:
+    """The index's table as one figure: per setting, each paired difference with its 95% interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .plots import save_figure
+
+    names = ["DA − vanilla", "VR − vanilla", "DA − VR"]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(entries)), 4.5))
+    for i, name in enumerate(names):
+        shown = [(j, rows[name]) for j, (_, rows) in enumerate(entries)
+                 if rows.get(name) and not math.isnan(rows[name].get("diff_low", math.nan))]
+        if shown:
+            means = [row["diff_mean"] for _, row in shown]
+            errors = [[m - row["diff_low"] for m, (_, row) in zip(means, shown)],
+                      [row["diff_high"] - m for m, (_, row) in zip(means, shown)]]
+            ax.errorbar([j + (i - 1) * 0.2 for j, _ in shown], means, yerr=errors, fmt="o", capsize=3, color=f"C{i}",
+                        label=name)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(range(len(entries)), [label for label, _ in entries], fontsize=8)
+    ax.set_ylabel("Δ val loss (nats), 95% CI; below 0: the first is better")
+    ax.set_title("Depth-Attention (DA) and value residual (VR) against vanilla, every setting", fontsize=9)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:  # nothing to show before two seeds of a setting
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, out_png)
+
+
 def write_index(studies: list[Study], path: Path) -> Path:
     """One page for the whole study: every distinct setting's key differences, then each study's report."""
     lines = ["# Where Depth-Attention stands: the study", "",
@@ -649,7 +680,7 @@ def write_index(studies: list[Study], path: Path) -> Path:
              _progress(studies), "",
              "## Depth-Attention against vanilla and value residual, every setting", "",
              "| setting | study | train tokens | seeds | DA − vanilla | VR − vanilla | DA − VR |", "|---|---|---|---|---|---|---|"]
-    seen = set()
+    seen, overview = set(), []
     for study in studies:
         results = study.read_results()
         for label, table in summarize(study, results).items():
@@ -662,6 +693,10 @@ def write_index(studies: list[Study], path: Path) -> Path:
             contrast = next((c for c in table["contrasts"] if c["pair"] == ["depth_attention", "value_residual"]), None)
             lines.append(f"| {label or 'base'} | {study.name} | {tokens:,} | {rows['depth_attention']['seeds']} | "
                          f"{_cell(rows['depth_attention'])} | {_cell(rows.get('value_residual'))} | {_cell(contrast)} |")
+            overview.append((f"{label or 'base'}\n({study.name})", {"DA − vanilla": rows["depth_attention"],
+                             "VR − vanilla": rows.get("value_residual"), "DA − VR": contrast}))
+    figure = plot_overview(overview, Path(studies[0].results) / "overview.png")
+    lines += ["", f"![every setting]({Path(studies[0].results).name}/{figure.name})"]
     for study in studies:
         text = markdown_report(study, study.read_results()).replace("](", f"]({Path(study.results).name}/")
         lines += ["", text]
