@@ -207,6 +207,7 @@ def test_a_retrofitting_study_retrains_its_missing_starting_models(tiny_data, tm
     assert (start / "final" / "model.safetensors").read_bytes() == weights and result.read_text() == committed
     assert {r["method"] for r in retrofit.read_results()} == {"vanilla", "depth_attention"}
     assert retrofit.cell_path({}, "vanilla", 0) != parent.cell_path({}, "vanilla", 0)
+    run_study(retrofit, workers=2)  # a finished study, run again as `make study` does: nothing to do, no error
 
     child.write_text(child.read_text().replace('extends = "s.toml"\n', ''))
     with pytest.raises(ValueError, match="start_from names a method of the study this one extends"):

@@ -317,7 +317,7 @@ def run_study(study: Study, workers: int = 1, threads: int | None = None, method
         ensure_dataset(study, path)
     if study.start_from:  # one process per seed: cells of a seed share their starting model
         starts = sorted({cell[2] for cell in pending_cells(study, seeds, methods)})
-        if workers == 1:
+        if workers == 1 or len(starts) <= 1:
             for seed in starts:
                 train_start(study, seed, threads)
         else:
