@@ -101,6 +101,7 @@ def test_extends_takes_the_parent_base(tiny_data, tmp_path):
     ('baseline = "value_residual"', "", "baseline 'value_residual' must be one of"),
     ('contrasts = [["vanilla", "mhc"]]', "", "contrast"),
     ("more_seeds = [1]", "", "distinct"),
+    ('describe = { mhc = "mHC" }', "", "names \\['mhc'\\], which are not among the study's methods"),
     ("steps = 3", "", "unknown \\[study\\] keys"),
     ("", '[axes.x]\nkey = "train.stepz"\nvalues = [1]\n', "unknown key 'stepz'"),
     ("", '[axes.x]\nkey = "steps"\nvalues = [1]\n', "must name a config section"),
@@ -161,7 +162,8 @@ def test_why_maps_depth_weights_beside_value_residual_lambdas(tiny_data, tmp_pat
 
 
 def test_more_seeds_go_where_the_interval_spans_zero(tmp_path, tiny_data):
-    study = Study.load(write_study(tmp_path, tiny_data, head="more_seeds = [5]"))
+    study = Study.load(write_study(tmp_path, tiny_data, head='more_seeds = [5]\n'
+                                   'describe = { depth_attention = "softmax mix" }\npaper = { vanilla = 2.23 }'))
     results_dir = tmp_path / "results"
 
     def fake(method, seed, loss):
@@ -181,7 +183,11 @@ def test_more_seeds_go_where_the_interval_spans_zero(tmp_path, tiny_data):
     assert progress.format(1, 1) in write_index([study], tmp_path / "study.md").read_text()
     fake("depth_attention", 1, 1.89)  # now clearly better: no more seeds
     assert uncertain_cells(study) == []
-    assert "better" in markdown_report(study, study.read_results())
+    report = markdown_report(study, study.read_results())
+    assert "| method | variant | seeds |" in report and report.count("|---") == 11
+    assert "| depth_attention | softmax mix | 2 | 1.8950 ± 0.0071 |" in report
+    vanilla_row = next(line for line in report.splitlines() if line.startswith("| vanilla |"))
+    assert vanilla_row.startswith("| vanilla |  | 3 | 2.0000") and vanilla_row.endswith("| 2.23 |")
     assert results_dir.is_dir()
 
 

@@ -4,8 +4,9 @@ A study config (configs/study/*.toml) holds:
 
     [study]                       title, methods, seeds, baseline; optionally more_seeds (run where a
                                   difference's 95% interval still spans zero), contrasts (extra method
-                                  pairs, e.g. [["depth_attention", "value_residual"]]) and paper (a table
-                                  of the paper's numbers per method, shown beside ours)
+                                  pairs, e.g. [["depth_attention", "value_residual"]]), paper (a table
+                                  of the paper's numbers per method, shown beside ours) and describe
+                                  (method = what it changes, a column of the report)
     [axes.NAME]                   key = a training-config key ("model.overrides.num_hidden_layers", "data.path",
                                   "train.steps", ...); values = a list, or a table {label = value}
     [datasets.NAME]               a dataset the study prepares from the embedded corpus when its folder is
@@ -74,6 +75,7 @@ class Study:
     more_seeds: list[int] = field(default_factory=list)
     contrasts: list[list[str]] = field(default_factory=list)
     paper: dict = field(default_factory=dict)  # method -> the paper's number, shown beside ours
+    describe: dict = field(default_factory=dict)  # method -> what it changes, in the paper's words
     start_from: str = ""  # retrofitting: every cell starts from this method's final model, same seed, in `parent`
     parent: "Study | None" = None  # the study this one extends
     axes: list[Axis] = field(default_factory=list)
@@ -98,7 +100,7 @@ class Study:
             data["datasets"] = {**inherited.get("datasets", {}), **data.get("datasets", {})}
             data["base"] = _merge(inherited.get("base", {}), data.get("base", {}))
         known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts", "paper",
-                 "start_from"}
+                 "describe", "start_from"}
         if set(head) - known:
             raise ValueError(f"{path}: unknown [study] keys {sorted(set(head) - known)}; known: {', '.join(sorted(known))}")
         missing = {"methods", "seeds"} - set(head)
@@ -135,6 +137,10 @@ class Study:
                 raise ValueError(f"study method {method!r} is not a preset; choose from {', '.join(PRESETS)}")
         if self.baseline not in self.methods:
             raise ValueError(f"the baseline {self.baseline!r} must be one of the study's methods {self.methods}")
+        for table in ("paper", "describe"):
+            if set(getattr(self, table)) - set(self.methods):
+                raise ValueError(f"[study.{table}] names {sorted(set(getattr(self, table)) - set(self.methods))}, "
+                                 f"which are not among the study's methods {self.methods}")
         for pair in self.contrasts:
             if len(pair) != 2 or not set(pair) <= set(self.methods):
                 raise ValueError(f"contrast {pair} must name two of the study's methods {self.methods}")
@@ -437,15 +443,18 @@ def markdown_report(study: Study, results: list[dict]) -> str:
             lines += [f"**{label}**", ""]
         lines += [f"Training: {head['train_tokens']:,} tokens per run; cell key "
                   f"`{study.cell_path(table['setting'], study.baseline, 0).parts[0]}`.", "",
-                  f"| method | seeds | val loss (mean ± sd) | bits/byte | Δ loss vs {study.baseline} [95% CI] | p "
+                  "| method |" + (" variant |" if study.describe else "") +
+                  f" seeds | val loss (mean ± sd) | bits/byte | Δ loss vs {study.baseline} [95% CI] | p "
                   "| seeds better | verdict | extra params |" + (" paper |" if study.paper else ""),
-                  "|---|---|---|---|---|---|---|---|---|" + ("---|" if study.paper else "")]
+                  "|---|---|---|---|---|---|---|---|---|" + ("---|" if study.describe else "")
+                  + ("---|" if study.paper else "")]
         bpb_rows = {r["method"]: r for r in bpb[label]["rows"]}
         for r in table["rows"]:
             p = f"{r['p_value']:.3f}" if "p_value" in r and not math.isnan(r["p_value"]) else "—"
             wins = f"{r['wins']}/{r['n']}" if "wins" in r else "—"
             lines.append(
-                f"| {r['method']} | {r['seeds']} | {r['mean']:.4f} ± {r['std']:.4f} | "
+                f"| {r['method']} |" + (f" {study.describe.get(r['method'], '')} |" if study.describe else "") +
+                f" {r['seeds']} | {r['mean']:.4f} ± {r['std']:.4f} | "
                 f"{bpb_rows[r['method']]['mean']:.4f} | {_interval(r)} | {p} | {wins} | "
                 f"{verdict(r) if 'diff_mean' in r else '—'} | {r['extra_params']:,} |"
                 + (f" {study.paper.get(r['method'], '—')} |" if study.paper else ""))
