@@ -75,3 +75,22 @@ def test_demo_trains_the_study_base_setting(tmp_path):
     study = Study.load(STUDY_CONFIG)  # the tests run from the repository root
     demo = demo_config(study.base["data"]["path"], tmp_path, "vanilla", 200).to_dict()
     assert cell_key(demo) == cell_key(study.setting_config({}))
+
+
+def test_demo_quotes_the_study_from_its_committed_results():
+    from depthattn.demo import STEPS, STUDY_CONFIG, study_quote
+    from depthattn.evaluate.study import Study, summarize, verdict
+
+    study = Study.load(STUDY_CONFIG)
+    rows = {r["method"]: r for r in summarize(study, study.read_results())[""]["rows"]}
+    quote = study_quote(STEPS)
+    da = rows["depth_attention"]
+    assert quote[0] == (f"Depth-Attention − vanilla: {da['diff_mean']:+.4f} nats, 95% CI [{da['diff_low']:+.4f}, "
+                        f"{da['diff_high']:+.4f}], p = {da['p_value']:.3g}, lower in {da['wins']}/{da['n']} seeds")
+    depth = Study.load(STUDY_CONFIG.parent / "depth.toml")
+    sixteen = next(r for r in summarize(depth, depth.read_results())["layers=16"]["rows"]
+                   if r["method"] == "depth_attention")
+    assert f"  layers=16 (depth): {sixteen['diff_mean']:+.4f} [{sixteen['diff_low']:+.4f}, " \
+           f"{sixteen['diff_high']:+.4f}], lower in {sixteen['wins']}/{sixteen['n']} seeds: {verdict(sixteen)}" in quote
+    assert not any("(retrofit)" in line for line in quote)  # converted models are not this comparison
+    assert study_quote(STEPS // 2) == [f"(the study's numbers are for {STEPS} steps; this run trained {STEPS // 2})"]

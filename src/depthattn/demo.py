@@ -55,7 +55,7 @@ def study_quote(steps: int) -> list[str]:
         return [f"(the study's numbers are for {STEPS} steps; this run trained {steps})"]
     if not STUDY_CONFIG.is_file():
         return [f"(run from the repository root to see the study's result: docs/results/study.md)"]
-    from .evaluate.study import Study, summarize
+    from .evaluate.study import Study, setting_differences, summarize, verdict
 
     study = Study.load(STUDY_CONFIG)
     table = summarize(study, study.read_results())[""]
@@ -71,7 +71,18 @@ def study_quote(steps: int) -> list[str]:
         if c["pair"] == ["depth_attention", "value_residual"] and c["n"] > 1:
             lines.append(f"Depth-Attention − value residual: {c['diff_mean']:+.4f} nats, 95% CI "
                          f"[{c['diff_low']:+.4f}, {c['diff_high']:+.4f}], lower in {c['wins']}/{c['n']} seeds")
-    return lines or ["(the study has fewer than two seeds of this setting so far: docs/results/study.md)"]
+    if not lines:
+        return ["(the study has fewer than two seeds of this setting so far: docs/results/study.md)"]
+    others = [Study.load(path) for path in sorted(STUDY_CONFIG.parent.glob("*.toml")) if path != STUDY_CONFIG]
+    elsewhere = [entry for entry in setting_differences([study, *[other for other in others if not other.start_from]])
+                 if entry["study"] != study.name and entry["DA − vanilla"].get("n", 0) > 1]
+    if elsewhere:
+        lines.append("Depth-Attention − vanilla where the study changes one thing from this setting:")
+        for entry in elsewhere:
+            row = entry["DA − vanilla"]
+            lines.append(f"  {entry['label']} ({entry['study']}): {row['diff_mean']:+.4f} [{row['diff_low']:+.4f}, "
+                         f"{row['diff_high']:+.4f}], lower in {row['wins']}/{row['n']} seeds: {verdict(row)}")
+    return lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

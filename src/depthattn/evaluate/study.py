@@ -646,8 +646,9 @@ def _progress(studies: list[Study]) -> str:
     return line + "."
 
 
-def plot_overview(entries: list[tuple[str, dict]], out_png: Path) -> Path:
-    """The index's table as one figure: per setting, each paired difference with its 95% interval."""
+def plot_overview(entries: list[dict], out_png: Path) -> Path:
+    """The index's table (`setting_differences`) as one figure: per setting, each paired difference with its
+    95% interval."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -658,8 +659,8 @@ def plot_overview(entries: list[tuple[str, dict]], out_png: Path) -> Path:
     names = ["DA − vanilla", "VR − vanilla", "DA − VR"]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(entries)), 4.5))
     for i, name in enumerate(names):
-        shown = [(j, rows[name]) for j, (_, rows) in enumerate(entries)
-                 if rows.get(name) and not math.isnan(rows[name].get("diff_low", math.nan))]
+        shown = [(j, entry[name]) for j, entry in enumerate(entries)
+                 if entry[name] and not math.isnan(entry[name].get("diff_low", math.nan))]
         if shown:
             means = [row["diff_mean"] for _, row in shown]
             errors = [[m - row["diff_low"] for m, (_, row) in zip(means, shown)],
@@ -667,7 +668,7 @@ def plot_overview(entries: list[tuple[str, dict]], out_png: Path) -> Path:
             ax.errorbar([j + (i - 1) * 0.2 for j, _ in shown], means, yerr=errors, fmt="o", capsize=3, color=f"C{i}",
                         label=name)
     ax.axhline(0, color="black", lw=0.8)
-    ax.set_xticks(range(len(entries)), [label for label, _ in entries], fontsize=8)
+    ax.set_xticks(range(len(entries)), [f"{e['label']}\n({e['study']})" for e in entries], fontsize=8)
     ax.set_ylabel("Δ val loss (nats), 95% CI; below 0: the first is better")
     ax.set_title("Depth-Attention (DA) and value residual (VR) against vanilla, every setting", fontsize=9)
     ax.grid(alpha=0.3)
@@ -675,6 +676,27 @@ def plot_overview(entries: list[tuple[str, dict]], out_png: Path) -> Path:
         ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, out_png)
+
+
+def setting_differences(studies: list[Study]) -> list[dict]:
+    """Per distinct setting with Depth-Attention results (the first study to hold it names it): its label,
+    study, train tokens, and the paired rows "DA − vanilla", "VR − vanilla" and "DA − VR" (None when not run)."""
+    seen, entries = set(), []
+    for study in studies:
+        results = study.read_results()
+        for label, table in summarize(study, results).items():
+            key = study.cell_path(table["setting"], study.baseline, 0).parts[0]
+            rows = {r["method"]: r for r in table["rows"]}
+            if key in seen or "depth_attention" not in rows:
+                continue
+            seen.add(key)
+            entries.append({
+                "label": label or "base", "study": study.name,
+                "train_tokens": next(r["train_tokens"] for r in results if r["setting"] == table["setting"]),
+                "DA − vanilla": rows["depth_attention"], "VR − vanilla": rows.get("value_residual"),
+                "DA − VR": next((c for c in table["contrasts"] if c["pair"] == ["depth_attention", "value_residual"]),
+                                None)})
+    return entries
 
 
 def write_index(studies: list[Study], path: Path) -> Path:
@@ -689,22 +711,12 @@ def write_index(studies: list[Study], path: Path) -> Path:
              _progress(studies), "",
              "## Depth-Attention against vanilla and value residual, every setting", "",
              "| setting | study | train tokens | seeds | DA − vanilla | VR − vanilla | DA − VR |", "|---|---|---|---|---|---|---|"]
-    seen, overview = set(), []
-    for study in studies:
-        results = study.read_results()
-        for label, table in summarize(study, results).items():
-            key = study.cell_path(table["setting"], study.baseline, 0).parts[0]
-            rows = {r["method"]: r for r in table["rows"]}
-            if key in seen or "depth_attention" not in rows:
-                continue
-            seen.add(key)
-            tokens = next(r["train_tokens"] for r in results if r["setting"] == table["setting"])
-            contrast = next((c for c in table["contrasts"] if c["pair"] == ["depth_attention", "value_residual"]), None)
-            lines.append(f"| {label or 'base'} | {study.name} | {tokens:,} | {rows['depth_attention']['seeds']} | "
-                         f"{_cell(rows['depth_attention'])} | {_cell(rows.get('value_residual'))} | {_cell(contrast)} |")
-            overview.append((f"{label or 'base'}\n({study.name})", {"DA − vanilla": rows["depth_attention"],
-                             "VR − vanilla": rows.get("value_residual"), "DA − VR": contrast}))
-    figure = plot_overview(overview, Path(studies[0].results) / "overview.png")
+    entries = setting_differences(studies)
+    for entry in entries:
+        da, vr, contrast = entry["DA − vanilla"], entry["VR − vanilla"], entry["DA − VR"]
+        lines.append(f"| {entry['label']} | {entry['study']} | {entry['train_tokens']:,} | {da['seeds']} | "
+                     f"{_cell(da)} | {_cell(vr)} | {_cell(contrast)} |")
+    figure = plot_overview(entries, Path(studies[0].results) / "overview.png")
     lines += ["", f"![every setting]({Path(studies[0].results).name}/{figure.name})"]
     for study in studies:
         text = markdown_report(study, study.read_results()).replace("](", f"]({Path(study.results).name}/")
