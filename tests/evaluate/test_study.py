@@ -141,6 +141,12 @@ def test_sweep_runs_each_cell_once_resumes_and_reports(tiny_data, tmp_path):
     report = write_report(study)
     text = report.read_text()
     assert "| depth_attention | 2 |" in text and "depth_attention − vanilla" in text
+    curves = [dict(map(tuple, r["curve"])) for r in results if r["method"] == "vanilla"]
+    end = max(curves[0])
+    start = min(curves[0], key=lambda t: abs(t - 0.75 * end))
+    before, after = (sum(curve[t] for curve in curves) / 2 for t in (start, end))
+    assert (f"vanilla's eval-subset loss over the last quarter of training ({start:,} to {end:,} tokens): "
+            f"{before:.3f} to {after:.3f}") in text
     assert (report.parent / "s_difference.png").stat().st_size > 0
     assert (report.parent / "s_curves.png").stat().st_size > 0
 

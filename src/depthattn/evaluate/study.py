@@ -442,7 +442,8 @@ def markdown_report(study: Study, results: list[dict]) -> str:
         if label:
             lines += [f"**{label}**", ""]
         lines += [f"Training: {head['train_tokens']:,} tokens per run; cell key "
-                  f"`{study.cell_path(table['setting'], study.baseline, 0).parts[0]}`.", "",
+                  f"`{study.cell_path(table['setting'], study.baseline, 0).parts[0]}`"
+                  f"{_last_quarter(study.baseline, cells)}.", "",
                   "| method |" + (" variant |" if study.describe else "") +
                   f" seeds | val loss (mean ± sd) | bits/byte | Δ loss vs {study.baseline} [95% CI] | p "
                   "| seeds better | verdict | extra params |" + (" paper |" if study.paper else ""),
@@ -467,6 +468,22 @@ def markdown_report(study: Study, results: list[dict]) -> str:
                           f"seeds: **{verdict(c).replace('better', f'{a} better').replace('worse', f'{b} better')}**."]
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _last_quarter(method: str, cells: list[dict]) -> str:
+    """How far `method`'s eval-subset loss (mean over seeds) still fell over the last quarter of training: how
+    flat the curve is where the budget ends."""
+    curves = [dict(map(tuple, r["curve"])) for r in cells if r["method"] == method and r["curve"]]
+    if not curves:
+        return ""
+    tokens = sorted(set.intersection(*[set(curve) for curve in curves]))
+    end = tokens[-1]
+    start = min(tokens, key=lambda t: abs(t - 0.75 * end))
+    if start == end:
+        return ""
+    before, after = (statistics.fmean(curve[t] for curve in curves) for t in (start, end))
+    return (f"; {method}'s eval-subset loss over the last quarter of training ({start:,} to {end:,} tokens): "
+            f"{before:.3f} to {after:.3f} ({after - before:+.3f})")
 
 
 def _curve_table(study: Study, cells: list[dict]) -> list[str]:
