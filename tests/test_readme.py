@@ -25,3 +25,5 @@ def test_readme_study_tables_are_the_generated_ones():
     assert len(rows) > 10
     stale = [row for row in rows if row not in generated]
     assert not stale, f"README rows not in docs/results/study.md (regenerate and paste): {stale}"
+    progress = next(line for line in generated if line.startswith("Finished:"))
+    assert progress in section, "the README's study progress is not the one docs/results/study.md counts"
