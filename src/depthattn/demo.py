@@ -55,7 +55,7 @@ def study_quote(steps: int) -> list[str]:
         return [f"(the study's numbers are for {STEPS} steps; this run trained {steps})"]
     if not STUDY_CONFIG.is_file():
         return [f"(run from the repository root to see the study's result: docs/results/study.md)"]
-    from .evaluate.study import Study, setting_differences, summarize, verdict
+    from .evaluate.study import Study, format_interval, setting_differences, summarize, verdict
 
     study = Study.load(STUDY_CONFIG)
     table = summarize(study, study.read_results())[""]
@@ -80,8 +80,8 @@ def study_quote(steps: int) -> list[str]:
         lines.append("Depth-Attention − vanilla where the study changes one thing from this setting:")
         for entry in elsewhere:
             row = entry["DA − vanilla"]
-            lines.append(f"  {entry['label']} ({entry['study']}): {row['diff_mean']:+.4f} [{row['diff_low']:+.4f}, "
-                         f"{row['diff_high']:+.4f}], lower in {row['wins']}/{row['n']} seeds: {verdict(row)}")
+            lines.append(f"  {entry['label']} ({entry['study']}): {format_interval(row)}, "
+                         f"lower in {row['wins']}/{row['n']} seeds: {verdict(row)}")
     return lines
 
 

@@ -409,7 +409,7 @@ def summarize(study: Study, results: list[dict], key: str = "val_loss") -> dict:
 # ---------------------------------------------------------------- report
 
 
-def _interval(row: dict) -> str:
+def format_interval(row: dict) -> str:
     if "diff_mean" not in row:
         return "—"
     if math.isnan(row["diff_low"]):
@@ -456,7 +456,7 @@ def markdown_report(study: Study, results: list[dict]) -> str:
             lines.append(
                 f"| {r['method']} |" + (f" {study.describe.get(r['method'], '')} |" if study.describe else "") +
                 f" {r['seeds']} | {r['mean']:.4f} ± {r['std']:.4f} | "
-                f"{bpb_rows[r['method']]['mean']:.4f} | {_interval(r)} | {p} | {wins} | "
+                f"{bpb_rows[r['method']]['mean']:.4f} | {format_interval(r)} | {p} | {wins} | "
                 f"{verdict(r) if 'diff_mean' in r else '—'} | {r['extra_params']:,} |"
                 + (f" {study.paper.get(r['method'], '—')} |" if study.paper else ""))
         if study.start_from:
@@ -464,7 +464,7 @@ def markdown_report(study: Study, results: list[dict]) -> str:
         for c in table["contrasts"]:
             a, b = c["pair"]
             p = "" if math.isnan(c["p_value"]) else f", p = {c['p_value']:.3f}"
-            lines += ["", f"{a} − {b}: {_interval(c)}{p}, {a} lower in {c['wins']}/{c['n']} "
+            lines += ["", f"{a} − {b}: {format_interval(c)}{p}, {a} lower in {c['wins']}/{c['n']} "
                           f"seeds: **{verdict(c).replace('better', f'{a} better').replace('worse', f'{b} better')}**."]
         lines.append("")
     return "\n".join(lines) + "\n"
@@ -643,7 +643,7 @@ def explain(study: Study, seed: int = 0) -> Path:
 
 
 def _cell(row: dict | None) -> str:
-    return f"{_interval(row)}: {verdict(row)}" if row and "diff_mean" in row else "—"
+    return f"{format_interval(row)}: {verdict(row)}" if row and "diff_mean" in row else "—"
 
 
 def _cell_paths(studies: list[Study], seeds_of) -> set[Path]:
