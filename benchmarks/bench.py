@@ -227,6 +227,16 @@ class Bench:
                  f"interleaved per step, in {time.perf_counter() - start:.0f} s")
 
     def run(self, phases: list[str]) -> dict:
+        # the collections before each timed step then scan only what was made since (torch and transformers
+        # leave millions of objects, a quarter of a second per full collection)
+        gc.collect()
+        gc.freeze()
+        try:
+            return self._run(phases)
+        finally:
+            gc.unfreeze()
+
+    def _run(self, phases: list[str]) -> dict:
         results = {c.name: {} for c in self.cands}
         if "train" in phases:
             self.timed_phase("train_step_s", self.train_step, self.work["reps"])
