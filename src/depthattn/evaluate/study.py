@@ -470,10 +470,15 @@ def markdown_report(study: Study, results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _curve(cell: dict) -> dict[int, float]:
+    """A cell's eval-subset curve, stored as [tokens, loss] pairs, as {tokens: loss}."""
+    return dict(map(tuple, cell["curve"]))
+
+
 def _last_quarter(method: str, cells: list[dict]) -> str:
     """How far `method`'s eval-subset loss (mean over seeds) still fell over the last quarter of training: how
     flat the curve is where the budget ends."""
-    curves = [dict(map(tuple, r["curve"])) for r in cells if r["method"] == method and r["curve"]]
+    curves = [_curve(r) for r in cells if r["method"] == method and r["curve"]]
     if not curves:
         return ""
     tokens = sorted(set.intersection(*[set(curve) for curve in curves]))
@@ -488,7 +493,7 @@ def _last_quarter(method: str, cells: list[dict]) -> str:
 
 def _curve_table(study: Study, cells: list[dict]) -> list[str]:
     """Eval-subset val loss along training, mean ± sd over seeds: where started models begin (tokens 0) and go."""
-    curves = {m: [dict(map(tuple, r["curve"])) for r in cells if r["method"] == m] for m in study.methods}
+    curves = {m: [_curve(r) for r in cells if r["method"] == m] for m in study.methods}
     tokens = sorted({t for runs in curves.values() for run in runs for t in run})
     lines = ["Along training (eval-subset val loss, mean ± sd over seeds; tokens 0 = the starting model converted):", "",
              "| method | " + " | ".join(f"{t:,} tokens" for t in tokens) + " |", "|---|" + "---|" * len(tokens)]
@@ -552,7 +557,7 @@ def plot_curve_differences(study: Study, results: list[dict], out_png: Path) -> 
     styles = ["-", "--", ":", "-."]
     for s, setting in enumerate(study.settings()):
         cells = [r for r in results if r["setting"] == setting]
-        base = {r["seed"]: dict(map(tuple, r["curve"])) for r in cells if r["method"] == study.baseline}
+        base = {r["seed"]: _curve(r) for r in cells if r["method"] == study.baseline}
         for i, method in enumerate(m for m in study.methods if m != study.baseline):
             runs = [r for r in cells if r["method"] == method and r["seed"] in base]
             if not runs:
