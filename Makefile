@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadscope
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/depthattn demo
