@@ -12,8 +12,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev,analysis,parquet,eval,serve]"
 	touch $@
 
+# one pytest-xdist worker per CPU; a module's tests stay on one worker (they share its fixtures)
 test: $(VENV)/.installed
-	$(PY) -m pytest -n auto --dist loadscope
+	$(PY) -m pytest -n logical --dist loadscope
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/depthattn demo
