@@ -6,7 +6,7 @@ import torch
 
 from depthattn.data import embedded_corpus_documents, prepare
 
-if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per core: each keeps to its own core
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per CPU: each keeps to one thread
     os.environ["OMP_NUM_THREADS"] = "1"  # and so do the processes a test starts
     torch.set_num_threads(1)
 
