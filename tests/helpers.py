@@ -33,6 +33,9 @@ METHOD_SETTINGS = {
     "mhc": dict(cross_layer="mhc", mhc_streams=3),
     "hyper_connections": dict(cross_layer="hyper_connections", hc_streams=3),
     "value_residual": dict(cross_layer="value_residual"),
+    "value_embeddings": dict(cross_layer="value_embeddings"),  # tables on steps 0, 1, 2, 3: "0101"
+    "value_embeddings-pattern": dict(cross_layer="value_embeddings", value_embedding_pattern=".0.1"),
+    "mudd": dict(cross_layer="mudd"),
 }
 
 

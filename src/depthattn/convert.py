@@ -133,7 +133,7 @@ def decoder_to_depth_attention(model_class, model_or_dir, families=tuple(FAMILIE
 
 def _check_tensors(source, missing, unexpected):
     """Every source tensor used and every model tensor given, except the new ones of the cross-layer methods
-    (`model.cross_layer.*`, Depth-Attention's optional score bias), which keep their initialisation."""
+    (`model.cross_layer.*`), which keep their initialisation."""
     missing = [k for k in missing if not is_method_tensor(k)]
     if missing or unexpected:
         raise ValueError(f"the tensors of {source} do not match its config: missing {sorted(missing)}, "
@@ -141,8 +141,8 @@ def _check_tensors(source, missing, unexpected):
 
 
 def is_method_tensor(name: str) -> bool:
-    """A tensor of a cross-layer method (`model.cross_layer.*`, Depth-Attention's score bias), not of the backbone."""
-    return name.startswith("model.cross_layer.") or ".depth_score_bias." in name
+    """A tensor of a cross-layer method (`model.cross_layer.*`), not of the backbone."""
+    return name.startswith("model.cross_layer.")
 
 
 def load_backbone(model, folder):

@@ -22,9 +22,10 @@ class DepthStates:
     Attentions write and read them as they do the KV cache. A plain object rather than a list, so that wrappers
     which rebuild a layer's list and dict arguments (FSDP's input casting) hand every layer the same one."""
 
-    def __init__(self, depth: int, need_weights: bool = True):
+    def __init__(self, depth: int, need_weights: bool = True, token_ids: torch.Tensor | None = None):
         self._states: list[DepthState | None] = [None] * depth
         self.need_weights = need_weights  # whether this forward records depth weights (else mixing may skip them)
+        self.token_ids = token_ids  # (B, T) the current tokens, for a method that reads them; None with inputs_embeds
 
     def __getitem__(self, step: int) -> DepthState:
         return self._states[step]

@@ -30,7 +30,6 @@ from .config import DepthAttentionConfig
 from .depth import DepthState, DepthStates
 from .methods import METHODS, CrossLayerMethod, build_method
 from .methods.base import rms_normalize
-from .methods.depth_attention import DepthAttention, DepthScoreBias
 from .ops import DEPTH_IMPLS
 
 
@@ -146,17 +145,6 @@ class DepthAttentionAttention(nn.Module):
         self.k_norm_after_rope = config.k_norm_after_rope
         self.sliding_window = config.sliding_window if config.layer_types[layer_idx] == "sliding_attention" else None
         self.num_layers = config.num_hidden_layers
-        # per loop: the unrolled steps that step `loop * L + layer_idx` reads (the method's choice), and whether a
-        # later step reads this one's state
-        method = METHODS[config.cross_layer]
-        steps = method.step_sources(config)
-        read_later = {j for sources in steps for j in sources}
-        unrolled = [loop * self.num_layers + layer_idx for loop in range(config.num_loops)]
-        self.loop_depth_sources = [steps[u] for u in unrolled]
-        self.loop_keeps_state = [u in read_later for u in unrolled]
-        self.depth_sources = self.loop_depth_sources[0]
-        # Depth-Attention's optional learned score bias (methods/depth_attention.py), under this module's keys
-        self.depth_score_bias = method.score_bias(config, self.loop_depth_sources)
 
     def forward(
         self,
@@ -168,24 +156,28 @@ class DepthAttentionAttention(nn.Module):
         loop: int = 0,
         cache: Cache | None = None,
         attn_implementation: str = "sdpa",
+        key_value_states: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`key_value_states`: own (normed) inputs of the keys and the values (a multiway method); else both
+        read `hidden_states`, as the queries do."""
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
+        key_input, value_input = key_value_states or (hidden_states, hidden_states)
         query = self.q_norm(self.q_proj(hidden_states).view(hidden_shape)).transpose(1, 2)  # (B, Hq, T, d)
-        key = self.k_proj(hidden_states).view(hidden_shape)  # (B, T, Hkv, d)
+        key = self.k_proj(key_input).view(hidden_shape)  # (B, T, Hkv, d)
         if not self.k_norm_after_rope:
             key = self.k_norm(key)
         key = key.transpose(1, 2)  # (B, Hkv, T, d)
-        value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)  # (B, Hkv, T, d)
+        value = self.v_proj(value_input).view(hidden_shape).transpose(1, 2)  # (B, Hkv, T, d)
         query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
         if self.k_norm_after_rope:  # the reference implementation's order (docs/method.md)
             key = self.k_norm(key)
 
         step, state = loop * self.num_layers + self.layer_idx, DepthState(key, key, value)
-        if sources := self.loop_depth_sources[loop]:  # a method acting inside attention mixes its sources in
-            state, _ = method(self, query, state, [depth_states[j] for j in sources], step, depth_states.need_weights)
-        if self.loop_keeps_state[loop]:
+        if method.acts_at(step):  # a method acting inside attention, e.g. mixing in earlier steps' states
+            state, _ = method(self, query, state, step, depth_states)
+        if method.keeps_state(step):
             depth_states[step] = state
         key, value = state.key, state.value
         if cache is not None:  # the mixed state takes the plain state's slot; one slot per unrolled step
@@ -214,7 +206,11 @@ class DepthAttentionDecoderLayer(GradientCheckpointingLayer):
         `method` reads from and writes to (methods/base.py)."""
         sublayer = self.first_sublayer + 2 * loop * self.self_attn.num_layers
         x = method.read(hidden_states, sublayer)
-        attn_out, _ = self.self_attn(self.input_layernorm(x), method=method, loop=loop, **kwargs)
+        key_value = method.read_key_value(hidden_states, sublayer)
+        if key_value is not None:
+            key_value = tuple(self.input_layernorm(t) for t in key_value)
+        attn_out, _ = self.self_attn(self.input_layernorm(x), method=method, loop=loop, key_value_states=key_value,
+                                     **kwargs)
         hidden_states = method.write(hidden_states, sublayer, attn_out)
         x = method.read(hidden_states, sublayer + 1)
         return method.write(hidden_states, sublayer + 1, self.mlp(self.post_attention_layernorm(x)))
@@ -252,7 +248,7 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
         config.depth_impl = depth_impl
         METHODS[config.cross_layer].check_config(config)  # e.g. the Triton kernels have no score bias
         for module in self.modules():
-            if isinstance(module, DepthAttention):
+            if isinstance(module, CrossLayerMethod):
                 module.use_depth_impl(depth_impl)
         self.config.depth_impl = depth_impl
 
@@ -264,8 +260,6 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module):
         super()._init_weights(module)
-        if isinstance(module, DepthScoreBias):  # its own module, so that a converted model initialises it too
-            module.reset_parameters()
         if isinstance(module, CrossLayerMethod):
             # the method's documented initialisation (guarded: loaded values stay), drawn from its own random
             # stream, so that with the same seed the backbone starts from vanilla's weights whatever the method
@@ -345,7 +339,7 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         stream = method.init(inputs_embeds)
         # written and read by the attentions; depth weights are computed only when recorded (transformers' rule)
         need_weights = kwargs.get("output_depth_weights", getattr(self.config, "output_depth_weights", False))
-        depth_states = DepthStates(self.config.unrolled_depth, need_weights=bool(need_weights))
+        depth_states = DepthStates(self.config.unrolled_depth, need_weights=bool(need_weights), token_ids=input_ids)
         for loop in range(self.config.num_loops):
             for layer_type, layer in zip(self.config.layer_types, self.layers):
                 stream = layer(

@@ -81,8 +81,11 @@ SETTINGS = {
     "depth_mix_kv": dict(cross_layer="depth_attention", depth_mix_states="kv"),
     "depth_mix_k": dict(cross_layer="depth_attention", depth_mix_states="k"),
     "depth_looped": dict(cross_layer="depth_attention", num_hidden_layers=2, num_loops=3),
+    "depth_linear_every": dict(cross_layer="depth_attention", depth_mix="linear", depth_stride=1),
     "value_residual": dict(cross_layer="value_residual"),
     "value_residual_looped": dict(cross_layer="value_residual", num_hidden_layers=2, num_loops=2),
+    "value_embeddings": dict(cross_layer="value_embeddings"),
+    "value_embeddings_pattern": dict(cross_layer="value_embeddings", value_embedding_pattern="0..1"),
     "denseformer": dict(cross_layer="denseformer"),
     "denseformer_k2p2": dict(cross_layer="denseformer", denseformer_dilation=2, denseformer_period=2),
     "denseformer_looped": dict(cross_layer="denseformer", num_hidden_layers=2, num_loops=2),
@@ -93,9 +96,11 @@ SETTINGS = {
     "hyper_connections": dict(cross_layer="hyper_connections", hc_streams=3),
     "hyper_connections_n1_looped": dict(cross_layer="hyper_connections", hc_streams=1, num_hidden_layers=2,
                                         num_loops=2),
+    "mudd": dict(cross_layer="mudd"),
+    "mudd_looped": dict(cross_layer="mudd", num_hidden_layers=2, num_loops=2),
 }
 DEPTH = [k for k, v in SETTINGS.items() if v["cross_layer"] == "depth_attention"]
-VALUE = [k for k, v in SETTINGS.items() if v["cross_layer"] == "value_residual"]
+VALUE = [k for k, v in SETTINGS.items() if v["cross_layer"] in ("value_residual", "value_embeddings")]
 HIDDEN = [k for k in SETTINGS if k not in DEPTH + VALUE]
 
 
@@ -203,7 +208,9 @@ def test_value_residual_elementwise_flops_match_flop_counter(name):
     d_kv = config.num_key_value_heads * config.head_dim
     # a 2-term weighted sum counts 2 * 2 d_kv by convention; the model runs 2 multiplies and 1 add
     counted = _extra_per_token(SETTINGS[name], ELEMENTWISE, ops=set(ELEMENTWISE))
-    assert counted == record["model_flops_per_token"]["elementwise"] - d_kv * (config.unrolled_depth - 1)
+    mixed_steps = sum(depthattn.methods.METHODS[config.cross_layer](config).acts_at(u)
+                      for u in range(config.unrolled_depth))
+    assert counted == record["model_flops_per_token"]["elementwise"] - d_kv * mixed_steps
 
 
 def _fix_mixing_weights(method):
@@ -212,6 +219,9 @@ def _fix_mixing_weights(method):
     if isinstance(method, depthattn.methods.AttnRes):
         fixed = {n: torch.rand(n, BATCH, SEQ, generator=generator) for n in range(1, 64)}
         method.weights = lambda candidates, sublayer: fixed[candidates.shape[0]]
+    elif isinstance(method, depthattn.methods.MUDD):
+        fixed = {(C, n): torch.rand(BATCH, SEQ, C, n, generator=generator) for C in (1, 4) for n in range(2, 64)}
+        method.weights = lambda x, block: fixed[tuple(method.block_parameters(block)[2].shape)]
     elif isinstance(method, depthattn.methods.streams.MultiStreamResidual):
         n = method.num_streams
         fixed = (torch.rand(BATCH, SEQ, n, generator=generator), torch.rand(BATCH, SEQ, n, generator=generator),
@@ -227,6 +237,10 @@ def test_hidden_state_mixing_flops_match_flop_counter(name):
     if config.cross_layer in ("mhc", "hyper_connections"):
         # the multi-stream write replaces vanilla's residual add (D per sublayer), which the convention keeps
         mixing -= 2 * config.unrolled_depth * config.hidden_size
+    if config.cross_layer == "mudd":
+        # the keys' and values' own inputs pass the attention norm too (mean D, 2 D multiplies, + eps), in every
+        # block but the first; norms are not counted
+        mixing += 2 * (config.unrolled_depth - 1) * (3 * config.hidden_size + 1)
     counted = _extra_per_token(SETTINGS[name], {**MATMUL, **ELEMENTWISE}, patch=_fix_mixing_weights)
     assert counted == mixing
     assert record["model_flops_per_token"]["total"] == sum(t["flops"] for t in record["flop_terms"] if t["model"])
@@ -265,8 +279,28 @@ def test_state_at_context():
     assert state(cross_layer="attnres", attnres_block_size=3) == 3 * T * D * 4  # snapshots at 0, 3, 6
     assert state(cross_layer="mhc", mhc_streams=3) == 2 * T * D * 4
     assert state(cross_layer="depth_attention") == 0
+    assert state(cross_layer="value_embeddings") == 0
+    assert state(cross_layer="mudd") == (4 + 3) * T * D * 4  # X_0 .. X_3 and the q, k, v ways
     # mixed keys: the plain key of a mixed source layer (layer 2 of 4, stride 2) is not in the cache
     assert state(cross_layer="depth_attention", depth_mix_states="kv") == 1 * T * d_kv * 4
+
+
+def test_value_embedding_parameters_grow_with_the_vocabulary():
+    small, large = (costs.method_costs(tiny_config(cross_layer="value_embeddings", vocab_size=v)) for v in (97, 970))
+    assert large["params_extra"] - small["params_extra"] == 2 * (970 - 97) * 16  # "0101": two tables of d_kv = 16
+    assert small["value_embedding_tables"] == 2 and small["value_embedding_steps"] == [0, 1, 2, 3]
+
+
+def test_costs_list_every_registered_method(tmp_path):
+    from tests.methods.toy_method import ToyValueGain
+
+    depthattn.methods.register("toy", ToyValueGain)
+    try:
+        assert costs.default_methods()[-1] == "toy"
+        records = costs.costs_table(costs.method_configs(MODEL_PRESETS["tiny"]))
+        assert [r["method"] for r in records] == ["vanilla", *[m for m in depthattn.methods.METHODS if m != "none"]]
+    finally:
+        depthattn.methods.unregister("toy")
 
 
 def test_formatting():
@@ -285,7 +319,7 @@ def test_cli_preset_writes_json(tmp_path, capsys):
     out = tmp_path / "costs" / "3b.json"
     assert costs.run(_args(["--preset", "3b", "--out", str(out)])) == 0
     records = json.loads(out.read_text())
-    assert [r["method"] for r in records] == list(costs.DEFAULT_METHODS)
+    assert [r["method"] for r in records] == costs.default_methods()
     printed = capsys.readouterr().out
     for method, (flops, io, _) in costs.PAPER_TABLE_3B.items():
         row = next(line for line in printed.splitlines() if line.startswith(f"| {method} "))

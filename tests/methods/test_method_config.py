@@ -57,7 +57,7 @@ def test_stride_presets_are_fractions_of_the_unrolled_depth(loops):
                       "depth_every": 1, "depth_attention": depth // 2}
     config = tiny_config(num_hidden_layers=8, **method_settings("depth_first_layer", 8, loops))
     model = DepthAttentionForCausalLM(config)
-    assert all(sources in ([], [0]) for layer in model.model.layers for sources in layer.self_attn.loop_depth_sources)
+    assert all(sources in ([], [0]) for sources in model.model.cross_layer.sources)
 
 
 def test_mixing_presets():

@@ -91,6 +91,11 @@ INIT_CHECKS = {  # the documented initialisation of each method's parameters
         and torch.equal(m.static_res, torch.eye(3).expand_as(m.static_res))
         and torch.equal(m.static_pre.argmax(-1), torch.arange(8) % 3) and (m.static_pre.sum(-1) == 1).all()),
     "value_residual": lambda m: bool((m.lambdas == 0.5).all() and m.lambdas.shape == (3, 2)),
+    "value_embeddings": lambda m: bool((m.lambdas == 0.5).all() and 0.9 < m.tables.std() / 0.02 < 1.1),
+    "mudd": lambda m: all(
+        (m.block_parameters(b)[1] == 0).all() and torch.equal(m.block_parameters(b)[2][:, -1], torch.ones(
+            m.block_parameters(b)[2].shape[0])) and (m.block_parameters(b)[2][:, :-1] == 0).all()
+        and 0.8 < m.block_parameters(b)[0].std() * 32 ** 0.5 < 1.2 for b in range(1, 5)),
 }
 
 
@@ -104,12 +109,12 @@ def test_fresh_models_and_models_loaded_from_a_vanilla_checkpoint_get_the_docume
     ids = torch.randint(0, 97, (2, 7))
     for key, tensor in vanilla.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], tensor), key
-    if fresh.config.cross_layer == "denseformer":
+    if fresh.config.cross_layer in ("denseformer", "mudd"):
         assert torch.equal(loaded(ids).logits, vanilla(ids).logits)
 
 
-@pytest.mark.parametrize("name", ["denseformer", "denseformer-k2p2"])
-def test_denseformer_at_identity_init_is_exactly_vanilla(name):
+@pytest.mark.parametrize("name", ["denseformer", "denseformer-k2p2", "mudd"])
+def test_at_identity_init_is_exactly_vanilla(name):
     vanilla, model = vanilla_and(name)
     ids = torch.randint(0, 97, (2, 10))
     assert torch.equal(model(ids).logits, vanilla(ids).logits)
@@ -126,6 +131,49 @@ def test_value_residual_starts_as_the_uniform_first_layer_depth_ablation():
     with torch.no_grad():  # lambda = (0, 1) turns it off
         _cross_layer(model).lambdas.copy_(torch.tensor([0.0, 1.0]))
     torch.testing.assert_close(model(ids).logits, vanilla(ids).logits, rtol=0, atol=1e-6)
+
+
+def test_value_embeddings_mix_a_table_row_of_each_token_into_the_chosen_values():
+    vanilla, model = vanilla_and("value_embeddings-pattern")  # ".0.1": steps 1 and 3, tables 0 and 1
+    ve = _cross_layer(model)
+    assert ve.tables.shape == (2, 97, 16) and ve.lambdas.shape == (2, 2)
+    ids = torch.randint(0, 97, (2, 10))
+    assert (model(ids).logits - vanilla(ids).logits).abs().max() > 1e-3
+    with torch.no_grad():  # lambda = (1, 0) turns it off
+        ve.lambdas.copy_(torch.tensor([1.0, 0.0]))
+    torch.testing.assert_close(model(ids).logits, vanilla(ids).logits, rtol=0, atol=1e-6)
+    with torch.no_grad():  # with the row of token t set, V' of step 1 is exactly that row wherever t occurs
+        ve.lambdas.copy_(torch.tensor([[0.0, 1.0], [1.0, 0.0]]))
+        ve.tables[0, 5] = torch.arange(16.0)
+    cache = model(torch.tensor([[5, 7, 5]]), use_cache=True).cache
+    values = cache.layers[1].values  # (1, Hkv, T, d): the mixed values
+    assert torch.equal(values[0, :, 0].flatten(), torch.arange(16.0)) and torch.equal(values[0, :, 2], values[0, :, 0])
+
+
+def test_value_embeddings_need_token_ids_and_a_valid_pattern():
+    model = method_model("value_embeddings")
+    with pytest.raises(ValueError, match="token ids"):
+        model(inputs_embeds=torch.randn(1, 3, 32))
+    for bad in ("0.1", "01x1", "1.1.", 12):
+        with pytest.raises(ValueError, match="value_embedding_pattern"):
+            tiny_config(cross_layer="value_embeddings", value_embedding_pattern=bad)
+    from depthattn.methods.value_embeddings import speedrun_pattern
+    assert speedrun_pattern(12) == "012......012" and speedrun_pattern(8) == "012..012" and speedrun_pattern(4) == "0101"
+
+
+def test_mudd_reads_queries_keys_and_values_from_their_own_ways():
+    vanilla, model = vanilla_and("mudd")
+    mudd = _cross_layer(model)
+    ids = torch.randint(0, 97, (2, 10))
+    for way in range(3):  # a dynamic weight on one way only changes the output
+        with torch.no_grad():
+            for block in range(1, 4):
+                _, proj_out, _ = mudd.block_parameters(block)
+                proj_out.zero_()
+                proj_out.view(proj_out.shape[0], 4, -1)[:, way].normal_(0, 1)
+        assert (model(ids).logits - vanilla(ids).logits).abs().max() > 1e-3, way
+    x = torch.randn(2, 5, 32)
+    assert mudd.weights(x, 1).shape == (2, 5, 4, 2) and mudd.weights(x, 4).shape == (2, 5, 1, 5)
 
 
 def test_mhc_starts_near_a_plain_residual_and_exactly_at_alpha_zero():
@@ -169,7 +217,7 @@ def test_attnres_starts_with_the_recency_bias_weights():
     torch.testing.assert_close(weights, expected[:, None, None].expand(3, 2, 4))
 
 
-@pytest.mark.parametrize("name", ["depth_attention", "value_residual", *NAMES])
+@pytest.mark.parametrize("name", ["depth_attention", *NAMES])
 def test_kv_cache_is_exactly_vanillas(name):
     """Depth-Attention and value residual put mixed values in the value slots; the hidden-state methods hold no
     state across tokens, so every method's cache has exactly vanilla's tensors, shapes and bytes."""
@@ -191,6 +239,10 @@ PARAMETER_COUNTS = {  # tiny config: L = 4, D = 32, 8 sublayers
     "mhc": 8 * ((2 * 3 + 9) * (3 * 32 + 1) + 3) + 3,
     "hyper_connections": 8 * (32 * (3 + 3) + 2 + 2 * 3 + 9),
     "value_residual": 2 * 3,
+    "value_embeddings": 2 * 97 * 16 + 2 * 4,  # tables "0101": 2 x vocab x d_kv, 2 lambdas per chosen step
+    "value_embeddings-pattern": 2 * 97 * 16 + 2 * 2,
+    # after block i of 4: C = 4 ways (1 after the last), n = i + 1 sources, K = C n (4 C n after the last)
+    "mudd": sum(32 * K + K * C * n + C * n for C, n, K in [(4, 2, 8), (4, 3, 12), (4, 4, 16), (1, 5, 20)]),
 }
 
 

@@ -33,8 +33,8 @@ class ToyValueGain(CrossLayerMethod):
     def step_sources(config):
         return [[0] if u else [] for u in range(config.unrolled_depth)]
 
-    def forward(self, attention, query, state, sources, step, need_weights=True):
-        return state._replace(value=state.value + self.gains[step - 1].to(state.value.dtype) * sources[0].value), None
+    def forward(self, attention, query, state, step, states):
+        return state._replace(value=state.value + self.gains[step - 1].to(state.value.dtype) * states[0].value), None
 
     @classmethod
     def extra_parameters(cls, config):

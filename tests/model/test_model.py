@@ -38,14 +38,14 @@ def test_only_self_sources_give_exactly_the_vanilla_output():
     ids = torch.randint(0, 97, (2, 8))
     one_layer = tiny_model(num_hidden_layers=1)
     vanilla = tiny_model(num_hidden_layers=1, cross_layer="none")
-    assert one_layer.model.layers[0].self_attn.depth_sources == []
+    assert one_layer.model.cross_layer.sources == [[]]
     assert torch.equal(one_layer(ids).logits, vanilla(ids).logits)
 
 
 @pytest.mark.parametrize("stride", [4, 5, 100])
 def test_stride_at_least_depth_reads_layer_zero_only(stride):
     model = tiny_model(depth_stride=stride)
-    assert [layer.self_attn.depth_sources for layer in model.model.layers] == [[], [0], [0], [0]]
+    assert model.model.cross_layer.sources == [[], [0], [0], [0]]
 
 
 def test_depth_weights_are_returned_and_normalised():

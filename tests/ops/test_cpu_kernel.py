@@ -56,7 +56,7 @@ def test_kernel_matches_reference(case, dtype, seq_len, monkeypatch):
         torch.testing.assert_close(a, b, **TOL[dtype], msg=lambda m: f"{name}: {m}")
 
 
-@pytest.mark.parametrize("rule", ["softmax", "uniform"])
+@pytest.mark.parametrize("rule", ["softmax", "uniform", "linear"])  # linear: the compiled form
 def test_kernel_score_bias_and_distinct_score_keys(rule):
     q, state, sources = make_inputs(seq_len=3, num_sources=3, dtype=torch.float64, shared_key=False)
     bias = torch.tensor([0.5, -1.0, 0.25, 2.0])  # float32 bias, float64 model: converted as the reference does

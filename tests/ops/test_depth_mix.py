@@ -63,7 +63,7 @@ def test_compiled_without_weights_score_bias_and_bfloat16():
                 atol=3e-2, rtol=3e-2)
 
 
-@pytest.mark.parametrize("rule", ["softmax", "uniform"])
+@pytest.mark.parametrize("rule", ["softmax", "uniform", "linear"])
 @pytest.mark.parametrize("seq_len", [1, 200], ids=["decode-rows", "many-rows"])
 def test_compiled_score_bias_matches_reference(rule, seq_len):
     q, state, sources = make_inputs(seq_len=seq_len, num_sources=3, dtype=torch.float64)
@@ -81,6 +81,18 @@ def test_zero_score_bias_is_plain_depth_attention():
         torch.testing.assert_close(biased[0].value, plain[0].value, atol=1e-7, rtol=0)
     uniform = REF(q, state, sources, 0.25, "uniform", "v", torch.tensor([0.0, 1.0, 2.0]))[1]
     torch.testing.assert_close(uniform[0, 0, 0], torch.softmax(torch.tensor([0.0, 1.0, 2.0]), 0))
+
+
+def test_linear_rule_takes_the_weights_as_they_are():
+    q, state, sources = make_inputs(seq_len=7, num_sources=2)
+    weights = torch.tensor([0.5, -1.0, 2.0])  # not normalised
+    mixed, got = REF(q, state, sources, 0.25, "linear", "v", weights)
+    assert torch.equal(got[1, 0, 3], weights)
+    expected = 0.5 * sources[0].value - sources[1].value + 2.0 * state.value
+    torch.testing.assert_close(mixed.value, expected, atol=1e-6, rtol=0)
+    average = REF(q, state, sources, 0.25, "linear", "v", torch.full((3,), 1 / 3))[0]
+    torch.testing.assert_close(average.value, REF(q, state, sources, 0.25, "uniform", "v")[0].value, atol=1e-6,
+                               rtol=0)
 
 
 def test_compiled_distinct_score_keys_and_strided_inputs():

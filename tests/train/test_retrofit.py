@@ -27,9 +27,9 @@ def test_depth_retrofit_starts_a_converted_vanilla_model_as_it_was(tmp_path):
     expected = vanilla(ids).logits
     retrofit = DepthAttentionForCausalLM.from_pretrained_decoder(
         tmp_path / "vanilla", **{**method_settings("depth_retrofit", 4), "depth_stride": 1})
-    biases = [b.tolist() for layer in retrofit.model.layers if layer.self_attn.depth_score_bias
-              for b in layer.self_attn.depth_score_bias]
-    assert biases == [[0.0] * (len(b) - 1) + [30.0] for b in biases] and len(biases) == 3
+    method = retrofit.model.cross_layer
+    biases = [method.learned_mix[part].tolist() for part in method.mix_slices.values()]
+    assert biases == [[0.0] * n + [30.0] for n in (1, 2, 3)]
     torch.testing.assert_close(retrofit(ids).logits, expected, rtol=0, atol=START_ATOL)
     plain = DepthAttentionForCausalLM.from_pretrained_decoder(vanilla, depth_stride=1)
     assert (plain(ids).logits - expected).abs().max() > 1e-3  # converted as it is, the mixing changes the output

@@ -40,16 +40,18 @@ import argparse
 import dataclasses
 import math
 
-from ..config import CROSS_LAYER_METHODS, DepthAttentionConfig
+from ..config import DepthAttentionConfig
 from ..methods import METHODS, FlopTerm
 
 DEFAULT_CONTEXT = 131072  # 128K, the paper's prefill length for the state column
 DEFAULT_DTYPE_BYTES = 2  # bf16
 
-# The method presets (depthattn.presets) of the table's rows, one per `cross_layer`, vanilla first.
-DEFAULT_METHODS = ("vanilla", "depth_attention", "value_residual", "denseformer", "attnres", "mhc",
-                   "hyper_connections")
-assert {name if name != "vanilla" else "none" for name in DEFAULT_METHODS} == set(CROSS_LAYER_METHODS)
+
+def default_methods() -> list[str]:
+    """The method presets (depthattn.presets) of the table's rows: vanilla, then every registered `cross_layer`
+    in the order of registration (a method registered later has its row too)."""
+    return ["vanilla", *(name for name in METHODS if name != "none")]
+
 
 # the paper's Table 2: (extra FLOPs/token, extra I/O/token, extra state at a 128K prefill), 3B config.
 PAPER_TABLE_3B = {
@@ -147,13 +149,14 @@ def method_costs(config: DepthAttentionConfig, context: int = DEFAULT_CONTEXT,
     return record
 
 
-def method_configs(backbone: dict, methods=DEFAULT_METHODS, num_loops: int = 1,
+def method_configs(backbone: dict, methods=None, num_loops: int = 1,
                    overrides: dict | None = None) -> dict[str, DepthAttentionConfig]:
     """One config per method preset over a backbone (a `MODEL_PRESETS` entry plus config fields), as training
     builds it: backbone, then the preset's settings, then `overrides` (its `cross_layer`, if any, is ignored)."""
     from ..presets import method_settings
 
     overrides = {k: v for k, v in (overrides or {}).items() if k != "cross_layer"}
+    methods = default_methods() if methods is None else methods
     configs = {}
     for name in methods:
         settings = dict(backbone)
@@ -269,7 +272,8 @@ def configs_from_args(args) -> dict[str, DepthAttentionConfig]:
     if args.methods:
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     else:
-        methods = list(DEFAULT_METHODS) + ([own_method] if own_method and own_method not in DEFAULT_METHODS else [])
+        methods = default_methods()
+        methods += [own_method] if own_method and own_method not in methods else []
     unknown = [m for m in methods if m not in PRESETS]
     if unknown:
         raise ValueError(f"unknown method(s) {', '.join(map(repr, unknown))}; choose among {', '.join(PRESETS)}")

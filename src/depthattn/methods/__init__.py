@@ -5,7 +5,8 @@ read.
 - `none`: the vanilla decoder; `depth_attention`: Depth-Attention (its mixing: `depthattn.depth`, `depthattn.ops`);
 - hidden-state baselines (a `Residual`: how sublayer outputs are combined into the stream):
   `denseformer`, `attnres`, `mhc`, `hyper_connections` (docs/method.md#baselines);
-- inside attention, cache-free like Depth-Attention: `value_residual`.
+- hidden-state relatives adopted since the paper: `mudd` (MUDDFormer);
+- inside attention, cache-free like Depth-Attention: `value_residual`, `value_embeddings`.
 
 Their parameters live under `DepthAttentionModel.cross_layer`; vanilla and Depth-Attention models have none.
 """
@@ -22,6 +23,8 @@ from .denseformer import DenseFormer
 from .depth_attention import DepthAttention
 from .hyper_connections import HyperConnections
 from .mhc import MHC
+from .mudd import MUDD
+from .value_embeddings import ValueEmbeddings
 from .value_residual import ValueResidual
 from .vanilla import Vanilla
 
@@ -48,8 +51,8 @@ def unregister(name: str):
 
 
 for _name, _cls in (("none", Vanilla), ("depth_attention", DepthAttention), ("value_residual", ValueResidual),
-                    ("denseformer", DenseFormer), ("attnres", AttnRes), ("mhc", MHC),
-                    ("hyper_connections", HyperConnections)):
+                    ("value_embeddings", ValueEmbeddings), ("denseformer", DenseFormer), ("attnres", AttnRes),
+                    ("mhc", MHC), ("hyper_connections", HyperConnections), ("mudd", MUDD)):
     register(_name, _cls)
 
 
@@ -59,19 +62,16 @@ def build_method(config) -> CrossLayerMethod:
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:
-    """`total`: distinct parameters (tied embeddings once); `extra_over_vanilla`: those of the cross-layer method
-    and Depth-Attention's optional score biases."""
-    base = getattr(model, "model", model)
-    method = getattr(base, "cross_layer", None)
-    extra = sum(p.numel() for name, p in base.named_parameters() if "depth_score_bias" in name)
+    """`total`: distinct parameters (tied embeddings once); `extra_over_vanilla`: those of the cross-layer method."""
+    method = getattr(getattr(model, "model", model), "cross_layer", None)
     return {
         "total": sum(p.numel() for p in model.parameters()),
-        "extra_over_vanilla": extra + (sum(p.numel() for p in method.parameters()) if method is not None else 0),
+        "extra_over_vanilla": sum(p.numel() for p in method.parameters()) if method is not None else 0,
     }
 
 
 __all__ = [
     "AttnRes", "CrossLayerMethod", "DenseFormer", "DepthAttention", "FlopTerm", "HyperConnections",
-    "INFERENCE_STATE", "METHODS", "MHC", "Residual", "ValueResidual", "Vanilla", "build_method", "count_parameters",
-    "register", "unregister",
+    "INFERENCE_STATE", "METHODS", "MHC", "MUDD", "Residual", "ValueEmbeddings", "ValueResidual", "Vanilla",
+    "build_method", "count_parameters", "register", "unregister",
 ]

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..config import ConfigField
-from ..depth import DepthState
+from ..depth import DepthState, DepthStates
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,15 +31,18 @@ class CrossLayerMethod(nn.Module):
     so that vanilla and Depth-Attention checkpoints (which have none) keep exactly Qwen3's keys, and what is known
     about it without building a model.
 
+    A method's parameters are its own attributes (not in a ParameterList or a submodule): transformers initialises
+    custom models module by module and passes over a module with no parameter of its own.
     `config_fields` declares the method's own `DepthAttentionConfig` fields (name: default and meaning), which every
     config then has; `check_config` checks their values. `reset_parameters` sets the method's documented
     initialisation. `DepthAttentionPreTrainedModel._init_weights` calls it; it must use `transformers.initialization`
     so that values loaded by `from_pretrained` survive.
     `inference_state` states the extra state the method holds at inference (docs/method.md#baselines).
 
-    A method acting inside attention (Depth-Attention, value residual) declares, per unrolled step, the earlier
-    steps it reads (`step_sources`); the attention of a step with sources calls the method (`forward`) with their
-    states before sequence attention, and a step's state is kept only when a later step declares it.
+    A method acting inside attention (Depth-Attention, value residual, value embeddings) declares, per unrolled
+    step, the earlier steps whose attention state it reads (`step_sources`); the attention of step `u` calls the
+    method (`forward`) before sequence attention when `acts_at(u)` (by default: when `u` has sources), and a
+    step's state is kept for the forward pass only when a later step reads it.
 
     Every method also says how sublayer outputs are combined into the residual stream (`init`, `read`, `write`,
     `final`, `hidden`); here, and for every method acting inside attention, that is the plain residual.
@@ -48,7 +51,9 @@ class CrossLayerMethod(nn.Module):
         x = method.read(stream, s)               # what the sublayer reads, before its norm
         stream = method.write(stream, s, sublayer(norm(x)))
 
-    and the model does `stream = method.init(embeds)` first and `norm(method.final(stream))` last.
+    and the model does `stream = method.init(embeds)` first and `norm(method.final(stream))` last. A multiway
+    method (MUDDFormer) gives the keys and values of an attention sublayer inputs of their own
+    (`read_key_value`); the queries read `x`.
 
     Analytic costs per token over a vanilla decoder with the same backbone, in the conventions of
     `depthattn.evaluate.costs` (L = unrolled depth, D = hidden size, d_kv = num_key_value_heads * head_dim):
@@ -61,6 +66,9 @@ class CrossLayerMethod(nn.Module):
 
     def __init__(self, config):
         super().__init__()
+        self.sources = self.step_sources(config)  # per unrolled step, the earlier steps it reads
+        read_later = {j for sources in self.sources for j in sources}
+        self.kept = [u in read_later for u in range(config.unrolled_depth)]  # states a later step reads
 
     @classmethod
     def check_config(cls, config):
@@ -80,18 +88,25 @@ class CrossLayerMethod(nn.Module):
         """For every unrolled step, the earlier steps whose attention state it reads; none here."""
         return [[] for _ in range(config.unrolled_depth)]
 
-    @staticmethod
-    def score_bias(config, loop_sources: list[list[int]]) -> nn.ParameterList | None:
-        """Learned depth-score biases held by one attention (one entry per loop with sources), or None."""
-        return None
+    def acts_at(self, step: int) -> bool:
+        """Whether the attention of unrolled step `step` calls the method (`forward`) before sequence attention."""
+        return bool(self.sources[step])
 
-    def forward(self, attention: nn.Module, query: torch.Tensor, state: DepthState, sources: list[DepthState],
-                step: int, need_weights: bool = True) -> tuple[DepthState, torch.Tensor | None]:
-        """The state that step `step`'s attention uses and caches, given its own and its sources' states
-        (query: (B, Hq, T, d); states: (B, Hkv, T, d) each), and depth weights (B, Hkv, T, n) or None (the model
-        records them as `depth_weights` through transformers' output hooks; with `need_weights` False it does not
-        record them, and a method may skip computing them)."""
-        raise NotImplementedError(f"{type(self).__name__} declares depth sources but does not mix them")
+    def keeps_state(self, step: int) -> bool:
+        """Whether a later step reads the state of step `step` (`DepthStates`)."""
+        return self.kept[step]
+
+    def forward(self, attention: nn.Module, query: torch.Tensor, state: DepthState, step: int,
+                states: DepthStates) -> tuple[DepthState, torch.Tensor | None]:
+        """The state that step `step`'s attention uses and caches, given its own (query: (B, Hq, T, d); state:
+        (B, Hkv, T, d) each) and the forward pass's `states` (its sources' states `states[j]`, the token ids),
+        and depth weights (B, Hkv, T, n) or None (the model records them as `depth_weights` through transformers'
+        output hooks; when `states.need_weights` is False it does not record them, and a method may skip them)."""
+        raise NotImplementedError(f"{type(self).__name__} acts inside attention but does not say how")
+
+    def use_depth_impl(self, depth_impl: str):
+        """Compute depth mixing with `depth_impl` (`depthattn.ops.DEPTH_IMPLS`) from now on; a method that mixes
+        no attention states ignores it."""
 
     # the plain residual stream: a (B, T, D) tensor
     def init(self, embeds: torch.Tensor):
@@ -99,6 +114,11 @@ class CrossLayerMethod(nn.Module):
 
     def read(self, stream, sublayer: int) -> torch.Tensor:
         return stream
+
+    def read_key_value(self, stream, sublayer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """For an attention sublayer: the (B, T, D) inputs of its keys and of its values, before the norm, when
+        they differ from what `read` gives the queries; None (the usual case) when all three read `read`'s."""
+        return None
 
     def write(self, stream, sublayer: int, out: torch.Tensor):
         return stream + out

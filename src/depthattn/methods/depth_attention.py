@@ -4,15 +4,19 @@ Before sequence attention, step `u`'s query attends over the keys of its sources
 `depthattn.depth.depth_sources`) at the same position and mixes their (already mixed) values into its own
 (`depthattn.ops.depth_mix`; the reference is `ops/depth_mix/naive.py`).
 
-Parameters: none; the layer's own q, k, v are reused. With `depth_score_bias` each attention holds one learned
-score per loop with sources and per candidate, under `model.layers.N.self_attn.depth_score_bias.K`.
+Parameters: none; the layer's own q, k, v are reused. With `depth_score_bias` (a learned score bias) or
+`depth_mix="linear"` (learned weights), one learned value per unrolled step with sources and per candidate, one
+after the other in `model.cross_layer.learned_mix`.
 Initialisation: nothing to initialise; the optional score bias starts at zero, i.e. plain Depth-Attention, or
-with each layer's own entry at `depth_self_bias_init` (docs/method.md#retrofitting).
+with each layer's own entry at `depth_self_bias_init` (docs/method.md#retrofitting); linear weights start at
+1/n each, the plain average over the n candidates.
 Inference state (docs/method.md#inference): the KV cache keeps vanilla's size, mixed values in the value slots.
 Config fields: `depth_*` (`DepthAttention.config_fields`).
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 from torch import nn
@@ -23,24 +27,8 @@ from ..depth import depth_sources
 from ..ops import get_depth_mix
 from .base import CrossLayerMethod, FlopTerm
 
-DEPTH_MIX_RULES = ("softmax", "uniform")
+DEPTH_MIX_RULES = ("softmax", "uniform", "linear")
 DEPTH_MIX_STATES = ("v", "kv", "k")
-
-
-class DepthScoreBias(nn.ParameterList):
-    """The learned score bias of one attention: per loop with sources, one entry per source and one for the layer
-    itself (last), added to its depth scores."""
-
-    def __init__(self, loop_sources, self_init: float):
-        super().__init__(nn.Parameter(torch.zeros(len(s) + 1)) for s in loop_sources if s)
-        self.self_init = self_init
-
-    def reset_parameters(self):
-        """Sources at zero, the layer itself at `self_init` (guarded: loaded values stay)."""
-        for bias in self:
-            start = torch.zeros_like(bias)
-            start[-1] = self.self_init
-            init.copy_(bias, start)
 
 
 def _half(depth: int) -> int:
@@ -54,7 +42,9 @@ class DepthAttention(CrossLayerMethod):
             "`max(1, num_hidden_layers * num_loops // 2)` (`config.resolved_depth_stride`).")),
         "depth_window": ConfigField(0, "The `depth_window` unrolled steps directly below each step are sources too."),
         "depth_mix": ConfigField("softmax", (
-            '`"softmax"` over depth scores, or `"uniform"` (the plain average over the same sources).')),
+            '`"softmax"` over depth scores, `"uniform"` (the plain average over the same sources), or `"linear"`: '
+            "learned weights per step and candidate that ignore the tokens and need not sum to one (as value "
+            "residual's), starting at the plain average.")),
         "depth_mix_states": ConfigField("v", (
             'What is mixed and cached in place of the layer\'s own state: `"v"`, `"kv"` or `"k"`. Depth scores '
             "always compare the query with each source layer's own key.")),
@@ -80,11 +70,15 @@ class DepthAttention(CrossLayerMethod):
         "depth_quarter": {"depth_stride": lambda depth: max(1, depth // 4)},
         "depth_every": {"depth_stride": 1},  # every earlier step is a source
         "depth_uniform": {"depth_stride": _half, "depth_mix": "uniform"},  # the plain average, same sources
+        "depth_uniform_every": {"depth_stride": 1, "depth_mix": "uniform"},  # the plain average of every earlier step
+        "depth_linear": {"depth_stride": _half, "depth_mix": "linear"},  # learned weights, any sum, same sources
+        "depth_linear_every": {"depth_stride": 1, "depth_mix": "linear"},
         "depth_mix_v": {"depth_stride": _half, "depth_mix_states": "v"},
         "depth_mix_kv": {"depth_stride": _half, "depth_mix_states": "kv"},
         "depth_mix_k": {"depth_stride": _half, "depth_mix_states": "k"},
         "depth_bias": {"depth_stride": _half, "depth_score_bias": True},  # a learned score per layer and source
         "depth_static": {"depth_stride": _half, "depth_mix": "uniform", "depth_score_bias": True},  # ignores tokens
+        "depth_static_every": {"depth_stride": 1, "depth_mix": "uniform", "depth_score_bias": True},
         # converted from a vanilla model, it starts as that model (docs/method.md#retrofitting)
         "depth_retrofit": {"depth_stride": _half, "depth_score_bias": True, "depth_self_bias_init": 30.0},
         # near that model (a source starts at about exp(-4) of the layer's own weight) and free to leave it
@@ -110,11 +104,37 @@ class DepthAttention(CrossLayerMethod):
         check_number("depth_self_bias_init", config.depth_self_bias_init)
         if config.depth_self_bias_init and not config.depth_score_bias:
             raise ValueError("depth_self_bias_init initialises the learned score bias; set depth_score_bias=True too")
+        if config.depth_mix == "linear" and config.depth_score_bias:
+            raise ValueError('depth_mix="linear" learns the weights themselves, so there are no scores to bias; '
+                             "set depth_score_bias=False")
+        if config.depth_mix == "linear" and config.depth_impl == "triton":
+            raise ValueError("the linear mix is not in the Triton kernels; use depth_impl 'auto' or 'compiled'")
 
     def __init__(self, config):
         super().__init__(config)
-        self.num_layers, self.depth_mix = config.num_hidden_layers, get_depth_mix(config.depth_impl)
+        self.depth_mix = get_depth_mix(config.depth_impl)
         self.rule, self.mix_states = config.depth_mix, config.depth_mix_states
+        # the score bias or the linear weights: per step with sources, one value per source and one for the step
+        # itself (last), one after the other in a single vector (transformers initialises a method's own parameters)
+        sizes = {u: len(sources) + 1 for u, sources in enumerate(self.sources) if sources}
+        self.mix_slices = {u: slice(end - size, end) for (u, size), end in
+                           zip(sizes.items(), itertools.accumulate(sizes.values()))}
+        learned = config.depth_score_bias or self.rule == "linear"
+        self.learned_mix = nn.Parameter(torch.zeros(sum(sizes.values()))) if learned else None
+        self.self_bias_init = config.depth_self_bias_init
+
+    def reset_parameters(self):
+        """Linear weights at 1/n; score biases with the sources at zero and each step's own entry at
+        `depth_self_bias_init` (guarded: loaded values stay)."""
+        if self.learned_mix is None:
+            return
+        start = torch.zeros_like(self.learned_mix)
+        for part in self.mix_slices.values():
+            if self.rule == "linear":
+                start[part] = 1.0 / (part.stop - part.start)
+            else:
+                start[part.stop - 1] = self.self_bias_init
+        init.copy_(self.learned_mix, start)
 
     def use_depth_impl(self, depth_impl: str):
         self.depth_mix = get_depth_mix(depth_impl)
@@ -125,20 +145,11 @@ class DepthAttention(CrossLayerMethod):
         return [depth_sources(u, config.resolved_depth_stride, config.depth_window)
                 for u in range(config.unrolled_depth)]
 
-    @staticmethod
-    def score_bias(config, loop_sources):
-        """With `depth_score_bias`: per loop with sources, one score per source and self (last)."""
-        if not config.depth_score_bias:
-            return None
-        return DepthScoreBias(loop_sources, config.depth_self_bias_init)
-
-    def forward(self, attention, query, state, sources, step, need_weights=True):
-        loop = step // self.num_layers
-        bias = attention.depth_score_bias
-        if bias is not None:  # one entry per loop with sources, from the first such loop on
-            bias = bias[loop - next(k for k, s in enumerate(attention.loop_depth_sources) if s)]
-        return self.depth_mix(query, state, sources, attention.scaling, rule=self.rule, mix_states=self.mix_states,
-                              score_bias=bias, need_weights=need_weights)
+    def forward(self, attention, query, state, step, states):
+        bias = self.learned_mix[self.mix_slices[step]] if self.learned_mix is not None else None
+        return self.depth_mix(query, state, [states[j] for j in self.sources[step]], attention.scaling,
+                              rule=self.rule, mix_states=self.mix_states, score_bias=bias,
+                              need_weights=states.need_weights)
 
     @classmethod
     def candidates(cls, config) -> int:
@@ -147,7 +158,9 @@ class DepthAttention(CrossLayerMethod):
 
     @classmethod
     def extra_parameters(cls, config):
-        return 0  # Depth-Attention reuses the layer's own q, k, v
+        if not config.depth_score_bias and config.depth_mix != "linear":
+            return 0  # Depth-Attention reuses the layer's own q, k, v
+        return cls.candidates(config)  # the score bias or linear weights: one per step with sources and candidate
 
     @classmethod
     def flop_terms(cls, config):

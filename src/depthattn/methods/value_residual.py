@@ -41,9 +41,9 @@ class ValueResidual(CrossLayerMethod):
     def step_sources(config):
         return [[0] if u else [] for u in range(config.unrolled_depth)]
 
-    def forward(self, attention, query, state, sources, step, need_weights=True):
+    def forward(self, attention, query, state, step, states):
         """V' = lambda_1 V_0 + lambda_2 V for this step's state; keys unchanged."""
-        lambdas, first_value = self.lambdas[step - 1], sources[0].value
+        lambdas, first_value = self.lambdas[step - 1], states[0].value
         value = lambdas[0].to(state.value.dtype) * first_value + lambdas[1].to(state.value.dtype) * state.value
         return state._replace(value=value), None
 

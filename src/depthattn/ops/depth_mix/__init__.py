@@ -6,6 +6,9 @@ All share the signature and results of the reference `depth_mix_reference` (`nai
               need_weights=True) -> (DepthState, weights)
 
 `need_weights=False` lets a path skip computing the weights (it returns None then), as generation does.
+Rules: `"softmax"` over depth scores (plus `score_bias`), `"uniform"` (the softmax of `score_bias` when given, else
+the plain average) and `"linear"` (the weights are `score_bias` itself, not normalised; the C++ kernel hands this
+rule to the compiled form, and the Triton kernels take no `score_bias`).
 
 * `"reference"`: the plain reference (`naive.py`).
 * `"compiled"`: a few plain torch ops (`compiled.py`), fast in eager mode and fused by `torch.compile`

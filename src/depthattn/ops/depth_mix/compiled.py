@@ -56,7 +56,10 @@ def _mix_rows(query, state, sources, scaling, rule, mix_states, score_bias):
     candidates = [*sources, state]
     n = len(candidates)
     dtype = _ACC.get(query.dtype, query.dtype)
-    if rule == "uniform" and score_bias is not None:
+    if rule == "linear":
+        # a copy, never a view of the parameter (a view made under no_grad would claim a gradient it has not)
+        weights = score_bias.to(dtype)[:, None, None, None].expand(n, batch, num_kv_heads, seq_len).contiguous()
+    elif rule == "uniform" and score_bias is not None:
         weights = torch.softmax(score_bias.to(dtype), dim=0)[:, None, None, None].expand(n, batch, num_kv_heads, seq_len)
     elif rule == "uniform":
         weights = query.new_full((n, batch, num_kv_heads, seq_len), 1.0 / n, dtype=dtype)
@@ -95,7 +98,7 @@ def _mix_small(query, state, sources, scaling, rule, mix_states, score_bias):
     num_kv_heads = state.score_key.shape[1]
     rows, n = batch * num_kv_heads * seq_len, len(sources) + 1
     candidates = [*sources, state]
-    softmax, mix_k, mix_v = rule != "uniform", "k" in mix_states, "v" in mix_states
+    softmax, mix_k, mix_v = rule == "softmax", "k" in mix_states, "v" in mix_states
     # one copy of every state this call reads, (rows, groups * n, d): score keys, keys (unless they are the
     # score keys, as in modeling.py), values
     own_keys = mix_k and not (softmax and all(c.key is c.score_key for c in candidates))
@@ -113,6 +116,8 @@ def _mix_small(query, state, sources, scaling, rule, mix_states, score_bias):
         scores = torch.bmm(depth_query.view(rows, 1, head_dim), stacked[:, :n].mT)  # (rows, 1, n)
         scores = scores * (scaling * num_kv_heads / num_heads)
         weights = torch.softmax(scores if score_bias is None else scores + score_bias.to(dtype), dim=-1)
+    elif rule == "linear":
+        weights = score_bias.to(dtype).expand(rows, 1, n).contiguous()  # a copy, as above
     elif score_bias is not None:
         weights = torch.softmax(score_bias.to(dtype), dim=0).expand(rows, 1, n)
     else:

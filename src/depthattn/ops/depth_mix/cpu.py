@@ -56,7 +56,8 @@ def depth_mix_cpu(
     (they cost nothing extra there). Every state must share the query's dtype (as in the model)."""
     # kept lean: a decoding step calls this once per layer, and each Python step costs as much as the arithmetic
     candidates = [*sources, state]
-    if query.device.type != "cpu" or (torch.is_grad_enabled() and _needs_grad(query, candidates, score_bias)):
+    if query.device.type != "cpu" or rule == "linear" or (torch.is_grad_enabled()
+                                                          and _needs_grad(query, candidates, score_bias)):
         return depth_mix_compiled(query, state, sources, scaling, rule, mix_states, score_bias, need_weights)
     mixed = [c.value for c in candidates] if mix_states == "v" else [c.key for c in candidates]
     if mix_states == "kv":

@@ -20,7 +20,8 @@ def depth_mix_reference(
     """Mix the states of `sources` (earlier layers, same tokens) into this layer's `state`.
 
     query: (B, Hq, T, d); every tensor of `state` and `sources`: (B, Hkv, T, d); score_bias: (len(sources) + 1,),
-    added to the scores (zero for the uniform rule) before the softmax.
+    added to the scores (zero for the uniform rule) before the softmax; for the linear rule, the weights themselves
+    (not normalised).
     Returns the mixed state and the depth weights (B, Hkv, T, len(sources) + 1), self last, in float32
     (float64 for a float64 model). The reference always computes the weights, whatever `need_weights`.
     """
@@ -28,7 +29,10 @@ def depth_mix_reference(
     num_kv_heads = state.score_key.shape[1]
     candidates = [*sources, state]
     dtype = torch.promote_types(query.dtype, torch.float32)  # weights and sums in float32 at least
-    if rule == "uniform" and score_bias is None:
+    if rule == "linear":
+        # a copy, never a view of the parameter (a view made under no_grad would claim a gradient it has not)
+        weights = score_bias.to(dtype).expand(batch, num_kv_heads, seq_len, len(candidates)).contiguous()
+    elif rule == "uniform" and score_bias is None:
         weights = query.new_full((batch, num_kv_heads, seq_len, len(candidates)), 1.0 / len(candidates), dtype=dtype)
     else:
         if rule == "uniform":
