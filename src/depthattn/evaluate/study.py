@@ -8,7 +8,14 @@ A study config (configs/study/*.toml) holds:
                                   of the paper's numbers per method, shown beside ours) and describe
                                   (method = what it changes, a column of the report)
     [axes.NAME]                   key = a training-config key ("model.overrides.num_hidden_layers", "data.path",
-                                  "train.steps", ...); values = a list, or a table {label = value}
+                                  "train.steps", ...); values = a list, or a table {label = value}; without
+                                  key, values = {label = {key = value, ...}}: each label sets several keys
+                                  (settings that each change something else from the base)
+    [study.search]                a pre-registered search among the study's methods: candidates, metric,
+                                  seeds and pick (how many go on); the rule is fixed here: the `pick` candidates
+                                  with the lowest mean metric over those seeds, once all their cells are in
+    [study.confirm]               from = another study config with a [study.search]; its picks join this study's
+                                  methods once the search is complete, each contrasted with `against`
     [datasets.NAME]               a dataset the study prepares from the embedded corpus when its folder is
                                   missing: path, vocab_size (258 = plain bytes: no merges)
     [base.SECTION]                the training config every cell starts from
@@ -59,8 +66,39 @@ CONFIDENCE = 0.95
 @dataclass
 class Axis:
     name: str
-    key: str  # "section.key" or "model.overrides.field"
+    key: str | None  # "section.key" or "model.overrides.field"; None: each value is a table {key: value}
     values: dict  # label -> value
+
+    def apply(self, data: dict, label: str) -> None:
+        """Set this axis's key(s) to the values of `label` in a training config."""
+        for key, value in ({self.key: self.values[label]} if self.key else self.values[label]).items():
+            set_key(data, key, value)
+
+
+@dataclass
+class Search:
+    """A pre-registered search: among `candidates`, the `pick` with the lowest mean `metric` over `seeds` go on.
+    Written in the study config before its cells run; the pick is made only once every candidate has every seed."""
+
+    candidates: list[str]
+    pick: int
+    metric: str = "val_loss"
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+
+    def result(self, study: "Study") -> dict:
+        """Each candidate's mean and sd of the metric over the finished search seeds, best first, and the picks
+        (None until every candidate cell of the search seeds is finished)."""
+        ranking, missing = [], 0
+        for method in self.candidates:
+            values = [json.loads(path.read_text())[self.metric] for seed in self.seeds
+                      if (path := study.result_path({}, method, seed)).exists()]
+            missing += len(self.seeds) - len(values)
+            if values:
+                ranking.append({"method": method, "seeds": len(values), "mean": statistics.fmean(values),
+                                "std": statistics.stdev(values) if len(values) > 1 else 0.0})
+        ranking.sort(key=lambda row: row["mean"])
+        picked = [row["method"] for row in ranking[:self.pick]] if not missing else None
+        return {"ranking": ranking, "missing": missing, "picked": picked}
 
 
 @dataclass
@@ -77,6 +115,9 @@ class Study:
     paper: dict = field(default_factory=dict)  # method -> the paper's number, shown beside ours
     describe: dict = field(default_factory=dict)  # method -> what it changes, in the paper's words
     start_from: str = ""  # retrofitting: every cell starts from this method's final model, same seed, in `parent`
+    search: Search | None = None  # a pre-registered search among the methods (base setting only)
+    confirm: dict = field(default_factory=dict)  # from (a search study's config) and against; see the module doc
+    waiting: str = ""  # why a confirmation study has not its picks yet
     parent: "Study | None" = None  # the study this one extends
     axes: list[Axis] = field(default_factory=list)
     datasets: dict = field(default_factory=dict)  # path -> prepare settings
@@ -100,7 +141,7 @@ class Study:
             data["datasets"] = {**inherited.get("datasets", {}), **data.get("datasets", {})}
             data["base"] = _merge(inherited.get("base", {}), data.get("base", {}))
         known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts", "paper",
-                 "describe", "start_from"}
+                 "describe", "start_from", "search", "confirm"}
         if set(head) - known:
             raise ValueError(f"{path}: unknown [study] keys {sorted(set(head) - known)}; known: {', '.join(sorted(known))}")
         missing = {"methods", "seeds"} - set(head)
@@ -108,14 +149,18 @@ class Study:
             raise ValueError(f"{path}: [study] needs {', '.join(sorted(missing))}")
         axes = []
         for name, axis in data.get("axes", {}).items():
-            if set(axis) != {"key", "values"}:
-                raise ValueError(f"{path}: [axes.{name}] needs exactly key and values, got {sorted(axis)}")
+            if set(axis) not in ({"key", "values"}, {"values"}):
+                raise ValueError(f"{path}: [axes.{name}] needs key and values, or values only (each a table of keys), "
+                                 f"got {sorted(axis)}")
             values = axis["values"]
             if not isinstance(values, dict):
                 values = {str(v): v for v in values}
             if not values:
                 raise ValueError(f"{path}: [axes.{name}] has no values")
-            axes.append(Axis(name, axis["key"], values))
+            if "key" not in axis and not all(isinstance(v, dict) and v for v in values.values()):
+                raise ValueError(f"{path}: [axes.{name}] has no key, so each value must be a table of "
+                                 'training-config keys, e.g. {"train.steps" = 800}')
+            axes.append(Axis(name, axis.get("key"), values))
         datasets = {}
         for name, spec in data.get("datasets", {}).items():
             if set(spec) - {"path", "vocab_size"} or "path" not in spec:
@@ -124,9 +169,37 @@ class Study:
         head.setdefault("title", path.stem)
         if head.get("start_from") and parent is None:
             raise ValueError(f"{path}: start_from names a method of the study this one extends; add extends")
+        if "search" in head:
+            try:
+                head["search"] = Search(**head["search"])
+            except TypeError as err:
+                raise ValueError(f"{path}: [study.search] takes candidates, pick, metric and seeds ({err})") from None
         study = cls(name=path.stem, axes=axes, datasets=datasets, base=data.get("base", {}),
                     parent=cls.load(parent) if parent else None, **head)
+        if study.confirm:
+            study.add_picks(path.parent)
         return study.check()
+
+    def add_picks(self, folder: Path) -> None:
+        """A confirmation study: the picks of the search it names join its methods, each contrasted with
+        `against`, once that search is complete."""
+        if set(self.confirm) != {"from", "against"}:
+            raise ValueError(f"[study.confirm] takes from (a study config with a [study.search]) and against (a "
+                             f"method), got {sorted(self.confirm)}")
+        search = Study.load(folder / self.confirm["from"])
+        if search.search is None:
+            raise ValueError(f"[study.confirm] from = {self.confirm['from']!r}: that study has no [study.search]")
+        search.results = self.results
+        result = search.search.result(search)
+        if result["picked"] is None:
+            self.waiting = (f"the search of {search.name} has {result['missing']} candidate cells to go; its two picks "
+                            "join this study when they are in")
+            return
+        for method in result["picked"]:
+            if method not in self.methods:
+                self.methods.append(method)
+            if [method, self.confirm["against"]] not in self.contrasts:
+                self.contrasts.append([method, self.confirm["against"]])
 
     def check(self) -> "Study":
         if self.start_from and self.start_from not in self.parent.methods:
@@ -144,6 +217,14 @@ class Study:
         for pair in self.contrasts:
             if len(pair) != 2 or not set(pair) <= set(self.methods):
                 raise ValueError(f"contrast {pair} must name two of the study's methods {self.methods}")
+        if self.search is not None:
+            if not self.search.candidates or set(self.search.candidates) - set(self.methods):
+                raise ValueError(f"[study.search] candidates {self.search.candidates} must be some of the study's "
+                                 f"methods {self.methods}")
+            if not 1 <= self.search.pick <= len(self.search.candidates) or self.axes:
+                raise ValueError("[study.search] picks 1 .. len(candidates) methods, in a study without axes")
+            if set(self.search.seeds) - set(self.seeds):
+                raise ValueError(f"[study.search] seeds {self.search.seeds} must be among the study's seeds {self.seeds}")
         seeds = self.seeds + self.more_seeds
         if not self.seeds or len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds and more_seeds must be distinct and seeds non-empty, got {seeds}")
@@ -159,7 +240,7 @@ class Study:
     def setting_config(self, setting: dict) -> dict:
         data = json.loads(json.dumps(self.base))  # a deep copy
         for axis in self.axes:
-            set_key(data, axis.key, axis.values[setting[axis.name]])
+            axis.apply(data, setting[axis.name])
         if self.start_from:  # the parent's models by their path, so that the cell key tells where a cell started
             start = Path(self.parent.out_dir) / self.parent.cell_path({}, self.start_from, "{seed}") / "final"
             data.setdefault("model", {})["init_from"] = str(start)
@@ -434,6 +515,8 @@ def markdown_report(study: Study, results: list[dict]) -> str:
              f"`depthattn study configs/study/{study.name}.toml`; val loss = mean next-token loss (nats) over the "
              f"whole held-out split; Δ = method − {study.baseline} paired by seed, with its 95% t-interval; "
              "negative is better.", ""]
+    if study.waiting:
+        lines += [f"Waiting: {study.waiting}.", ""]
     for label, table in loss.items():
         if not table["rows"]:
             continue
@@ -461,6 +544,8 @@ def markdown_report(study: Study, results: list[dict]) -> str:
                 + (f" {study.paper.get(r['method'], '—')} |" if study.paper else ""))
         if study.start_from:
             lines += ["", *_curve_table(study, cells)]
+        if study.search and not label:
+            lines += ["", *_search_table(study)]
         for c in table["contrasts"]:
             a, b = c["pair"]
             p = "" if math.isnan(c["p_value"]) else f", p = {c['p_value']:.3f}"
@@ -468,6 +553,23 @@ def markdown_report(study: Study, results: list[dict]) -> str:
                           f"seeds: **{verdict(c).replace('better', f'{a} better').replace('worse', f'{b} better')}**."]
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _search_table(study: Study) -> list[str]:
+    """The pre-registered search: its rule, each candidate's mean over the search seeds, and the picks."""
+    search = study.search
+    result = search.result(study)
+    seeds = ", ".join(map(str, search.seeds))
+    lines = [f"Pre-registered search (written in `configs/study/{study.name}.toml` before its cells ran): the "
+             f"{search.pick} candidates with the lowest mean {search.metric} over seeds {seeds} go on.", "",
+             f"| rank | candidate | seeds | mean {search.metric} ± sd |", "|---|---|---|---|"]
+    for rank, row in enumerate(result["ranking"], 1):
+        lines.append(f"| {rank} | {row['method']} | {row['seeds']} | {row['mean']:.4f} ± {row['std']:.4f} |")
+    if result["picked"] is None:
+        lines += ["", f"Not decided yet: {result['missing']} candidate cells to go."]
+    else:
+        lines += ["", f"Picked: **{'**, **'.join(result['picked'])}**."]
+    return lines
 
 
 def _curve(cell: dict) -> dict[int, float]:
@@ -769,9 +871,13 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     studies = [Study.load(path) for path in args.configs]
-    for study in studies:
+    for path, study in zip(args.configs, studies):
         study.out_dir = args.out_dir or study.out_dir
         study.results = args.results or study.results
+        if study.confirm:  # the picks of the search as it stands in these results
+            study.add_picks(Path(path).parent)
+        if study.waiting:
+            print(f"study {study.name}: {study.waiting}")
     for study in studies:
         if not args.report_only:
             started = time.perf_counter()
