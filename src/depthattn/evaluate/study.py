@@ -191,6 +191,7 @@ class Study:
             raise ValueError(f"[study.confirm] from = {self.confirm['from']!r}: that study has no [study.search]")
         search.results = self.results
         result = search.search.result(search)
+        self.waiting = ""
         if result["picked"] is None:
             self.waiting = (f"the search of {search.name} has {result['missing']} candidate cells to go; its two picks "
                             "join this study when they are in")
