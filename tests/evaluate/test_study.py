@@ -224,3 +224,76 @@ def test_a_retrofitting_study_retrains_its_missing_starting_models(tiny_data, tm
     child.write_text(child.read_text().replace('extends = "s.toml"\n', ''))
     with pytest.raises(ValueError, match="start_from names a method of the study this one extends"):
         Study.load(child)
+
+
+def test_a_setting_axis_changes_several_keys_and_keeps_the_cell_keys_of_one_key_axes(tiny_data, tmp_path):
+    axes = """
+[axes.setting.values.deeper]
+"model.overrides.num_hidden_layers" = 3
+[axes.setting.values.longer]
+"train.steps" = 6
+"optim.lr" = 0.001
+"""
+    study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
+    assert study.settings() == [{"setting": "deeper"}, {"setting": "longer"}]
+    longer = study.cell_config({"setting": "longer"}, "vanilla", 0)
+    assert longer.train.steps == 6 and longer.optim.lr == 0.001
+    one_key = Study.load(write_study(tmp_path, tiny_data, name="layers.toml",
+                                     axes='[axes.layers]\nkey = "model.overrides.num_hidden_layers"\nvalues = [3]\n'))
+    assert study.cell_path({"setting": "deeper"}, "vanilla", 0) == one_key.cell_path({"layers": "3"}, "vanilla", 0)
+    with pytest.raises(ValueError, match="each value must be a table"):
+        Study.load(write_study(tmp_path, tiny_data, name="bad.toml", axes="[axes.x]\nvalues = [1, 2]\n"))
+
+
+def _finish(study, method, seed, val_loss):
+    """A finished cell's result file, as run_cell writes it (only the fields the search reads)."""
+    path = study.result_path({}, method, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"method": method, "seed": seed, "val_loss": val_loss}))
+
+
+SEARCH = """
+[study.search]
+candidates = ["depth_uniform", "depth_linear", "depth_static"]
+pick = 2
+seeds = [0, 1]
+"""
+
+
+def test_a_search_picks_only_when_every_candidate_cell_is_in_and_then_by_mean(tiny_data, tmp_path):
+    methods = ("vanilla", "depth_uniform", "depth_linear", "depth_static")
+    search = Study.load(write_study(tmp_path, tiny_data, head=SEARCH, methods=methods, name="search.toml",
+                                   seeds=(0, 1, 2)))
+    losses = {"depth_uniform": [2.0, 2.2], "depth_linear": [2.1, 2.0], "depth_static": [1.9, 2.4]}
+    for method, values in losses.items():
+        for seed, value in enumerate(values):
+            if (method, seed) != ("depth_static", 1):
+                _finish(search, method, seed, value)
+    _finish(search, "depth_static", 2, 0.1)  # a seed outside the search's seeds does not count
+    result = search.search.result(search)
+    assert result["picked"] is None and result["missing"] == 1
+    _finish(search, "depth_static", 1, 2.4)
+    result = search.search.result(search)
+    assert [row["method"] for row in result["ranking"]] == ["depth_linear", "depth_uniform", "depth_static"]
+    assert result["picked"] == ["depth_linear", "depth_uniform"]  # means 2.05, 2.1, 2.15
+    assert "Picked: **depth_linear**, **depth_uniform**" in markdown_report(search, [])
+
+    confirm = write_study(tmp_path, tiny_data, name="confirm.toml", methods=("vanilla", "value_residual"),
+                          head='[study.confirm]\nfrom = "search.toml"\nagainst = "value_residual"\n')
+    study = Study.load(confirm)
+    assert study.methods == ["vanilla", "value_residual", "depth_linear", "depth_uniform"] and not study.waiting
+    assert study.contrasts == [["depth_linear", "value_residual"], ["depth_uniform", "value_residual"]]
+    search.result_path({}, "depth_linear", 0).unlink()
+    study = Study.load(confirm)
+    assert study.methods == ["vanilla", "value_residual"] and "1 candidate cells to go" in study.waiting
+
+
+@pytest.mark.parametrize("search, message", [
+    ('[study.search]\ncandidates = ["mudd"]\npick = 1\n', "must be some of the study's methods"),
+    ('[study.search]\ncandidates = ["depth_attention"]\npick = 2\n', "picks 1 .. len"),
+    ('[study.search]\ncandidates = ["depth_attention"]\npick = 1\nseeds = [5]\n', "among the study's seeds"),
+    ('[study.search]\ncandidates = ["depth_attention"]\npicks = 1\n', "takes candidates, pick"),
+])
+def test_bad_searches_name_the_problem(tiny_data, tmp_path, search, message):
+    with pytest.raises(ValueError, match=message):
+        Study.load(write_study(tmp_path, tiny_data, head=search))

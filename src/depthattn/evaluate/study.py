@@ -518,6 +518,8 @@ def markdown_report(study: Study, results: list[dict]) -> str:
              "negative is better.", ""]
     if study.waiting:
         lines += [f"Waiting: {study.waiting}.", ""]
+    if study.search:
+        lines += [*_search_table(study), ""]
     for label, table in loss.items():
         if not table["rows"]:
             continue
@@ -545,8 +547,6 @@ def markdown_report(study: Study, results: list[dict]) -> str:
                 + (f" {study.paper.get(r['method'], '—')} |" if study.paper else ""))
         if study.start_from:
             lines += ["", *_curve_table(study, cells)]
-        if study.search and not label:
-            lines += ["", *_search_table(study)]
         for c in table["contrasts"]:
             a, b = c["pair"]
             p = "" if math.isnan(c["p_value"]) else f", p = {c['p_value']:.3f}"
