@@ -20,7 +20,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/depthattn demo
 
 # The whole study (hours on 2 cores; resumable, finished cells are skipped), then its pages in docs/results/.
-STUDIES := core retrofit budget depth tokenization ablations
+STUDIES := core retrofit budget depth tokenization ablations search confirm
 study: $(VENV)/.installed
 	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) --workers 2 --threads 1 --index docs/results/study.md
 

@@ -70,7 +70,7 @@ def test_errors_are_one_clear_line(argv, message, capsys, tmp_path, monkeypatch)
 
 def test_demo_trains_the_study_base_setting(tmp_path):
     from depthattn.demo import STUDY_CONFIG, demo_config
-    from depthattn.evaluate.study import Study, cell_key
+    from depthattn.study import Study, cell_key
 
     study = Study.load(STUDY_CONFIG)  # the tests run from the repository root
     demo = demo_config(study.base["data"]["path"], tmp_path, "vanilla", 200).to_dict()
@@ -79,7 +79,7 @@ def test_demo_trains_the_study_base_setting(tmp_path):
 
 def test_demo_quotes_the_study_from_its_committed_results():
     from depthattn.demo import STEPS, STUDY_CONFIG, study_quote
-    from depthattn.evaluate.study import Study, summarize, verdict
+    from depthattn.study import Study, summarize, verdict
 
     study = Study.load(STUDY_CONFIG)
     rows = {r["method"]: r for r in summarize(study, study.read_results())[""]["rows"]}

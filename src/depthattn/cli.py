@@ -16,7 +16,7 @@ COMMANDS = {  # name: (its module, its help line)
     "prepare": (".data.prepare", "text -> tokenizer -> token shards + manifest"),
     "train": (".train.loop", "train a model"),
     "generate": (".generate", "continue a prompt with a saved model"),
-    "study": (".evaluate.study", "sweeps of methods x seeds over model, data and budget axes, with paired statistics"),
+    "study": (".study.cli", "sweeps of methods x seeds over model, data and budget axes, with paired statistics"),
     "eval": (".evaluate.perplexity", "loss, perplexity and bits per byte on token shards or text"),
     "harness": (".evaluate.harness", "downstream tasks through lm-evaluation-harness"),
     "depth-map": (".evaluate.depth_map",

@@ -55,7 +55,7 @@ def study_quote(steps: int) -> list[str]:
         return [f"(the study's numbers are for {STEPS} steps; this run trained {steps})"]
     if not STUDY_CONFIG.is_file():
         return [f"(run from the repository root to see the study's result: docs/results/study.md)"]
-    from .evaluate.study import Study, format_interval, setting_differences, summarize, verdict
+    from .study import Study, format_interval, setting_differences, summarize, verdict
 
     study = Study.load(STUDY_CONFIG)
     table = summarize(study, study.read_results())[""]
@@ -74,6 +74,7 @@ def study_quote(steps: int) -> list[str]:
     if not lines:
         return ["(the study has fewer than two seeds of this setting so far: docs/results/study.md)"]
     others = [Study.load(path) for path in sorted(STUDY_CONFIG.parent.glob("*.toml")) if path != STUDY_CONFIG]
+    others.sort(key=lambda other: bool(other.confirm))  # a setting is named by the study that varies it first
     elsewhere = [entry for entry in setting_differences([study, *[other for other in others if not other.start_from]])
                  if entry["study"] != study.name and entry["DA − vanilla"].get("n", 0) > 1]
     if elsewhere:

@@ -63,7 +63,7 @@ def test_paper_presets_have_head_dim_64():
 def test_repository_configs_load():
     from pathlib import Path
 
-    from depthattn.evaluate.study import Study
+    from depthattn.study import Study
 
     root = Path(__file__).parents[2] / "configs"
     runs = sorted(p for p in root.glob("**/*.toml") if p.parent.name != "study")

@@ -10,7 +10,7 @@ from depthattn import DepthAttentionForCausalLM, method_settings
 from depthattn.convert import load_backbone
 from depthattn.data import TokenShards
 from depthattn.evaluate.plots import plot_loss_curves
-from depthattn.evaluate.study import Study
+from depthattn.study import Study
 from depthattn.train import TrainConfig, train
 from depthattn.train.loop import build_model_config
 from tests.helpers import tiny_model

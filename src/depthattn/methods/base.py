@@ -80,7 +80,7 @@ class CrossLayerMethod(nn.Module):
 
     def layer_mixing(self) -> dict[str, list[float]] | None:
         """Learned weights of the method's cross-layer mix, by what they weigh, per unrolled step from step 1 on
-        (`depthattn.evaluate.study.explain` plots them), or None."""
+        (`depthattn.study.explain` plots them), or None."""
         return None
 
     @staticmethod

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from depthattn.evaluate.study import (
+from depthattn.study import (
     Study, cell_key, explain, markdown_report, paired_difference, pending_cells, run_study, summarize, uncertain_cells,
     verdict, write_index, write_report,
 )

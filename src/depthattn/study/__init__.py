@@ -1,0 +1,44 @@
+"""Studies: sweeps of methods x seeds over model, data and budget axes, with paired statistics.
+
+A study config (configs/study/*.toml) holds:
+
+    [study]                       title, methods, seeds, baseline; optionally more_seeds (run where a
+                                  difference's 95% interval still spans zero), contrasts (extra method
+                                  pairs, e.g. [["depth_attention", "value_residual"]]), paper (a table
+                                  of the paper's numbers per method, shown beside ours) and describe
+                                  (method = what it changes, a column of the report)
+    [axes.NAME]                   key = a training-config key ("model.overrides.num_hidden_layers", "data.path",
+                                  "train.steps", ...); values = a list, or a table {label = value}; without
+                                  key, values = {label = {key = value, ...}}: each label sets several keys
+                                  (settings that each change something else from the base)
+    [study.search]                a pre-registered search among the study's methods: candidates, metric,
+                                  seeds and pick (how many go on); the rule is fixed here: the `pick` candidates
+                                  with the lowest mean metric over those seeds, once all their cells are in
+    [study.confirm]               from = another study config with a [study.search]; its picks join this study's
+                                  methods once the search is complete, each contrasted with `against`
+    [datasets.NAME]               a dataset the study prepares from the embedded corpus when its folder is
+                                  missing: path, vocab_size (258 = plain bytes: no merges)
+    [base.SECTION]                the training config every cell starts from
+    extends = "core.toml"         (in [study]) take another study's [base] and [datasets], then apply this file's
+
+A setting is one combination of axis values; a cell is (setting, method, seed). Cells with the same setting
+and seed share the data order and the backbone's initial weights, so differences are paired by seed.
+
+A cell is stored under a key made from its training config (a hash of everything but the method and seed):
+checkpoints in `runs/study/<key>/<method>/seed_<s>/`, the small result file in
+`docs/results/study/cells/<key>/<method>/seed_<s>.json` (commit these). So studies that share a cell train it
+once, a changed config gets a new key instead of a stale result, a cell whose result file exists is never
+rerun, and an interrupted one resumes from its last checkpoint.
+"""
+
+from .spec import Axis, Search, Study, cell_key, setting_label
+from .stats import format_interval, paired_difference, summarize, verdict
+from .runner import pending_cells, run_cell, run_study, uncertain_cells
+from .report import markdown_report, setting_differences, write_index, write_report
+from .why import explain
+
+__all__ = [
+    "Axis", "Search", "Study", "cell_key", "explain", "format_interval", "markdown_report", "paired_difference",
+    "pending_cells", "run_cell", "run_study", "setting_differences", "setting_label", "summarize",
+    "uncertain_cells", "verdict", "write_index", "write_report",
+]

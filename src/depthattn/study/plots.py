@@ -1,0 +1,120 @@
+"""A study's figures: paired differences against each axis, along training, and every setting at once."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from ..evaluate.plots import save_figure
+from .spec import Study, setting_label
+from .stats import summarize
+
+
+def cell_curve(cell: dict) -> dict[int, float]:
+    """A cell's eval-subset curve, stored as [tokens, loss] pairs, as {tokens: loss}."""
+    return dict(map(tuple, cell["curve"]))
+
+
+def plot_differences(study: Study, results: list[dict], out_png: Path) -> Path | None:
+    """Paired Δ val loss vs the baseline with its 95% interval: against the first axis, or per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+
+    table = summarize(study, results)
+    methods = [m for m in study.methods if m != study.baseline]
+    axis = study.axes[0] if study.axes else None
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    labels = list(table)
+    for i, method in enumerate(methods):
+        xs, ys, lows, highs = [], [], [], []
+        for j, label in enumerate(labels):
+            row = next((r for r in table[label]["rows"] if r["method"] == method and "diff_mean" in r), None)
+            if row is None:
+                continue
+            x = j + (i - (len(methods) - 1) / 2) * 0.08 if axis else i
+            low, high = (row["diff_low"], row["diff_high"]) if not math.isnan(row["diff_low"]) else (row["diff_mean"],) * 2
+            xs.append(x), ys.append(row["diff_mean"]), lows.append(row["diff_mean"] - low), highs.append(high - row["diff_mean"])
+        if xs:
+            ax.errorbar(xs, ys, yerr=[lows, highs], fmt="o-" if axis else "o", capsize=3, color=f"C{i}", label=method)
+    ax.axhline(0, color="black", lw=0.8)
+    if axis:
+        ax.set_xticks(range(len(labels)), [table[l]["setting"][axis.name] for l in labels])
+        ax.set_xlabel(axis.name)
+    else:
+        ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
+    ax.set_ylabel(f"Δ val loss vs {study.baseline} (nats), 95% CI")
+    ax.set_title(study.title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, out_png)
+
+
+def plot_curve_differences(study: Study, results: list[dict], out_png: Path) -> Path:
+    """Paired Δ of the validation curves (eval subset) against training tokens: where the gap goes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    styles = ["-", "--", ":", "-."]
+    for s, setting in enumerate(study.settings()):
+        cells = [r for r in results if r["setting"] == setting]
+        base = {r["seed"]: cell_curve(r) for r in cells if r["method"] == study.baseline}
+        for i, method in enumerate(m for m in study.methods if m != study.baseline):
+            runs = [r for r in cells if r["method"] == method and r["seed"] in base]
+            if not runs:
+                continue
+            tokens = [t for t, _ in runs[0]["curve"]]
+            diffs = [[v - base[r["seed"]][t] for t, v in r["curve"]] for r in runs]
+            mean = [statistics.fmean(d) for d in zip(*diffs)]
+            ax.plot(tokens, mean, styles[s % len(styles)], color=f"C{i}",
+                    label=f"{method} {setting_label(setting)} ({len(runs)} seeds)")
+            if len(runs) > 1:
+                ax.fill_between(tokens, [min(d) for d in zip(*diffs)], [max(d) for d in zip(*diffs)],
+                                color=f"C{i}", alpha=0.1)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel(f"Δ val loss vs {study.baseline} (nats; eval subset)")
+    ax.set_title(f"{study.title}: mean over seeds, shaded min-max", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return save_figure(fig, out_png)
+
+
+def plot_overview(entries: list[dict], out_png: Path) -> Path:
+    """The index's table (`setting_differences`) as one figure: per setting, each paired difference with its
+    95% interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+
+    names = ["DA − vanilla", "VR − vanilla", "DA − VR"]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(entries)), 4.5))
+    for i, name in enumerate(names):
+        shown = [(j, entry[name]) for j, entry in enumerate(entries)
+                 if entry[name] and not math.isnan(entry[name].get("diff_low", math.nan))]
+        if shown:
+            means = [row["diff_mean"] for _, row in shown]
+            errors = [[m - row["diff_low"] for m, (_, row) in zip(means, shown)],
+                      [row["diff_high"] - m for m, (_, row) in zip(means, shown)]]
+            ax.errorbar([j + (i - 1) * 0.2 for j, _ in shown], means, yerr=errors, fmt="o", capsize=3, color=f"C{i}",
+                        label=name)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(range(len(entries)), [f"{e['label']}\n({e['study']})" for e in entries], fontsize=8)
+    ax.set_ylabel("Δ val loss (nats), 95% CI; below 0: the first is better")
+    ax.set_title("Depth-Attention (DA) and value residual (VR) against vanilla, every setting", fontsize=9)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:  # nothing to show before two seeds of a setting
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, out_png)

@@ -1,0 +1,195 @@
+"""A study's pages: per study a Markdown report, JSON summary and plots; one index over all studies."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from ..files import atomic_write_bytes, atomic_write_json
+from .plots import cell_curve, plot_curve_differences, plot_differences, plot_overview
+from .runner import uncertain_cells
+from .spec import Study
+from .stats import format_interval, summarize, verdict
+
+
+def markdown_report(study: Study, results: list[dict]) -> str:
+    loss, bpb = summarize(study, results, "val_loss"), summarize(study, results, "val_bits_per_byte")
+    lines = [f"### {study.title}", "",
+             f"`depthattn study configs/study/{study.name}.toml`; val loss = mean next-token loss (nats) over the "
+             f"whole held-out split; Δ = method − {study.baseline} paired by seed, with its 95% t-interval; "
+             "negative is better.", ""]
+    if study.waiting:
+        lines += [f"Waiting: {study.waiting}.", ""]
+    if study.search:
+        lines += [*_search_table(study), ""]
+    for label, table in loss.items():
+        if not table["rows"]:
+            continue
+        cells = [r for r in results if r["setting"] == table["setting"]]
+        head = cells[0]
+        if label:
+            lines += [f"**{label}**", ""]
+        lines += [f"Training: {head['train_tokens']:,} tokens per run; cell key "
+                  f"`{study.cell_path(table['setting'], study.baseline, 0).parts[0]}`"
+                  f"{_last_quarter(study.baseline, cells)}.", "",
+                  "| method |" + (" variant |" if study.describe else "") +
+                  f" seeds | val loss (mean ± sd) | bits/byte | Δ loss vs {study.baseline} [95% CI] | p "
+                  "| seeds better | verdict | extra params |" + (" paper |" if study.paper else ""),
+                  "|---|---|---|---|---|---|---|---|---|" + ("---|" if study.describe else "")
+                  + ("---|" if study.paper else "")]
+        bpb_rows = {r["method"]: r for r in bpb[label]["rows"]}
+        for r in table["rows"]:
+            p = f"{r['p_value']:.3f}" if "p_value" in r and not math.isnan(r["p_value"]) else "—"
+            wins = f"{r['wins']}/{r['n']}" if "wins" in r else "—"
+            lines.append(
+                f"| {r['method']} |" + (f" {study.describe.get(r['method'], '')} |" if study.describe else "") +
+                f" {r['seeds']} | {r['mean']:.4f} ± {r['std']:.4f} | "
+                f"{bpb_rows[r['method']]['mean']:.4f} | {format_interval(r)} | {p} | {wins} | "
+                f"{verdict(r) if 'diff_mean' in r else '—'} | {r['extra_params']:,} |"
+                + (f" {study.paper.get(r['method'], '—')} |" if study.paper else ""))
+        if study.start_from:
+            lines += ["", *_curve_table(study, cells)]
+        for c in table["contrasts"]:
+            a, b = c["pair"]
+            p = "" if math.isnan(c["p_value"]) else f", p = {c['p_value']:.3f}"
+            lines += ["", f"{a} − {b}: {format_interval(c)}{p}, {a} lower in {c['wins']}/{c['n']} "
+                          f"seeds: **{verdict(c).replace('better', f'{a} better').replace('worse', f'{b} better')}**."]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _search_table(study: Study) -> list[str]:
+    """The pre-registered search: its rule, each candidate's mean over the search seeds, and the picks."""
+    search = study.search
+    result = search.result(study)
+    seeds = ", ".join(map(str, search.seeds))
+    lines = [f"Pre-registered search (written in `configs/study/{study.name}.toml` before its cells ran): the "
+             f"{search.pick} candidates with the lowest mean {search.metric} over seeds {seeds} go on.", "",
+             f"| rank | candidate | seeds | mean {search.metric} ± sd |", "|---|---|---|---|"]
+    for rank, row in enumerate(result["ranking"], 1):
+        lines.append(f"| {rank} | {row['method']} | {row['seeds']} | {row['mean']:.4f} ± {row['std']:.4f} |")
+    if result["picked"] is None:
+        lines += ["", f"Not decided yet: {result['missing']} candidate cells to go."]
+    else:
+        lines += ["", f"Picked: **{'**, **'.join(result['picked'])}**."]
+    return lines
+
+
+def _last_quarter(method: str, cells: list[dict]) -> str:
+    """How far `method`'s eval-subset loss (mean over seeds) still fell over the last quarter of training: how
+    flat the curve is where the budget ends."""
+    curves = [cell_curve(r) for r in cells if r["method"] == method and r["curve"]]
+    if not curves:
+        return ""
+    tokens = sorted(set.intersection(*[set(curve) for curve in curves]))
+    end = tokens[-1]
+    start = min(tokens, key=lambda t: abs(t - 0.75 * end))
+    if start == end:
+        return ""
+    before, after = (statistics.fmean(curve[t] for curve in curves) for t in (start, end))
+    return (f"; {method}'s eval-subset loss over the last quarter of training ({start:,} to {end:,} tokens): "
+            f"{before:.3f} to {after:.3f} ({after - before:+.3f})")
+
+
+def _curve_table(study: Study, cells: list[dict]) -> list[str]:
+    """Eval-subset val loss along training, mean ± sd over seeds: where started models begin (tokens 0) and go."""
+    curves = {m: [cell_curve(r) for r in cells if r["method"] == m] for m in study.methods}
+    tokens = sorted({t for runs in curves.values() for run in runs for t in run})
+    lines = ["Along training (eval-subset val loss, mean ± sd over seeds; tokens 0 = the starting model converted):", "",
+             "| method | " + " | ".join(f"{t:,} tokens" for t in tokens) + " |", "|---|" + "---|" * len(tokens)]
+    for method, runs in curves.items():
+        values = [[run[t] for run in runs if t in run] for t in tokens]
+        lines.append(f"| {method} | " + " | ".join(
+            f"{statistics.mean(v):.4f} ± {statistics.stdev(v):.4f}" if len(v) > 1 else (f"{v[0]:.4f}" if v else "—")
+            for v in values) + " |")
+    return lines
+
+
+def write_report(study: Study) -> Path:
+    """results/<name>.md, .json and plots from the committed cell results (no training)."""
+    results = study.read_results()
+    root = Path(study.results)
+    text = markdown_report(study, results)
+    if results:
+        text += f"\n![Δ vs {study.baseline}]({study.name}_difference.png)\n"
+        text += f"\n![Δ along training]({study.name}_curves.png)\n"
+        plot_differences(study, results, root / f"{study.name}_difference.png")
+        plot_curve_differences(study, results, root / f"{study.name}_curves.png")
+    atomic_write_bytes(root / f"{study.name}.md", text.encode())
+    summary = {label: table for label, table in summarize(study, results).items()}
+    atomic_write_json(root / f"{study.name}.json", {"study": study.name, "title": study.title, "summary": summary})
+    return root / f"{study.name}.md"
+
+
+def _cell(row: dict | None) -> str:
+    return f"{format_interval(row)}: {verdict(row)}" if row and "diff_mean" in row else "—"
+
+
+def _cell_paths(studies: list[Study], seeds_of) -> set[Path]:
+    return {study.result_path(setting, method, seed) for study in studies for setting in study.settings()
+            for method in study.methods for seed in seeds_of(study)}
+
+
+def _progress(studies: list[Study]) -> str:
+    first = _cell_paths(studies, lambda study: study.seeds)
+    more = _cell_paths(studies, lambda study: study.more_seeds) - first  # a cell may be another study's first seed
+    wanted = {study.result_path(*cell) for study in studies for cell in uncertain_cells(study)} - first
+    line = (f"Finished: {sum(p.exists() for p in first)} of the {len(first)} distinct cells of {len(studies)} "
+            f"studies at their first seeds")
+    if more:
+        line += (f"; more seeds where an interval spanned zero: {sum(p.exists() for p in more)} finished, "
+                 f"{len(wanted)} still wanted")
+    return line + "."
+
+
+def setting_differences(studies: list[Study]) -> list[dict]:
+    """Per distinct setting with Depth-Attention results (the first study to hold it names it): its label,
+    study, train tokens, and the paired rows "DA − vanilla", "VR − vanilla" and "DA − VR" (None when not run)."""
+    seen, entries = set(), []
+    for study in studies:
+        results = study.read_results()
+        for label, table in summarize(study, results).items():
+            key = study.cell_path(table["setting"], study.baseline, 0).parts[0]
+            rows = {r["method"]: r for r in table["rows"]}
+            if key in seen or "depth_attention" not in rows:
+                continue
+            seen.add(key)
+            entries.append({
+                "label": label or "base", "study": study.name,
+                "train_tokens": next(r["train_tokens"] for r in results if r["setting"] == table["setting"]),
+                "DA − vanilla": rows["depth_attention"], "VR − vanilla": rows.get("value_residual"),
+                "DA − VR": next((c for c in table["contrasts"] if c["pair"] == ["depth_attention", "value_residual"]),
+                                None)})
+    return entries
+
+
+def write_index(studies: list[Study], path: Path) -> Path:
+    """One page for the whole study: every distinct setting's key differences, then each study's report."""
+    lines = ["# Where Depth-Attention stands: the study", "",
+             "Generated by `make study` (`depthattn study configs/study/*.toml --index docs/results/study.md`) from the "
+             "committed cell results in `docs/results/study/cells/`; do not edit by hand. Each cell trains one method "
+             "with one seed; cells of the same setting and seed share the data order and the backbone's initial "
+             "weights, so differences are paired by seed. Val loss: nats per token on the whole held-out split "
+             "of the embedded corpus. Δ: the paired difference with its 95% t-interval; "
+             "'better' / 'worse' only where that interval excludes zero.", "",
+             _progress(studies), "",
+             "## Depth-Attention against vanilla and value residual, every setting", "",
+             "| setting | study | train tokens | seeds | DA − vanilla | VR − vanilla | DA − VR |", "|---|---|---|---|---|---|---|"]
+    entries = setting_differences(studies)
+    for entry in entries:
+        da, vr, contrast = entry["DA − vanilla"], entry["VR − vanilla"], entry["DA − VR"]
+        lines.append(f"| {entry['label']} | {entry['study']} | {entry['train_tokens']:,} | {da['seeds']} | "
+                     f"{_cell(da)} | {_cell(vr)} | {_cell(contrast)} |")
+    figure = plot_overview(entries, Path(studies[0].results) / "overview.png")
+    lines += ["", f"![every setting]({Path(studies[0].results).name}/{figure.name})"]
+    for study in studies:
+        text = markdown_report(study, study.read_results()).replace("](", f"]({Path(study.results).name}/")
+        lines += ["", text]
+        why = Path(study.results) / f"{study.name}_why.json"
+        if why.exists():
+            for label in json.loads(why.read_text())["settings"]:
+                lines += [f"![why: {label}]({Path(study.results).name}/{study.name}_why_{label}.png)", ""]
+    atomic_write_bytes(path, ("\n".join(lines) + "\n").encode())
+    return path

@@ -1,0 +1,134 @@
+"""Running a study's cells: each trains (or resumes) one method with one seed and writes its result file; a finished
+cell is never rerun."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import torch
+
+from ..data import MANIFEST_NAME, prepare
+from ..data.manifest import TOKENIZER_DIR
+from ..data.shards import TokenShards
+from ..data.tokenizer import load_tokenizer
+from ..evaluate.loading import load_model, run_metadata
+from ..evaluate.perplexity import compute_perplexity
+from ..evaluate.plots import read_metrics
+from ..files import atomic_write_json
+from ..methods import count_parameters
+from ..train import train
+from .spec import Study, setting_label
+from .stats import summarize
+
+
+def ensure_dataset(study: Study, path: str) -> None:
+    if (Path(path) / MANIFEST_NAME).exists():
+        return
+    if path not in study.datasets:
+        raise FileNotFoundError(f"{path} holds no prepared data; run depthattn prepare --out {path}, or declare it "
+                                f"under [datasets.NAME] in the study config so the study prepares it")
+    print(f"preparing the embedded corpus into {path} ({study.datasets[path]})")
+    prepare(["embedded"], Path(path), **study.datasets[path])
+
+
+def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int | None = None) -> dict:
+    """Train (or resume) one cell, score the whole validation split, and write the cell's result file."""
+    path = study.result_path(setting, method, seed)
+    if path.exists():
+        return json.loads(path.read_text())
+    if threads:
+        torch.set_num_threads(threads)
+    cfg = study.cell_config(setting, method, seed)
+    started = time.perf_counter()
+    train(cfg, resume=True)
+    cell = Path(cfg.train.out_dir)
+    records = read_metrics(cell / "metrics.jsonl")
+    model = load_model(cell / "final", device="cpu")
+    val = TokenShards(cfg.data.path, "val")
+    scored = compute_perplexity(model, val, block_size=cfg.data.seq_len,
+                                tokenizer=load_tokenizer(Path(cfg.data.path) / TOKENIZER_DIR))
+    result = {
+        "method": method, "seed": seed,
+        "val_loss": scored["loss"], "val_bits_per_byte": scored["bits_per_byte"],
+        "val_tokens": scored["tokens"], "val_bytes": scored["bytes"],
+        "train_tokens": records[-1]["tokens"], "final_train_loss": records[-1]["loss"],
+        "curve": [[r["tokens"], r["val_loss"]] for r in records if "val_loss" in r],  # eval-subset loss
+        "tokens_per_s": statistics.median(r["tokens_per_s"] for r in records if "tokens_per_s" in r),
+        **{f"params_{k}": v for k, v in count_parameters(model).items()},
+        "seconds": time.perf_counter() - started, "threads": torch.get_num_threads(),
+        "config": cfg.to_dict(), **run_metadata(),
+    }
+    result["config"]["train"].pop("out_dir")
+    atomic_write_json(path, result)
+    return result
+
+
+def pending_cells(study: Study, seeds: list[int] | None = None, methods: list[str] | None = None) -> list[tuple]:
+    """Cells without a result file, seed-major so early results cover every method of every setting."""
+    seeds = seeds or study.seeds
+    methods = methods or study.methods
+    return [(setting, method, seed) for seed in seeds for setting in study.settings() for method in methods
+            if not study.result_path(setting, method, seed).exists()]
+
+
+def uncertain_cells(study: Study) -> list[tuple]:
+    """The more_seeds cells of each (setting, method) whose difference to the baseline still spans zero."""
+    if not study.more_seeds:
+        return []
+    table = summarize(study, study.read_results())
+    wanted = []
+    for setting in study.settings():
+        rows = table[setting_label(setting)]["rows"]
+        unsure = [r["method"] for r in rows if "diff_low" in r and r["diff_low"] < 0 < r["diff_high"]]
+        unsure += [m for pair in study.contrasts for c in table[setting_label(setting)]["contrasts"]
+                   if c["pair"] == pair and c.get("diff_low", 0) < 0 < c.get("diff_high", 0) for m in pair]
+        for method in dict.fromkeys([study.baseline, *unsure] if unsure else []):
+            wanted += [(setting, method, s) for s in study.more_seeds
+                       if not study.result_path(setting, method, s).exists()]
+    return wanted
+
+
+def train_start(study: Study, seed: int, threads: int | None = None) -> None:
+    """Train (or resume) the model a retrofitting study's cells of `seed` start from, unless it is there: its
+    result may be committed while its checkpoints, never committed, are on another machine."""
+    cfg = study.start_config(seed)
+    if not (Path(cfg.train.out_dir) / "final" / "model.safetensors").exists():
+        if threads:
+            torch.set_num_threads(threads)
+        train(cfg, resume=True)
+
+
+def run_study(study: Study, workers: int = 1, threads: int | None = None, methods=None, seeds=None) -> None:
+    for path in {study.cell_config(s, study.methods[0], study.seeds[0]).data.path for s in study.settings()}:
+        ensure_dataset(study, path)
+    if study.start_from:  # one process per seed: cells of a seed share their starting model
+        starts = sorted({cell[2] for cell in pending_cells(study, seeds, methods)})
+        if workers == 1 or len(starts) <= 1:
+            for seed in starts:
+                train_start(study, seed, threads)
+        else:
+            with ProcessPoolExecutor(min(workers, len(starts))) as pool:
+                list(pool.map(train_start, [study] * len(starts), starts, [threads] * len(starts)))
+    rounds = [lambda: pending_cells(study, seeds, methods)]
+    if seeds is None and methods is None:
+        rounds.append(lambda: uncertain_cells(study))
+    for cells_of in rounds:
+        cells = cells_of()
+        if not cells:
+            continue
+        print(f"study {study.name}: {len(cells)} cells to run, {workers} at a time")
+        if workers == 1:
+            for i, cell in enumerate(cells, 1):
+                print(f"[{i}/{len(cells)}] {setting_label(cell[0]) or 'default'} {cell[1]} seed {cell[2]}")
+                run_cell(study, *cell, threads=threads)
+            continue
+        with ProcessPoolExecutor(workers) as pool:
+            futures = [pool.submit(run_cell, study, *cell, threads) for cell in cells]
+            for i, (cell, future) in enumerate(zip(cells, futures), 1):
+                result = future.result()
+                print(f"[{i}/{len(cells)}] {setting_label(cell[0]) or 'default'} {cell[1]} seed {cell[2]}: "
+                      f"val loss {result['val_loss']:.4f} ({result['seconds']:.0f} s)", flush=True)

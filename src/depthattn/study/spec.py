@@ -1,0 +1,272 @@
+"""A study's definition: its config file (the format: `depthattn.study`), its settings and cells, and each cell's
+key, a hash of its training config, under which its checkpoints and its result file are stored."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..presets import PRESETS
+from ..train import TrainConfig
+from ..train.config import read_toml
+
+
+@dataclass
+class Axis:
+    name: str
+    key: str | None  # "section.key" or "model.overrides.field"; None: each value is a table {key: value}
+    values: dict  # label -> value
+
+    def apply(self, data: dict, label: str) -> None:
+        """Set this axis's key(s) to the values of `label` in a training config."""
+        for key, value in ({self.key: self.values[label]} if self.key else self.values[label]).items():
+            set_key(data, key, value)
+
+
+@dataclass
+class Search:
+    """A pre-registered search: among `candidates`, the `pick` with the lowest mean `metric` over `seeds` go on.
+    Written in the study config before its cells run; the pick is made only once every candidate has every seed."""
+
+    candidates: list[str]
+    pick: int
+    metric: str = "val_loss"
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+
+    def result(self, study: "Study") -> dict:
+        """Each candidate's mean and sd of the metric over the finished search seeds, best first, and the picks
+        (None until every candidate cell of the search seeds is finished)."""
+        ranking, missing = [], 0
+        for method in self.candidates:
+            values = [json.loads(path.read_text())[self.metric] for seed in self.seeds
+                      if (path := study.result_path({}, method, seed)).exists()]
+            missing += len(self.seeds) - len(values)
+            if values:
+                ranking.append({"method": method, "seeds": len(values), "mean": statistics.fmean(values),
+                                "std": statistics.stdev(values) if len(values) > 1 else 0.0})
+        ranking.sort(key=lambda row: row["mean"])
+        picked = [row["method"] for row in ranking[:self.pick]] if not missing else None
+        return {"ranking": ranking, "missing": missing, "picked": picked}
+
+
+@dataclass
+class Study:
+    name: str
+    title: str
+    methods: list[str]
+    seeds: list[int]
+    baseline: str = "vanilla"
+    out_dir: str = "runs/study"  # checkpoints, never committed
+    results: str = "docs/results/study"  # cells/<key>/... result files and each study's report
+    more_seeds: list[int] = field(default_factory=list)
+    contrasts: list[list[str]] = field(default_factory=list)
+    paper: dict = field(default_factory=dict)  # method -> the paper's number, shown beside ours
+    describe: dict = field(default_factory=dict)  # method -> what it changes, in the paper's words
+    start_from: str = ""  # retrofitting: every cell starts from this method's final model, same seed, in `parent`
+    search: Search | None = None  # a pre-registered search among the methods (base setting only)
+    confirm: dict = field(default_factory=dict)  # from (a search study's config) and against; see the module doc
+    waiting: str = ""  # why a confirmation study has not its picks yet
+    parent: "Study | None" = None  # the study this one extends
+    axes: list[Axis] = field(default_factory=list)
+    datasets: dict = field(default_factory=dict)  # path -> prepare settings
+    base: dict = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Study":
+        path = Path(path)
+        data = read_toml(path, "study config", "configs/study/")
+        unknown = set(data) - {"study", "axes", "datasets", "base"}
+        if unknown:
+            raise ValueError(f"{path}: unknown sections {sorted(unknown)}; a study has [study], [axes.*], "
+                             "[datasets.*] and [base.*]")
+        head = dict(data.get("study", {}))
+        parent = None
+        if "extends" in head:  # another study's [base] and [datasets], under this file's
+            parent = path.parent / head.pop("extends")
+            if not parent.is_file():
+                raise FileNotFoundError(f"{path}: extends {parent}, which does not exist")
+            inherited = read_toml(parent, "study config", "configs/study/")
+            data["datasets"] = {**inherited.get("datasets", {}), **data.get("datasets", {})}
+            data["base"] = _merge(inherited.get("base", {}), data.get("base", {}))
+        known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts", "paper",
+                 "describe", "start_from", "search", "confirm"}
+        if set(head) - known:
+            raise ValueError(f"{path}: unknown [study] keys {sorted(set(head) - known)}; known: {', '.join(sorted(known))}")
+        missing = {"methods", "seeds"} - set(head)
+        if missing:
+            raise ValueError(f"{path}: [study] needs {', '.join(sorted(missing))}")
+        axes = []
+        for name, axis in data.get("axes", {}).items():
+            if set(axis) not in ({"key", "values"}, {"values"}):
+                raise ValueError(f"{path}: [axes.{name}] needs key and values, or values only (each a table of keys), "
+                                 f"got {sorted(axis)}")
+            values = axis["values"]
+            if not isinstance(values, dict):
+                values = {str(v): v for v in values}
+            if not values:
+                raise ValueError(f"{path}: [axes.{name}] has no values")
+            if "key" not in axis and not all(isinstance(v, dict) and v for v in values.values()):
+                raise ValueError(f"{path}: [axes.{name}] has no key, so each value must be a table of "
+                                 'training-config keys, e.g. {"train.steps" = 800}')
+            axes.append(Axis(name, axis.get("key"), values))
+        datasets = {}
+        for name, spec in data.get("datasets", {}).items():
+            if set(spec) - {"path", "vocab_size"} or "path" not in spec:
+                raise ValueError(f"{path}: [datasets.{name}] takes path and vocab_size, got {sorted(spec)}")
+            datasets[spec["path"]] = {"vocab_size": spec.get("vocab_size", 4096)}
+        head.setdefault("title", path.stem)
+        if head.get("start_from") and parent is None:
+            raise ValueError(f"{path}: start_from names a method of the study this one extends; add extends")
+        if "search" in head:
+            try:
+                head["search"] = Search(**head["search"])
+            except TypeError as err:
+                raise ValueError(f"{path}: [study.search] takes candidates, pick, metric and seeds ({err})") from None
+        study = cls(name=path.stem, axes=axes, datasets=datasets, base=data.get("base", {}),
+                    parent=cls.load(parent) if parent else None, **head)
+        if study.confirm:
+            study.add_picks(path.parent)
+        return study.check()
+
+    def add_picks(self, folder: Path) -> None:
+        """A confirmation study: the picks of the search it names join its methods, each contrasted with
+        `against`, once that search is complete."""
+        if set(self.confirm) != {"from", "against"}:
+            raise ValueError(f"[study.confirm] takes from (a study config with a [study.search]) and against (a "
+                             f"method), got {sorted(self.confirm)}")
+        search = Study.load(folder / self.confirm["from"])
+        if search.search is None:
+            raise ValueError(f"[study.confirm] from = {self.confirm['from']!r}: that study has no [study.search]")
+        search.results = self.results
+        result = search.search.result(search)
+        self.waiting = ""
+        if result["picked"] is None:
+            self.waiting = (f"the search of {search.name} has {result['missing']} candidate cells to go; its two picks "
+                            "join this study when they are in")
+            return
+        for method in result["picked"]:
+            if method not in self.methods:
+                self.methods.append(method)
+            if [method, self.confirm["against"]] not in self.contrasts:
+                self.contrasts.append([method, self.confirm["against"]])
+
+    def check(self) -> "Study":
+        if self.start_from and self.start_from not in self.parent.methods:
+            raise ValueError(f"start_from {self.start_from!r} must be one of the parent study's methods "
+                             f"{self.parent.methods}")
+        for method in self.methods:
+            if method not in PRESETS:
+                raise ValueError(f"study method {method!r} is not a preset; choose from {', '.join(PRESETS)}")
+        if self.baseline not in self.methods:
+            raise ValueError(f"the baseline {self.baseline!r} must be one of the study's methods {self.methods}")
+        for table in ("paper", "describe"):
+            if set(getattr(self, table)) - set(self.methods):
+                raise ValueError(f"[study.{table}] names {sorted(set(getattr(self, table)) - set(self.methods))}, "
+                                 f"which are not among the study's methods {self.methods}")
+        for pair in self.contrasts:
+            if len(pair) != 2 or not set(pair) <= set(self.methods):
+                raise ValueError(f"contrast {pair} must name two of the study's methods {self.methods}")
+        if self.search is not None:
+            if not self.search.candidates or set(self.search.candidates) - set(self.methods):
+                raise ValueError(f"[study.search] candidates {self.search.candidates} must be some of the study's "
+                                 f"methods {self.methods}")
+            if not 1 <= self.search.pick <= len(self.search.candidates) or self.axes:
+                raise ValueError("[study.search] picks 1 .. len(candidates) methods, in a study without axes")
+            if set(self.search.seeds) - set(self.seeds):
+                raise ValueError(f"[study.search] seeds {self.search.seeds} must be among the study's seeds {self.seeds}")
+        seeds = self.seeds + self.more_seeds
+        if not self.seeds or len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds and more_seeds must be distinct and seeds non-empty, got {seeds}")
+        for setting in self.settings():  # every cell's config is valid before anything trains
+            self.cell_config(setting, self.methods[0], self.seeds[0])
+        return self
+
+    def settings(self) -> list[dict[str, str]]:
+        """Every combination of axis labels, in the order of the axes: [{axis name: label}, ...]."""
+        combos = itertools.product(*[list(axis.values) for axis in self.axes])
+        return [dict(zip([axis.name for axis in self.axes], labels)) for labels in combos]
+
+    def setting_config(self, setting: dict) -> dict:
+        data = json.loads(json.dumps(self.base))  # a deep copy
+        for axis in self.axes:
+            axis.apply(data, setting[axis.name])
+        if self.start_from:  # the parent's models by their path, so that the cell key tells where a cell started
+            start = Path(self.parent.out_dir) / self.parent.cell_path({}, self.start_from, "{seed}") / "final"
+            data.setdefault("model", {})["init_from"] = str(start)
+        return data
+
+    def cell_path(self, setting: dict, method: str, seed: int) -> Path:
+        return Path(cell_key(self.setting_config(setting))) / method / f"seed_{seed}"
+
+    def result_path(self, setting: dict, method: str, seed: int) -> Path:
+        return Path(self.results) / "cells" / self.cell_path(setting, method, seed).with_suffix(".json")
+
+    def cell_config(self, setting: dict, method: str, seed: int) -> TrainConfig:
+        data = self.setting_config(setting)
+        data.setdefault("model", {})["method"] = method
+        if self.start_from:  # retrofitting: each seed starts from its own model of the parent study
+            data["model"]["init_from"] = data["model"]["init_from"].format(seed=seed)
+        cell = self.cell_path(setting, method, seed)
+        data.setdefault("train", {}).update(seed=seed, out_dir=str(Path(self.out_dir) / cell))
+        return TrainConfig.from_dict(data, source=f"study {self.name}, {setting_label(setting) or 'base'}, {cell}")
+
+    def start_config(self, seed: int) -> TrainConfig:
+        """The training config of the parent study's base-setting cell that `start_from` names."""
+        return self.parent.cell_config({}, self.start_from, seed)
+
+    def read_results(self) -> list[dict]:
+        """The result of every finished cell of this study, with its setting."""
+        results = []
+        for setting in self.settings():
+            for method in self.methods:
+                for seed in self.seeds + self.more_seeds:
+                    path = self.result_path(setting, method, seed)
+                    if path.exists():
+                        results.append({**json.loads(path.read_text()), "setting": setting})
+        return results
+
+
+# settings that change neither the model nor its training, so they do not enter a cell's key
+_NOT_IN_KEY = {"train": {"out_dir", "progress", "log_every", "checkpoint_every", "keep_checkpoints"}, "logging": "*"}
+
+
+def cell_key(config: dict) -> str:
+    """A short hash of a training config's settings that differ from the defaults, without its method and seed:
+    the same settings give the same key, and a new config field with a default keeps every existing key."""
+    full = TrainConfig.from_dict(json.loads(json.dumps(config)), source="study cell").to_dict()
+    defaults = TrainConfig().to_dict()
+    full["model"].pop("method")
+    full["train"].pop("seed")
+    chosen = {}
+    for section, values in full.items():
+        skipped = _NOT_IN_KEY.get(section, ())
+        if skipped == "*":
+            continue
+        changed = {k: v for k, v in values.items() if k not in skipped and v != defaults[section][k]}
+        if changed:
+            chosen[section] = changed
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _merge(base: dict, top: dict) -> dict:
+    merged = dict(base)
+    for key, value in top.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+def set_key(data: dict, key: str, value) -> None:
+    parts = key.split(".")
+    if len(parts) < 2:
+        raise ValueError(f"axis key {key!r} must name a config section and key, e.g. model.overrides.num_hidden_layers")
+    for part in parts[:-1]:
+        data = data.setdefault(part, {})
+    data[parts[-1]] = value
+
+
+def setting_label(setting: dict) -> str:
+    return ",".join(f"{name}={label}" for name, label in setting.items())
