@@ -1,3 +1,4 @@
+import argparse
 import json
 import math
 import shutil
@@ -10,6 +11,7 @@ from depthattn.study import (
     Study, cell_key, explain, markdown_report, paired_difference, pending_cells, run_study, summarize, uncertain_cells,
     verdict, write_index, write_report,
 )
+from depthattn.study.local import LocalExecutor
 
 BASE = """
 [base.model]
@@ -219,7 +221,7 @@ def test_a_retrofitting_study_retrains_its_missing_starting_models(tiny_data, tm
     assert (start / "final" / "model.safetensors").read_bytes() == weights and result.read_text() == committed
     assert {r["method"] for r in retrofit.read_results()} == {"vanilla", "depth_attention"}
     assert retrofit.cell_path({}, "vanilla", 0) != parent.cell_path({}, "vanilla", 0)
-    run_study(retrofit, workers=2)  # a finished study, run again as `make study` does: nothing to do, no error
+    run_study(retrofit, LocalExecutor(workers=2))  # a finished study, run again as `make study` does: nothing to do, no error
 
     child.write_text(child.read_text().replace('extends = "s.toml"\n', ''))
     with pytest.raises(ValueError, match="start_from names a method of the study this one extends"):
@@ -297,3 +299,92 @@ def test_a_search_picks_only_when_every_candidate_cell_is_in_and_then_by_mean(ti
 def test_bad_searches_name_the_problem(tiny_data, tmp_path, search, message):
     with pytest.raises(ValueError, match=message):
         Study.load(write_study(tmp_path, tiny_data, head=search))
+
+
+def test_a_cell_of_two_processes_matches_the_one_process_cell(tiny_data, tmp_path):
+    """gloo DDP under torch's elastic launcher (torchrun's): the study's batch is split over the processes, so the
+    two-process cell sees the one-process cell's batches; only the order of float sums differs."""
+    one = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla",), seeds=(0,), name="one.toml"))
+    two = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla",), seeds=(0,), name="two.toml"))
+    two.results, two.out_dir = str(tmp_path / "results-two"), str(tmp_path / "runs-two")
+    run_study(one)
+    run_study(two, LocalExecutor(tasks_per_cell=2, threads=1))
+    a, b = (json.loads(study.result_path({}, "vanilla", 0).read_text()) for study in (one, two))
+    assert b["world_size"] == 2 and b["parallel"] == "ddp" and "world_size" not in a
+    assert a["train_tokens"] == b["train_tokens"] and a["config"] == b["config"]  # the same cell
+    assert b["val_loss"] == pytest.approx(a["val_loss"], abs=1e-4)
+    for (tokens_a, loss_a), (tokens_b, loss_b) in zip(a["curve"], b["curve"]):
+        assert tokens_a == tokens_b and loss_b == pytest.approx(loss_a, abs=1e-4)
+    with pytest.raises(ValueError, match="divides it"):  # 4 sequences per batch cannot split over 3 processes
+        run_study(Study.load(write_study(tmp_path, tiny_data, methods=("vanilla",), seeds=(1,), name="three.toml")),
+                  LocalExecutor(tasks_per_cell=3))
+
+
+def test_dry_run_prints_each_cell_and_its_cost(tiny_data, tmp_path, capsys):
+    from depthattn.evaluate.costs import method_costs
+    from depthattn.study.cli import add_arguments, run
+    from depthattn.study.cost import cell_flops, gpu_hours
+    from depthattn.train.loop import build_model_config
+
+    study = write_study(tmp_path, tiny_data)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert run(parser.parse_args([str(study), "--dry-run", "--mfu", "0.5"])) == 0
+    out = capsys.readouterr().out
+    loaded = Study.load(study)
+    cost, vanilla = cell_flops(loaded, {}, "depth_attention"), cell_flops(loaded, {}, "vanilla")
+    assert cost["tokens"] == vanilla["tokens"] == 3 * 4 * 32  # steps x batch x seq_len
+    config = loaded.cell_config({}, "depth_attention", 0)
+    model_config = build_model_config(config, 384, None)  # tiny_data's vocabulary
+    extra = method_costs(model_config)["extra_flops_per_token"]
+    assert cost["flops"] - vanilla["flops"] == 3 * extra * cost["tokens"] > 0  # training = 3 x forward
+    embeddings = model_config.vocab_size * model_config.hidden_size
+    assert 6 * (vanilla["params"] - embeddings) * vanilla["tokens"] < vanilla["flops"]
+    assert "default depth_attention seed 1: " in out and "4 cells would run" in out
+    total = 2 * sum(cell_flops(loaded, {}, m)["flops"] for m in ("vanilla", "depth_attention"))
+    assert f"{total:.2e} FLOPs, {gpu_hours(total, 0.5):,.2f} GPU-hours at 50% MFU" in out
+    assert not (tmp_path / "results").exists()  # nothing trained
+    assert run(parser.parse_args([str(study), "--status"])) == 0
+    assert "study s: 0 finished, 4 to run" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["scale", "scale_smoke"])
+def test_the_scale_studies_are_valid_and_priced(name):
+    from depthattn.study.cost import cell_flops, gpu_hours
+    from depthattn.study.slurm import SlurmSettings
+
+    study = Study.load(f"configs/study/{name}.toml")  # the tests run from the repository root
+    settings = SlurmSettings.from_table(study.slurm)
+    cost = cell_flops(study, {}, "depth_attention")
+    assert settings.tasks == settings.gpus_per_cell and cost["params"] > 2e8
+    if name == "scale":
+        assert cost["tokens"] == pytest.approx(20 * 360e6, rel=0.01)  # 20 tokens per parameter
+        assert 5 < gpu_hours(cost["flops"], 0.4) < 20
+
+
+@pytest.mark.parametrize("table, overrides, expected", [
+    ({}, [], dict(time=240, ntasks_per_node=1, cpus_per_task=1)),
+    ({"time": "1-00:00:00", "gpus_per_cell": 8}, ["partition=gpu"],
+     dict(time=1440, ntasks_per_node=8, gpus_per_node=8, partition="gpu")),
+    ({"tasks_per_cell": 2, "sbatch": {"constraint": "h100"}}, ["time=90", 'setup=["module load cuda"]'],
+     dict(time=90, ntasks_per_node=2, additional_parameters={"constraint": "h100"}, setup=["module load cuda"])),
+])
+def test_slurm_settings_from_the_table_and_the_command_line(table, overrides, expected):
+    from depthattn.study.slurm import SlurmSettings
+
+    params = SlurmSettings.from_table(table, overrides).submitit_parameters("x")
+    assert {key: params[key] for key in expected} == expected
+
+
+@pytest.mark.parametrize("table, overrides, message", [
+    ({"partitoin": "gpu"}, [], "unknown \\[slurm\\] keys"),
+    ({}, ["gpus=2"], "--slurm takes KEY=VALUE"),
+    ({}, ["time=soon"], "time must be"),
+    ({"gpus_per_cell": -1}, [], "at least 0"),
+    ({}, ["tasks_per_cell=two"], "must be an integer"),
+])
+def test_bad_slurm_settings_name_the_problem(table, overrides, message):
+    from depthattn.study.slurm import SlurmSettings
+
+    with pytest.raises(ValueError, match=message):
+        SlurmSettings.from_table(table, overrides)

@@ -19,7 +19,11 @@ A study config (configs/study/*.toml) holds:
     [datasets.NAME]               a dataset the study prepares from the embedded corpus when its folder is
                                   missing: path, vocab_size (258 = plain bytes: no merges)
     [base.SECTION]                the training config every cell starts from
-    extends = "core.toml"         (in [study]) take another study's [base] and [datasets], then apply this file's
+    [slurm]                       how `--executor slurm` submits cells: partition, account, qos, time,
+                                  gpus_per_cell, tasks_per_cell, cpus_per_task, mem, array_parallelism,
+                                  sbatch (any other option), setup (shell lines); see study/slurm.py
+    extends = "core.toml"         (in [study]) take another study's [base], [datasets] and [slurm], then apply
+                                  this file's
 
 A setting is one combination of axis values; a cell is (setting, method, seed). Cells with the same setting
 and seed share the data order and the backbone's initial weights, so differences are paired by seed.
@@ -29,6 +33,8 @@ checkpoints in `runs/study/<key>/<method>/seed_<s>/`, the small result file in
 `docs/results/study/cells/<key>/<method>/seed_<s>.json` (commit these). So studies that share a cell train it
 once, a changed config gets a new key instead of a stale result, a cell whose result file exists is never
 rerun, and an interrupted one resumes from its last checkpoint.
+
+Cells run through an executor: local processes (study/local.py) or a Slurm job array (study/slurm.py).
 """
 
 from .spec import Axis, Search, Study, cell_key, setting_label

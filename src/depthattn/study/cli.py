@@ -1,4 +1,5 @@
-"""`depthattn study`: run studies (configs/study/*.toml) and write their reports."""
+"""`depthattn study`: run studies (configs/study/*.toml) on this machine or a Slurm cluster, show where their cells
+stand, estimate what they cost, and write their reports."""
 
 from __future__ import annotations
 
@@ -6,17 +7,36 @@ import argparse
 import time
 from pathlib import Path
 
+from .cost import H100_BF16_TFLOPS, cell_flops, gpu_hours
 from .report import write_index, write_report
-from .runner import run_study
-from .spec import Study
+from .runner import pending_cells, run_study, uncertain_cells
+from .spec import Study, setting_label
 from .why import explain
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="+", help="study configs (configs/study/*.toml), run in this order")
     parser.add_argument("--report-only", action="store_true", help="write the reports from finished cells; train nothing")
-    parser.add_argument("--workers", type=int, default=1, help="cells trained at once (processes)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads per worker")
+    parser.add_argument("--executor", choices=("local", "slurm"), default="local",
+                        help="where cells train: local processes (default) or a Slurm job array (depthattn[slurm])")
+    parser.add_argument("--workers", type=int, default=1, help="local: cells trained at once (processes)")
+    parser.add_argument("--threads", type=int, default=None, help="local: torch threads per process")
+    parser.add_argument("--tasks-per-cell", type=int, default=1,
+                        help="local: processes per cell, under torch.distributed (DDP or FSDP2, train.parallel)")
+    parser.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a key of the config's [slurm] table, e.g. --slurm partition=gpu "
+                             "--slurm time=2:00:00 --slurm gpus_per_cell=8 (repeatable)")
+    parser.add_argument("--detach", action="store_true",
+                        help="slurm: submit and return; run the same command again to submit what remains")
+    parser.add_argument("--poll", type=float, default=30.0, help="slurm: seconds between queue checks while waiting")
+    parser.add_argument("--status", action="store_true",
+                        help="list every cell as finished, running, pending, failed (job id, log) or not submitted")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the cells that would run and what each costs (FLOPs, GPU-hours at --mfu); "
+                             "train nothing")
+    parser.add_argument("--mfu", type=float, default=0.4, help="--dry-run: model FLOPs utilisation (default 0.4)")
+    parser.add_argument("--peak-tflops", type=float, default=H100_BF16_TFLOPS,
+                        help="--dry-run: the GPU's peak (default %(default)s, an H100's dense bf16)")
     parser.add_argument("--methods", nargs="+", help="run only these methods")
     parser.add_argument("--seeds", nargs="+", type=int, help="run only these seeds")
     parser.add_argument("--why", action="store_true", help="also write depth-weight maps and learned mixing weights "
@@ -24,6 +44,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index", help="also write one page for all the given studies (docs/results/study.md)")
     parser.add_argument("--out-dir", help="checkpoints and logs (default: the config's out_dir, runs/study)")
     parser.add_argument("--results", help="cell results and reports (default: the config's results, docs/results/study)")
+
+
+def make_executor(args: argparse.Namespace, study: Study):
+    if args.executor == "local":
+        from .local import LocalExecutor
+
+        return LocalExecutor(args.workers, args.threads, args.tasks_per_cell)
+    from .slurm import SlurmExecutor, SlurmSettings
+
+    return SlurmExecutor(SlurmSettings.from_table(study.slurm, args.slurm), study.out_dir, args.poll,
+                         wait=not args.detach)
+
+
+def wanted_cells(study: Study, args: argparse.Namespace) -> list[tuple]:
+    """The cells this command would train now: the study's seeds, then more seeds where intervals span zero."""
+    cells = pending_cells(study, args.seeds, args.methods)
+    return cells if args.seeds or args.methods else cells + uncertain_cells(study)
+
+
+def dry_run(study: Study, args: argparse.Namespace) -> None:
+    cells = wanted_cells(study, args)
+    print(f"study {study.name}: {len(cells)} cells would run, {make_executor(args, study).describe()}")
+    if args.executor == "slurm":
+        from .slurm import SlurmSettings
+
+        settings = SlurmSettings.from_table(study.slurm, args.slurm)
+        print("sbatch:", ", ".join(f"{k}={v}" for k, v in settings.submitit_parameters(study.name).items() if v))
+    total_flops = total_hours = 0.0
+    for setting, method, seed in cells:
+        cost = cell_flops(study, setting, method)
+        hours = gpu_hours(cost["flops"], args.mfu, args.peak_tflops)
+        total_flops, total_hours = total_flops + cost["flops"], total_hours + hours
+        print(f"  {setting_label(setting) or 'default'} {method} seed {seed}: {cost['params'] / 1e6:,.1f}M params, "
+              f"{cost['tokens'] / 1e9:,.3f}B tokens, {cost['flops']:.2e} FLOPs, {hours:,.2f} GPU-h")
+    print(f"study {study.name}: {total_flops:.2e} FLOPs, {total_hours:,.2f} GPU-hours at {args.mfu:.0%} MFU of "
+          f"{args.peak_tflops:g} TFLOP/s")
+
+
+def status(study: Study, args: argparse.Namespace) -> None:
+    cells = [(setting, method, seed) for seed in study.seeds + study.more_seeds for setting in study.settings()
+             for method in study.methods]
+    if args.executor == "slurm":
+        from .slurm import print_status
+
+        print_status(study, make_executor(args, study), cells)
+        return
+    wanted = {study.result_path(*cell) for cell in wanted_cells(study, args)}
+    done = sum(study.result_path(*cell).exists() for cell in cells)
+    for cell in cells:
+        path = study.result_path(*cell)
+        if path.exists() or path in wanted:
+            print(f"{'finished' if path.exists() else 'to run':>13}  {study.cell_path(*cell)}")
+    print(f"study {study.name}: {done} finished, {len(wanted)} to run")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,14 +110,23 @@ def run(args: argparse.Namespace) -> int:
             study.add_picks(Path(path).parent)
         if study.waiting:
             print(f"study {study.name}: {study.waiting}")
+    if args.status or args.dry_run:
+        for study in studies:
+            status(study, args) if args.status else dry_run(study, args)
+        return 0
+    complete = True
     for study in studies:
         if not args.report_only:
             started = time.perf_counter()
-            run_study(study, args.workers, args.threads, args.methods, args.seeds)
-            print(f"study {study.name}: done in {time.perf_counter() - started:.0f} s")
+            if run_study(study, make_executor(args, study), args.methods, args.seeds):
+                print(f"study {study.name}: done in {time.perf_counter() - started:.0f} s")
+            else:
+                complete = False
+                print(f"study {study.name}: cells are still out or failed; --status shows them, and the same command "
+                      "submits what has no result yet")
         print(f"report: {write_report(study)}")
         if args.why:
             print(f"why: {explain(study)}")
     if args.index:
         print(f"index: {write_index(studies, Path(args.index))}")
-    return 0
+    return 0 if complete or args.detach else 1

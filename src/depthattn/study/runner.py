@@ -4,9 +4,9 @@ cell is never rerun."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
@@ -35,22 +35,33 @@ def ensure_dataset(study: Study, path: str) -> None:
     prepare(["embedded"], Path(path), **study.datasets[path])
 
 
-def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int | None = None) -> dict:
-    """Train (or resume) one cell, score the whole validation split, and write the cell's result file."""
+def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int | None = None) -> dict | None:
+    """Train (or resume) one cell, score the whole validation split, and write the cell's result file.
+
+    Under torch.distributed (torchrun, a Slurm job of several tasks) every process trains its share of each
+    global batch, the study's `train.batch_size` split over the world; the first process then scores and writes
+    the result, which records the world size, and the others return None."""
     path = study.result_path(setting, method, seed)
     if path.exists():
         return json.loads(path.read_text())
     if threads:
         torch.set_num_threads(threads)
     cfg = study.cell_config(setting, method, seed)
+    world_size, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    check_split(study, [(setting, method, seed)], world_size)
+    cfg.train.batch_size //= world_size  # per process; the global batch stays the study's
     started = time.perf_counter()
     train(cfg, resume=True)
+    if rank:
+        return None
     cell = Path(cfg.train.out_dir)
     records = read_metrics(cell / "metrics.jsonl")
-    model = load_model(cell / "final", device="cpu")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = load_model(cell / "final", device=device)
     val = TokenShards(cfg.data.path, "val")
     scored = compute_perplexity(model, val, block_size=cfg.data.seq_len,
                                 tokenizer=load_tokenizer(Path(cfg.data.path) / TOKENIZER_DIR))
+    cfg.train.batch_size *= world_size
     result = {
         "method": method, "seed": seed,
         "val_loss": scored["loss"], "val_bits_per_byte": scored["bits_per_byte"],
@@ -60,11 +71,21 @@ def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int |
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in records if "tokens_per_s" in r),
         **{f"params_{k}": v for k, v in count_parameters(model).items()},
         "seconds": time.perf_counter() - started, "threads": torch.get_num_threads(),
-        "config": cfg.to_dict(), **run_metadata(),
+        **({"world_size": world_size, "parallel": cfg.train.parallel} if world_size > 1 else {}),
+        "device": device, "config": cfg.to_dict(), **run_metadata(),
     }
     result["config"]["train"].pop("out_dir")
     atomic_write_json(path, result)
     return result
+
+
+def check_split(study: Study, cells: list[tuple], tasks: int) -> None:
+    """A cell of `tasks` processes splits each batch over them: the study's batch size must divide."""
+    for cell in cells:
+        batch = study.cell_config(*cell).train.batch_size
+        if batch % tasks:
+            raise ValueError(f"a cell of {tasks} processes splits train.batch_size ({batch}) over them: pick a number "
+                             "of tasks that divides it")
 
 
 def pending_cells(study: Study, seeds: list[int] | None = None, methods: list[str] | None = None) -> list[tuple]:
@@ -96,23 +117,26 @@ def train_start(study: Study, seed: int, threads: int | None = None) -> None:
     """Train (or resume) the model a retrofitting study's cells of `seed` start from, unless it is there: its
     result may be committed while its checkpoints, never committed, are on another machine."""
     cfg = study.start_config(seed)
-    if not (Path(cfg.train.out_dir) / "final" / "model.safetensors").exists():
+    if not study.start_ready(seed):
         if threads:
             torch.set_num_threads(threads)
         train(cfg, resume=True)
 
 
-def run_study(study: Study, workers: int = 1, threads: int | None = None, methods=None, seeds=None) -> None:
+def run_study(study: Study, executor=None, methods=None, seeds=None) -> bool:
+    """Train every cell without a result through `executor` (default: local, one at a time): the cells of the
+    study's seeds, then the more-seed cells where an interval spans zero. False when cells are still out (a
+    detached Slurm submission), so that round two waits for round one."""
+    if executor is None:
+        from .local import LocalExecutor
+
+        executor = LocalExecutor()
     for path in {study.cell_config(s, study.methods[0], study.seeds[0]).data.path for s in study.settings()}:
         ensure_dataset(study, path)
-    if study.start_from:  # one process per seed: cells of a seed share their starting model
-        starts = sorted({cell[2] for cell in pending_cells(study, seeds, methods)})
-        if workers == 1 or len(starts) <= 1:
-            for seed in starts:
-                train_start(study, seed, threads)
-        else:
-            with ProcessPoolExecutor(min(workers, len(starts))) as pool:
-                list(pool.map(train_start, [study] * len(starts), starts, [threads] * len(starts)))
+    if study.start_from:  # the starting models first: cells of a seed share theirs
+        starts = [cell for cell in pending_cells(study, seeds, methods) if not study.start_ready(cell[2])]
+        if starts and not executor.run(study, starts, fn=train_start):
+            return False
     rounds = [lambda: pending_cells(study, seeds, methods)]
     if seeds is None and methods is None:
         rounds.append(lambda: uncertain_cells(study))
@@ -120,15 +144,7 @@ def run_study(study: Study, workers: int = 1, threads: int | None = None, method
         cells = cells_of()
         if not cells:
             continue
-        print(f"study {study.name}: {len(cells)} cells to run, {workers} at a time")
-        if workers == 1:
-            for i, cell in enumerate(cells, 1):
-                print(f"[{i}/{len(cells)}] {setting_label(cell[0]) or 'default'} {cell[1]} seed {cell[2]}")
-                run_cell(study, *cell, threads=threads)
-            continue
-        with ProcessPoolExecutor(workers) as pool:
-            futures = [pool.submit(run_cell, study, *cell, threads) for cell in cells]
-            for i, (cell, future) in enumerate(zip(cells, futures), 1):
-                result = future.result()
-                print(f"[{i}/{len(cells)}] {setting_label(cell[0]) or 'default'} {cell[1]} seed {cell[2]}: "
-                      f"val loss {result['val_loss']:.4f} ({result['seconds']:.0f} s)", flush=True)
+        print(f"study {study.name}: {len(cells)} cells to run, {executor.describe()}", flush=True)
+        if executor.run(study, cells) is False:
+            return False
+    return True

@@ -70,6 +70,7 @@ class Study:
     search: Search | None = None  # a pre-registered search among the methods (base setting only)
     confirm: dict = field(default_factory=dict)  # from (a search study's config) and against; see the module doc
     waiting: str = ""  # why a confirmation study has not its picks yet
+    slurm: dict = field(default_factory=dict)  # the [slurm] table: how cells are submitted (study/slurm.py)
     parent: "Study | None" = None  # the study this one extends
     axes: list[Axis] = field(default_factory=list)
     datasets: dict = field(default_factory=dict)  # path -> prepare settings
@@ -79,10 +80,10 @@ class Study:
     def load(cls, path: str | Path) -> "Study":
         path = Path(path)
         data = read_toml(path, "study config", "configs/study/")
-        unknown = set(data) - {"study", "axes", "datasets", "base"}
+        unknown = set(data) - {"study", "axes", "datasets", "base", "slurm"}
         if unknown:
             raise ValueError(f"{path}: unknown sections {sorted(unknown)}; a study has [study], [axes.*], "
-                             "[datasets.*] and [base.*]")
+                             "[datasets.*], [base.*] and [slurm]")
         head = dict(data.get("study", {}))
         parent = None
         if "extends" in head:  # another study's [base] and [datasets], under this file's
@@ -92,6 +93,7 @@ class Study:
             inherited = read_toml(parent, "study config", "configs/study/")
             data["datasets"] = {**inherited.get("datasets", {}), **data.get("datasets", {})}
             data["base"] = _merge(inherited.get("base", {}), data.get("base", {}))
+            data["slurm"] = {**inherited.get("slurm", {}), **data.get("slurm", {})}
         known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts", "paper",
                  "describe", "start_from", "search", "confirm"}
         if set(head) - known:
@@ -126,7 +128,7 @@ class Study:
                 head["search"] = Search(**head["search"])
             except TypeError as err:
                 raise ValueError(f"{path}: [study.search] takes candidates, pick, metric and seeds ({err})") from None
-        study = cls(name=path.stem, axes=axes, datasets=datasets, base=data.get("base", {}),
+        study = cls(name=path.stem, axes=axes, datasets=datasets, base=data.get("base", {}), slurm=data.get("slurm", {}),
                     parent=cls.load(parent) if parent else None, **head)
         if study.confirm:
             study.add_picks(path.parent)
@@ -213,6 +215,10 @@ class Study:
         cell = self.cell_path(setting, method, seed)
         data.setdefault("train", {}).update(seed=seed, out_dir=str(Path(self.out_dir) / cell))
         return TrainConfig.from_dict(data, source=f"study {self.name}, {setting_label(setting) or 'base'}, {cell}")
+
+    def start_ready(self, seed: int) -> bool:
+        """Whether the model that `start_from` names, for `seed`, is trained (in this machine's out_dir)."""
+        return (Path(self.start_config(seed).train.out_dir) / "final" / "model.safetensors").exists()
 
     def start_config(self, seed: int) -> TrainConfig:
         """The training config of the parent study's base-setting cell that `start_from` names."""

@@ -1,0 +1,44 @@
+"""What a study's cells cost before they run: training FLOPs from the tokens and the model, and GPU-hours at a
+stated model FLOPs utilisation (MFU).
+
+Per trained token, forward: 2 FLOPs per weight of the decoder and the output head (input embeddings are a lookup),
+plus causal attention, 2 x (QK^T and AV) x seq_len / 2 positions on average x Hq x head_dim per layer, plus the
+cross-layer method's own arithmetic (`depthattn.evaluate.costs`). Training is 3 x the forward (backward = 2 x).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..data.manifest import MANIFEST_NAME
+from ..evaluate.costs import method_costs
+from ..train.loop import build_model_config
+from .spec import Study
+
+H100_BF16_TFLOPS = 989.0  # dense bf16 peak of an H100 SXM
+
+
+def _vocab_size(study: Study, data_path: str) -> int:
+    manifest = Path(data_path) / MANIFEST_NAME
+    if manifest.exists():
+        return json.loads(manifest.read_text())["tokenizer"]["vocab_size"]
+    return study.datasets.get(data_path, {}).get("vocab_size", 50304)
+
+
+def cell_flops(study: Study, setting: dict, method: str) -> dict:
+    """Training tokens, parameters and FLOPs of one cell (any seed)."""
+    cfg = study.cell_config(setting, method, study.seeds[0])
+    config = build_model_config(cfg, _vocab_size(study, cfg.data.path), None)
+    costs = method_costs(config)
+    D, L, T = config.hidden_size, config.unrolled_depth, cfg.data.seq_len
+    embeddings = config.vocab_size * D
+    weights = costs["params_total"] - (0 if config.tie_word_embeddings else embeddings)  # the head is a matmul
+    attention = 2 * L * T * config.num_attention_heads * config.head_dim
+    forward = 2 * weights + attention + costs["extra_flops_per_token"]
+    tokens = cfg.train.steps * cfg.train.batch_size * cfg.train.grad_accum * T
+    return {"tokens": tokens, "params": costs["params_total"], "flops": 3 * forward * tokens}
+
+
+def gpu_hours(flops: float, mfu: float, peak_tflops: float = H100_BF16_TFLOPS) -> float:
+    return flops / (mfu * peak_tflops * 1e12) / 3600

@@ -1,0 +1,64 @@
+"""The local executor: a study's cells on this machine, `workers` cells at a time, each in one process or, with
+`tasks_per_cell` > 1, in that many processes under torch.distributed as torchrun starts them (gloo on CPUs, NCCL on
+GPUs)."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+
+from .runner import check_split, run_cell
+from .spec import Study, setting_label
+
+
+def _run_distributed(study: Study, setting: dict, method: str, seed: int, threads: int | None,
+                     tasks: int) -> dict:
+    """One cell in `tasks` processes, launched and watched by torch's elastic agent (torchrun's own)."""
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=tasks, run_id=f"cell-{uuid.uuid4().hex[:8]}",
+                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
+                          start_method="spawn")
+    return elastic_launch(config, run_cell)(study, setting, method, seed, threads)[0]  # rank 0's result
+
+
+class LocalExecutor:
+    def __init__(self, workers: int = 1, threads: int | None = None, tasks_per_cell: int = 1):
+        if workers < 1 or tasks_per_cell < 1:
+            raise ValueError(f"--workers and --tasks-per-cell must be >= 1, got {workers} and {tasks_per_cell}")
+        self.workers, self.threads, self.tasks_per_cell = workers, threads, tasks_per_cell
+
+    def describe(self) -> str:
+        tasks = f", {self.tasks_per_cell} processes each" if self.tasks_per_cell > 1 else ""
+        return f"{self.workers} at a time{tasks}"
+
+    def _cell(self, study: Study, cell: tuple) -> dict:
+        if self.tasks_per_cell > 1:
+            return _run_distributed(study, *cell, self.threads, self.tasks_per_cell)
+        return run_cell(study, *cell, threads=self.threads)
+
+    def run(self, study: Study, cells: list[tuple], fn=None) -> bool:
+        """Train `cells` (setting, method, seed); a failing cell stops the study with its error. `fn(study, seed,
+        threads)` instead runs that for each seed in `cells` (a retrofitting study's starting models)."""
+        if fn is not None:
+            seeds = sorted({cell[2] for cell in cells})
+            if self.workers == 1:
+                for seed in seeds:
+                    fn(study, seed, self.threads)
+                return True
+            with ProcessPoolExecutor(min(self.workers, len(seeds))) as pool:
+                list(pool.map(fn, [study] * len(seeds), seeds, [self.threads] * len(seeds)))
+            return True
+        check_split(study, cells, self.tasks_per_cell)
+        if self.workers == 1:
+            for i, cell in enumerate(cells, 1):
+                print(f"[{i}/{len(cells)}] {setting_label(cell[0]) or 'default'} {cell[1]} seed {cell[2]}", flush=True)
+                self._cell(study, cell)
+            return True
+        with ProcessPoolExecutor(self.workers) as pool:
+            futures = [pool.submit(self._cell, study, cell) for cell in cells]
+            for i, (cell, future) in enumerate(zip(cells, futures), 1):
+                result = future.result()
+                print(f"[{i}/{len(cells)}] {setting_label(cell[0]) or 'default'} {cell[1]} seed {cell[2]}: "
+                      f"val loss {result['val_loss']:.4f} ({result['seconds']:.0f} s)", flush=True)
+        return True
