@@ -19,7 +19,7 @@ def write_token_dataset(out_dir: Path, tokens: np.ndarray, vocab_size: int = 2**
     """`tokens` as the train split of a dataset directory, without tokenizing anything (so ids are known)."""
     dtype_name = token_dtype_name(vocab_size)
     with ShardWriter(out_dir, "train", DTYPES[dtype_name], shard_tokens) as writer:
-        writer.add_document(tokens.tolist())
+        writer.add_documents(tokens, 1)
         train = writer.finish()
     manifest = {
         "format": FORMAT,

@@ -28,11 +28,15 @@ def test_round_trip_text_to_shards_to_text(prepared_dir, small_docs):
         assert TokenShards(prepared_dir, split).num_documents == len(expected)
 
 
-def test_manifest_describes_the_shards(prepared_dir):
+def test_manifest_describes_the_shards(prepared_dir, small_docs):
     manifest = read_manifest(prepared_dir)
     assert manifest["dtype"] == "uint16" and manifest["tokenizer"] == {
         "path": "tokenizer",
         "origin": manifest["tokenizer"]["origin"],
+        "sample_bytes": 2**30,  # requested; the whole train split is smaller
+        "sample_bytes_used": sum(
+            len(doc.encode()) for doc in small_docs if document_split(doc, 1337, 0.2) == "train"
+        ),
         "vocab_size": 300,
         "eos_id": 0,
     }

@@ -1,11 +1,13 @@
 """`depthattn prepare`: turn text into token shards and a manifest (layout in manifest.py).
 
-1. Read the documents of every input (sources.py says what a document is for each kind of input).
-2. Put each document in train or val by a seeded hash of its text (document_split): the split does
-   not depend on input order, and identical documents always land together.
-3. Train a byte-level BPE on the train documents, or take a given tokenizer; either way it is saved
-   to OUT/tokenizer.
-4. Encode every document, append EOS, and write each split as shards of `shard_tokens` tokens.
+1. Read the documents of every input, lazily (sources.py says what a document is for each kind of input).
+2. Each document goes to train or val by a seeded hash of its text (encode.document_split): the split
+   does not depend on input order, and identical documents always land together.
+3. Train a byte-level BPE on a bounded sample, the train documents in input order up to
+   `tokenizer_sample_bytes` UTF-8 bytes (a first pass over the inputs, which stops there), or take a
+   given tokenizer; either way it is saved to OUT/tokenizer.
+4. Encode every document in `workers` processes (encode.py), append EOS, and write each split as shards
+   of `shard_tokens` tokens, in input order: the output does not depend on the number of workers.
 5. Write manifest.json last, so a directory with a manifest is always complete.
 
 Everything is written into a hidden temporary folder beside the output folder; only once its manifest
@@ -29,22 +31,22 @@ from tqdm import tqdm
 
 from ..files import (AtomicFile, atomic_write_json, fsync_directory, make_folder, reporting_full_disk,
                      temporary_sibling)
+from .encode import EncodeSettings, document_batches, document_split, encode_in_order, utf8_size
 from .errors import DataError
 from .manifest import DTYPES, FORMAT, FORMAT_VERSION, MANIFEST_NAME, SPLITS, TOKENIZER_DIR, token_dtype_name
-from .sources import DEFAULT_CHUNK_CHARS, EMBEDDED, describe_sources, iter_documents, resolve_sources
+from .sources import DEFAULT_CHUNK_CHARS, EMBEDDED, describe_sources, numbered_documents, resolve_sources
 from .tokenizer import load_tokenizer, save_tokenizer, train_bpe_tokenizer
 
 DEFAULT_VOCAB_SIZE = 4096
 DEFAULT_VAL_FRACTION = 0.05
 DEFAULT_SEED = 1337
 DEFAULT_SHARD_TOKENS = 100_000_000  # 200 MB per uint16 shard
-ENCODE_BATCH_DOCUMENTS = 64
+DEFAULT_TOKENIZER_SAMPLE_BYTES = 2**30  # 1 GiB of train text is plenty for the merges of a BPE
 
 
-def document_split(text: str, seed: int, val_fraction: float) -> str:
-    """Return "val" for about `val_fraction` of documents, picked by a seeded hash of the text alone; else "train"."""
-    digest = hashlib.sha256(f"{seed}\n{text}".encode("utf-8", "surrogatepass")).digest()
-    return "val" if int.from_bytes(digest[:8], "big") < val_fraction * 2**64 else "train"
+def default_workers() -> int:
+    """The CPUs this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 class ShardWriter:
@@ -58,16 +60,18 @@ class ShardWriter:
         self.shard_sha256 = None
         self.shard_num_tokens = 0
 
-    def add_document(self, token_ids: list[int]) -> None:
-        tokens = np.asarray(token_ids, dtype=self.dtype)  # (num_tokens,)
-        self.num_documents += 1
-        while tokens.size:  # a document may straddle shards
+    def add_documents(self, tokens: np.ndarray, num_documents: int) -> None:
+        """Append the tokens (num_tokens,) of `num_documents` documents, each already followed by EOS."""
+        tokens = np.asarray(tokens, dtype=self.dtype)  # no copy when it has the dtype already
+        self.num_documents += num_documents
+        while tokens.size:  # the tokens may straddle shards
             if self.shard is None:
                 self.shard = AtomicFile(self.out_dir / f"{self.split}_{len(self.files):03d}.bin")
                 self.shard_sha256, self.shard_num_tokens = hashlib.sha256(), 0
             piece = tokens[: self.shard_tokens - self.shard_num_tokens]
-            self.shard.write(piece.tobytes())
-            self.shard_sha256.update(piece.tobytes())
+            data = piece.tobytes()
+            self.shard.write(data)
+            self.shard_sha256.update(data)
             self.shard_num_tokens += piece.size
             tokens = tokens[piece.size :]
             if self.shard_num_tokens == self.shard_tokens:
@@ -94,15 +98,28 @@ class ShardWriter:
             self.shard.discard()
 
 
-def batched(items: Iterable[str], size: int) -> Iterator[list[str]]:
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+class TokenizerSample:
+    """The texts of the train documents of `documents` ((input, number, text), in input order) up to `limit` UTF-8
+    bytes in all, to train a BPE on: whole documents, but the one that reaches the limit is cut there (at a
+    character boundary) and reading stops. `used` counts the bytes given so far."""
+
+    def __init__(self, documents: Iterable[tuple[str, int, str]], limit: int, seed: int, val_fraction: float):
+        self.documents, self.limit, self.seed, self.val_fraction = documents, limit, seed, val_fraction
+        self.used = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for source, number, text in self.documents:
+            if document_split(text, self.seed, self.val_fraction) != "train":
+                continue
+            size = utf8_size(text, f"input {source}, document {number}")
+            if self.used + size > self.limit:  # the document that reaches the limit: cut it there, and stop
+                cut = text.encode("utf-8")[: self.limit - self.used].decode("utf-8", "ignore")
+                self.used += len(cut.encode("utf-8"))
+                if cut:
+                    yield cut
+                return
+            self.used += size
+            yield text
 
 
 def refuse_previous_output(out_dir: Path, overwrite: bool) -> None:
@@ -155,63 +172,64 @@ def prepare(
     *,
     tokenizer: str | os.PathLike | None = None,
     vocab_size: int = DEFAULT_VOCAB_SIZE,
+    tokenizer_sample_bytes: int = DEFAULT_TOKENIZER_SAMPLE_BYTES,
     val_fraction: float = DEFAULT_VAL_FRACTION,
     text_field: str = "text",
     seed: int = DEFAULT_SEED,
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     chunk_chars: int = DEFAULT_CHUNK_CHARS,
     hf_split: str = "train",
+    workers: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
 ) -> dict:
     """Tokenize `inputs` (paths, hf:NAME, or "embedded"; empty means embedded) into `out_dir`; return the manifest.
 
-    With `tokenizer` (a Hugging Face tokenizer directory) that tokenizer is used, else a byte-level
-    BPE of `vocab_size` tokens is trained on the train documents.
+    With `tokenizer` (a Hugging Face tokenizer directory) that tokenizer is used, else a byte-level BPE of
+    `vocab_size` tokens is trained on the first `tokenizer_sample_bytes` UTF-8 bytes of the train documents.
+    `workers` processes encode the documents (default: the CPUs this process may use); the output is the same
+    for any number of them.
     """
     if not 0 < val_fraction < 1:
         raise DataError(f"val_fraction must be between 0 and 1 (exclusive), got {val_fraction}. Fix --val-fraction.")
     if shard_tokens < 1 or chunk_chars < 1:
         raise DataError(f"shard_tokens and chunk_chars must be positive, got {shard_tokens} and {chunk_chars}.")
+    if tokenizer_sample_bytes < 1:
+        raise DataError(f"tokenizer_sample_bytes must be positive, got {tokenizer_sample_bytes}. "
+                        "Fix --tokenizer-sample-bytes.")
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise DataError(f"workers must be at least 1, got {workers}. Fix --workers (by default, the "
+                        f"{default_workers()} CPUs this process may use).")
     out_dir = Path(out_dir)
     sources = resolve_sources(inputs)
     refuse_previous_output(out_dir, overwrite)
 
-    def documents(desc: str) -> Iterator[str]:
+    def documents(desc: str) -> tqdm:  # of (input, document number, text)
         return tqdm(
-            iter_documents(sources, text_field, hf_split, chunk_chars), desc=desc, unit="doc", disable=not progress
+            numbered_documents(sources, text_field, hf_split, chunk_chars), desc=desc, unit="doc", disable=not progress
         )
-
-    def split_of(text: str) -> str:
-        return document_split(text, seed, val_fraction)
 
     with building_dataset(out_dir) as build_dir:
         if tokenizer is None:
-            train_texts = (text for text in documents("train tokenizer") if split_of(text) == "train")
-            hf_tokenizer = train_bpe_tokenizer(train_texts, vocab_size, build_dir / TOKENIZER_DIR)
-            origin = f"byte-level BPE trained on the train split, vocab_size {vocab_size} requested"
+            with documents("sample for the tokenizer") as sample_documents:  # closes the bar if reading stops early
+                sample = TokenizerSample(sample_documents, tokenizer_sample_bytes, seed, val_fraction)
+                hf_tokenizer = train_bpe_tokenizer(sample, vocab_size, build_dir / TOKENIZER_DIR)
+            tokenizer_info = {
+                "origin": f"byte-level BPE trained on the train split, vocab_size {vocab_size} requested",
+                "sample_bytes": tokenizer_sample_bytes,  # requested
+                "sample_bytes_used": sample.used,
+            }
         else:
             hf_tokenizer = load_tokenizer(tokenizer)
             save_tokenizer(hf_tokenizer, build_dir / TOKENIZER_DIR)
-            origin = str(Path(tokenizer).resolve())
-        if hf_tokenizer.eos_token_id is None:
-            raise DataError(
-                f"tokenizer {tokenizer} has no eos_token, which ends every document. "
-                'Set "eos_token" in its tokenizer_config.json.'
-            )
+            tokenizer_info = {"origin": str(Path(tokenizer).resolve())}
+        check_tokenizer(hf_tokenizer, tokenizer)
         dtype_name = token_dtype_name(len(hf_tokenizer))
-
-        with (
-            ShardWriter(build_dir, "train", DTYPES[dtype_name], shard_tokens) as train_writer,
-            ShardWriter(build_dir, "val", DTYPES[dtype_name], shard_tokens) as val_writer,
-        ):
-            writers = {"train": train_writer, "val": val_writer}
-            for batch in batched(documents("encode"), ENCODE_BATCH_DOCUMENTS):
-                # split_special_tokens: a literal "<|endoftext|>" inside a document is plain text, not EOS
-                encoded = hf_tokenizer(batch, add_special_tokens=False, split_special_tokens=True, verbose=False)
-                for text, token_ids in zip(batch, encoded["input_ids"], strict=True):
-                    writers[split_of(text)].add_document(token_ids + [hf_tokenizer.eos_token_id])
-            splits = {split: writer.finish() for split, writer in writers.items()}
+        settings = EncodeSettings(
+            str(build_dir / TOKENIZER_DIR), hf_tokenizer.eos_token_id, DTYPES[dtype_name], seed, val_fraction
+        )
+        splits = encode_splits(documents("encode"), settings, build_dir, shard_tokens, workers)
 
         num_documents = sum(info["num_documents"] for info in splits.values())
         for split, info in splits.items():
@@ -232,7 +250,7 @@ def prepare(
             "dtype": dtype_name,
             "tokenizer": {
                 "path": TOKENIZER_DIR,
-                "origin": origin,
+                **tokenizer_info,
                 "vocab_size": len(hf_tokenizer),
                 "eos_id": hf_tokenizer.eos_token_id,
             },
@@ -240,6 +258,36 @@ def prepare(
         }
         atomic_write_json(build_dir / MANIFEST_NAME, manifest)
     return manifest
+
+
+def check_tokenizer(hf_tokenizer, path: str | os.PathLike | None) -> None:
+    """Refuse a tokenizer that prepare cannot use: one without EOS, or a slow (Python) one."""
+    if hf_tokenizer.eos_token_id is None:
+        raise DataError(
+            f"tokenizer {path} has no eos_token, which ends every document. "
+            'Set "eos_token" in its tokenizer_config.json.'
+        )
+    if not hf_tokenizer.is_fast:
+        raise DataError(
+            f"tokenizer {path} is not a fast tokenizer (the Rust `tokenizers` library), which prepare encodes with. "
+            "Pass a folder with a tokenizer.json, such as the save_pretrained of a fast tokenizer."
+        )
+
+
+def encode_splits(
+    documents: Iterable[tuple[str, int, str]], settings: EncodeSettings, build_dir: Path, shard_tokens: int,
+    workers: int
+) -> dict:
+    """Encode `documents` in `workers` processes and write both splits' shards; return their manifest entries."""
+    with (
+        ShardWriter(build_dir, "train", settings.dtype, shard_tokens) as train_writer,
+        ShardWriter(build_dir, "val", settings.dtype, shard_tokens) as val_writer,
+    ):
+        writers = {"train": train_writer, "val": val_writer}
+        for encoded in encode_in_order(document_batches(documents), settings, workers):
+            for split, (tokens, num_documents) in encoded.items():
+                writers[split].add_documents(tokens, num_documents)
+        return {split: writer.finish() for split, writer in writers.items()}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -262,6 +310,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_VOCAB_SIZE,
         metavar="N",
         help="train a byte-level BPE tokenizer of N tokens (default %(default)s)",
+    )
+    parser.add_argument(
+        "--tokenizer-sample-bytes",
+        type=int,
+        default=DEFAULT_TOKENIZER_SAMPLE_BYTES,
+        metavar="N",
+        help="train the BPE on the first N UTF-8 bytes of the train documents, in input order (default 2**30, 1 GiB)",
     )
     parser.add_argument(
         "--val-fraction",
@@ -293,6 +348,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="cut .txt inputs at blank lines into documents of about N characters (default %(default)s)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help=f"processes that encode the documents; the output is the same for any N (default: the CPUs this "
+        f"process may use, here {default_workers()})",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace a prepared dataset already in --out")
 
 
@@ -303,12 +365,14 @@ def run(args: argparse.Namespace) -> int:
             args.out,
             tokenizer=args.tokenizer,
             vocab_size=args.vocab_size,
+            tokenizer_sample_bytes=args.tokenizer_sample_bytes,
             val_fraction=args.val_fraction,
             text_field=args.text_field,
             seed=args.seed,
             shard_tokens=args.shard_tokens,
             chunk_chars=args.chunk_chars,
             hf_split=args.hf_split,
+            workers=args.workers,
             overwrite=args.overwrite,
         )
     except DataError as error:

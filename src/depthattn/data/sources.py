@@ -3,17 +3,21 @@
 What one document is, per input:
 - `embedded` (the default): one part of a work of the embedded Shakespeare corpus (corpus/README.md).
 - `FILE.txt`: UTF-8 text cut at blank lines into chunks of about `chunk_chars` characters, each
-  stripped of surrounding whitespace; a file shorter than that is one document.
+  stripped of surrounding whitespace; a file shorter than that is one document. The file is read in
+  pieces, twice: once to count its characters (which place the cuts), once to cut it.
 - `FILE.jsonl`: one JSON object per line; the document is its string field `text_field`.
 - `FILE.parquet`: one row per document; the string column `text_field` (needs pyarrow).
 - `hf:NAME` or `hf:NAME:CONFIG`: one row per document of split `hf_split` of a Hugging Face
-  dataset, column `text_field` (needs the `datasets` library and the dataset in reach).
-Blank documents are skipped; an input that yields no document at all is an error.
+  dataset, column `text_field` (needs the `datasets` library and the dataset in reach; streamed, so
+  rows are fetched as they are read rather than downloaded whole first).
+Blank documents are skipped; an input that yields no document at all is an error. Every input is
+read lazily, so memory does not grow with its size (beyond the largest single document).
 """
 
+import codecs
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,12 +28,18 @@ EMBEDDED = "embedded"
 HF_PREFIX = "hf:"
 FILE_KINDS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet"}
 DEFAULT_CHUNK_CHARS = 25_000
+READ_BYTES = 1 << 20  # text files are read and decoded in pieces of this many bytes
 
 
 @dataclass(frozen=True)
 class Source:
     kind: str  # "embedded", "txt", "jsonl", "parquet" or "hf"
     location: str  # the file path or dataset name as given
+
+    @property
+    def name(self) -> str:
+        """The input as the user wrote it, for messages and the manifest."""
+        return HF_PREFIX + self.location if self.kind == "hf" else self.location
 
 
 def resolve_sources(inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> list[Source]:
@@ -62,7 +72,7 @@ def resolve_sources(inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> 
 
 
 def describe_sources(sources: Sequence[Source]) -> list[str]:
-    return [source.location if source.kind != "hf" else HF_PREFIX + source.location for source in sources]
+    return [source.name for source in sources]
 
 
 def iter_documents(
@@ -70,16 +80,30 @@ def iter_documents(
 ) -> Iterator[str]:
     """Yield every non-blank document of every source, in order."""
     for source in sources:
-        num_documents = 0
-        for text in read_source(source, text_field, hf_split, chunk_chars):
-            if text.strip():
-                num_documents += 1
-                yield text
-        if num_documents == 0:
-            name = describe_sources([source])[0]
-            raise DataError(
-                f"input {name} contains no documents (it is empty or all its text is blank). Fix it or leave it out."
-            )
+        yield from source_documents(source, text_field, hf_split, chunk_chars)
+
+
+def numbered_documents(
+    sources: Sequence[Source], text_field: str = "text", hf_split: str = "train", chunk_chars: int = DEFAULT_CHUNK_CHARS
+) -> Iterator[tuple[str, int, str]]:
+    """Yield (input name, document number counting from 1 in that input, text) for every document, in order."""
+    for source in sources:
+        for number, text in enumerate(source_documents(source, text_field, hf_split, chunk_chars), start=1):
+            yield source.name, number, text
+
+
+def source_documents(source: Source, text_field: str, hf_split: str, chunk_chars: int) -> Iterator[str]:
+    """Yield the non-blank documents of one source, in order."""
+    num_documents = 0
+    for text in read_source(source, text_field, hf_split, chunk_chars):
+        if text.strip():
+            num_documents += 1
+            yield text
+    if num_documents == 0:
+        raise DataError(
+            f"input {source.name} contains no documents (it is empty or all its text is blank). "
+            "Fix it or leave it out."
+        )
 
 
 def read_source(source: Source, text_field: str, hf_split: str, chunk_chars: int) -> Iterator[str]:
@@ -96,29 +120,73 @@ def read_source(source: Source, text_field: str, hf_split: str, chunk_chars: int
 
 def split_into_chunks(text: str, chunk_chars: int) -> list[str]:
     """Cut `text` at blank lines into about len(text) / chunk_chars pieces of similar size (stripped, non-empty)."""
-    num_chunks = max(1, round(len(text) / chunk_chars))
-    cuts = [0]
-    for k in range(1, num_chunks):
-        cut = text.find("\n\n", len(text) * k // num_chunks)  # first blank line after the even cut point
-        cuts.append(len(text) if cut == -1 else cut)
-    cuts.append(len(text))
-    chunks = [text[start:end].strip() for start, end in zip(cuts, cuts[1:])]
-    return [chunk for chunk in chunks if chunk]
+    return list(split_stream_into_chunks([text], len(text), chunk_chars))
+
+
+def split_stream_into_chunks(pieces: Iterable[str], length: int, chunk_chars: int) -> Iterator[str]:
+    """The chunks of split_into_chunks for the text that `pieces` make up (`length` characters in all), read piece
+    by piece: holds only the text after the last cut.
+
+    The text is cut into n = round(length / chunk_chars) chunks (at least 1): the k-th cut is at the first blank
+    line at or after character length * k // n, or at the end if there is none.
+    """
+    num_chunks = max(1, round(length / chunk_chars))
+    targets = (length * k // num_chunks for k in range(1, num_chunks))  # the even cut points
+    target = next(targets, None)
+    held, held_start, cut = "", 0, 0  # held = text[held_start:...]; the last cut is at held_start + cut
+    for piece in pieces:
+        held, held_start, cut = held[cut:] + piece, held_start + cut, 0
+        while target is not None:
+            found = held.find("\n\n", max(target - held_start, cut))  # never before the last cut
+            if found == -1:
+                break  # the blank line may be in a later piece
+            if chunk := held[cut:found].strip():
+                yield chunk
+            cut, target = found, next(targets, None)
+    if chunk := held[cut:].strip():
+        yield chunk
+
+
+def utf8_error(path: Path, data: bytes, error: UnicodeDecodeError, base_offset: int, where: str = "") -> DataError:
+    return DataError(
+        f"{path}{where}: invalid UTF-8 at byte offset {base_offset + error.start} "
+        f"(byte 0x{data[error.start]:02x}). Convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8."
+    )
 
 
 def decode_utf8(data: bytes, path: Path, base_offset: int = 0, where: str = "") -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise DataError(
-            f"{path}{where}: invalid UTF-8 at byte offset {base_offset + error.start} "
-            f"(byte 0x{data[error.start]:02x}). Convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8."
-        ) from None
+        raise utf8_error(path, data, error, base_offset, where) from None
+
+
+def read_text_pieces(path: Path) -> Iterator[str]:
+    """The text of `path` in pieces of about READ_BYTES: decoded from UTF-8, without a leading byte order mark,
+    with CRLF line ends turned into LF."""
+    undecoded, offset = b"", 0  # bytes of an incomplete character left over, and their offset in the file
+    carried = ""  # a "\r" that ended the last piece: its "\n" may start the next one
+    with open(path, "rb") as file:
+        while True:
+            data = undecoded + file.read(READ_BYTES)
+            last = len(data) == len(undecoded)  # nothing more was read
+            try:
+                text, used = codecs.utf_8_decode(data, "strict", last)
+            except UnicodeDecodeError as error:
+                raise utf8_error(path, data, error, offset) from None
+            if offset == 0:  # nothing decoded before: this text starts the file
+                text = text.removeprefix("\ufeff")
+            undecoded, offset = data[used:], offset + used
+            text = carried + text
+            carried = "\r" if text.endswith("\r") and not last else ""
+            yield text[: len(text) - len(carried)].replace("\r\n", "\n")
+            if last:
+                return
 
 
 def read_text_file(path: Path, chunk_chars: int) -> Iterator[str]:
-    text = decode_utf8(path.read_bytes(), path).removeprefix("\ufeff").replace("\r\n", "\n")
-    yield from split_into_chunks(text, chunk_chars)
+    length = sum(len(piece) for piece in read_text_pieces(path))  # a first pass, to place the cuts
+    yield from split_stream_into_chunks(read_text_pieces(path), length, chunk_chars)
 
 
 def read_jsonl(path: Path, text_field: str) -> Iterator[str]:
@@ -188,23 +256,23 @@ def read_hf_dataset(name: str, split: str, text_field: str) -> Iterator[str]:
         ) from None
     path, _, config = name.partition(":")
     try:
-        dataset = datasets.load_dataset(path, config or None, split=split)
+        dataset = datasets.load_dataset(path, config or None, split=split, streaming=True)
     except Exception as error:  # the hub, the cache and the dataset scripts raise many kinds
         raise DataError(
             f"could not load Hugging Face dataset hf:{name} (split {split!r}): {error}. Check the name, the split, "
             "and the network or the local cache (HF_DATASETS_OFFLINE=1 reads the cache only)."
         ) from error
-    if text_field not in dataset.column_names:
-        raise DataError(
-            f"hf:{name}: no column {text_field!r} (columns: {', '.join(dataset.column_names)}). "
-            "Pass the text column with --text-field."
-        )
-    for batch in dataset.iter(batch_size=1024):
-        for text in batch[text_field]:
-            if not isinstance(text, (str, type(None))):
-                raise DataError(
-                    f"hf:{name}: column {text_field!r} holds {type(text).__name__} values, not strings. "
-                    "Pick a text column with --text-field."
-                )
-            if text is not None:
-                yield text
+    for row in dataset:  # streamed: rows arrive as they are read
+        if text_field not in row:
+            raise DataError(
+                f"hf:{name}: no column {text_field!r} (columns: {', '.join(row)}). "
+                "Pass the text column with --text-field."
+            )
+        text = row[text_field]
+        if not isinstance(text, (str, type(None))):
+            raise DataError(
+                f"hf:{name}: column {text_field!r} holds {type(text).__name__} values, not strings. "
+                "Pick a text column with --text-field."
+            )
+        if text is not None:
+            yield text
