@@ -21,15 +21,24 @@ code that calls them from the test process itself (submitit) needs ``cluster.act
 which puts ``SLURM_CONF`` in ``os.environ`` and removes any outer ``SLURM_*``/``SBATCH_*``
 variables for the duration.
 
+There is no accounting storage (no slurmdbd): ``sacct`` fails, so submitit's ``job.state`` is
+always ``UNKNOWN``, and a cancelled or killed job is never ``done()``; the study's Slurm executor
+reads ``squeue`` instead. Job ids start at a random ``FirstJobId`` per cluster, because submitit
+caches job states per process by id.
+
+Processes whose environment carries this cluster's ``SLURM_CONF`` (daemons, slurmstepd, job
+tasks, and anything started with ``cluster.env``) are killed by ``stop()``.
+
 Requires root: ``SlurmUser``/``SlurmdUser`` are root and slurmd starts jobs as the submitting user.
 Debian: ``apt-get install slurmctld slurmd slurm-client munge`` (Slurm 22.05 on bookworm).
 
-``python tests/slurm_cluster.py DIR`` starts a cluster in DIR and keeps it up until Ctrl-C.
+``python tests/study/slurm_cluster.py DIR`` starts a cluster in DIR and keeps it up until Ctrl-C.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import random
 import shutil
@@ -40,8 +49,9 @@ import sys
 import tempfile
 import time
 import zlib
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Self
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "srun", "squeue", "scancel", "sinfo", "scontrol")
@@ -105,12 +115,19 @@ def _free_ports(n: int) -> list[int]:
 
 
 def _node_hardware(slurmd: str) -> dict[str, str]:
-    """This machine as ``slurmd -C`` sees it: CPUs, Boards, SocketsPerBoard, CoresPerSocket, ThreadsPerCore, RealMemory."""
+    """This machine as ``slurmd -C`` sees it: CPUs, Boards, SocketsPerBoard, CoresPerSocket,
+    ThreadsPerCore, RealMemory."""
     out = subprocess.run([slurmd, "-C"], capture_output=True, text=True, timeout=30, check=True).stdout
     line = next(line for line in out.splitlines() if line.startswith("NodeName="))
     fields = dict(item.split("=", 1) for item in line.split())
     keep = ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore", "RealMemory")
     return {k: fields[k] for k in keep if k in fields}
+
+
+def _die_with_parent() -> None:
+    """In the daemon, before exec: SIGTERM when the process that started it dies (even by SIGKILL)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -130,13 +147,11 @@ class SlurmCluster:
         *,
         cpus: int | None = None,
         realmemory_mb: int | None = None,
-        sacct_shim: bool = False,
         extra_conf: Sequence[str] = (),
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.cpus = cpus
         self.realmemory_mb = realmemory_mb
-        self.sacct_shim = sacct_shim
         self.extra_conf = list(extra_conf)
         # job ids differ between clusters: submitit's job-state cache (one per process) is keyed by id
         self.first_job_id = random.SystemRandom().randrange(1000, 50_000_000, 1000)
@@ -153,7 +168,7 @@ class SlurmCluster:
 
     # ---------------------------------------------------------------- lifecycle
 
-    def start(self, timeout: float = 30.0) -> "SlurmCluster":
+    def start(self, timeout: float = 30.0) -> Self:
         """Start munged, slurmctld and slurmd; return once the node is idle. Stops what it started on failure."""
         try:
             self._start(timeout)
@@ -165,6 +180,7 @@ class SlurmCluster:
     def _start(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._kill_leftovers()  # of an earlier cluster in this state dir that its process left behind
         self.log_dir.mkdir(exist_ok=True)
         # unix socket paths must stay under ~108 bytes (munged socket, slurmstepd sockets in the spool)
         if len(str(self.state_dir)) <= 60:
@@ -187,8 +203,6 @@ class SlurmCluster:
 
         base_env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_PREFIXES)}
         base_env["PATH"] = os.pathsep.join([base_env.get("PATH", "/usr/bin:/bin"), *_SBIN])
-        if self.sacct_shim:
-            base_env["PATH"] = os.pathsep.join([str(self._write_sacct_shim()), base_env["PATH"]])
         self.env = {**base_env, "SLURM_CONF": str(self.conf_path)}
 
         # -F foreground, -f: the state dir's ancestors (pytest's 0700 tmp dirs) fail munged's o+x check
@@ -216,19 +230,10 @@ class SlurmCluster:
         self._spawn("slurmd", [_which("slurmd"), "-D", "-N", self.node_name, "-f", str(self.conf_path)])
         self._wait(lambda: self.node_state() == "idle", deadline, f"node {self.node_name} did not become idle")
 
-    def _write_sacct_shim(self) -> Path:
-        bin_dir = self.state_dir / "bin"
-        bin_dir.mkdir(exist_ok=True)
-        shim = bin_dir / "sacct"
-        python = sys.executable if len(sys.executable) < 120 else "/usr/bin/env python3"  # shebang limit
-        shim.write_text(_SACCT_SHIM.format(python=python, sacct=_which("sacct"), squeue=_which("squeue")))
-        shim.chmod(0o755)
-        return bin_dir
-
     def _spawn(self, name: str, argv: list) -> None:
-        out = open(self.log_dir / f"{name}.out", "ab")
-        try:
-            # own session: a ^C to pytest does not hit the daemons before stop() runs
+        with open(self.log_dir / f"{name}.out", "ab") as out:
+            # own session: a ^C to pytest does not hit the daemons before stop() runs;
+            # they go when the thread that started them does (pytest killed: no daemons left over)
             self._procs[name] = subprocess.Popen(
                 [str(a) for a in argv],
                 env=self.env,
@@ -236,9 +241,8 @@ class SlurmCluster:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 (only prctl, no locks)
             )
-        finally:
-            out.close()
 
     def _wait(self, ready, deadline: float, what: str) -> None:
         while True:
@@ -267,9 +271,10 @@ class SlurmCluster:
                 if ids:
                     self.run("scancel", *ids, check=False, timeout=10)
                     end = time.monotonic() + timeout / 2
-                    while time.monotonic() < end and self.run(
-                        "squeue", "-h", "-o", "%A", check=False, timeout=10
-                    ).stdout.strip():
+                    while (
+                        time.monotonic() < end
+                        and self.run("squeue", "-h", "-o", "%A", check=False, timeout=10).stdout.strip()
+                    ):
                         time.sleep(0.1)
         for name in ("slurmd", "slurmctld", "munged"):  # clients need munged until the end
             proc = self._procs.get(name)
@@ -284,11 +289,11 @@ class SlurmCluster:
         self._kill_leftovers()
         if self._runtime_dir is not None:
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                (self.state_dir / "run").unlink()
 
     def _kill_leftovers(self) -> None:
         """SIGKILL every process whose environment carries our SLURM_CONF (slurmstepd, job steps, tasks)."""
-        if not self.env:
-            return
         marker = f"SLURM_CONF={self.conf_path}".encode()
         spare = {os.getpid()}
         pid = os.getppid()
@@ -315,7 +320,7 @@ class SlurmCluster:
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.2)
 
-    def __enter__(self) -> "SlurmCluster":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -334,7 +339,7 @@ class SlurmCluster:
         if self.realmemory_mb is not None:
             hw["RealMemory"] = str(self.realmemory_mb)
         node = " ".join(f"{k}={v}" for k, v in hw.items())
-        # ClusterName: lowercase, and unique-ish so that a stale state dir of another cluster is noticed
+        # ClusterName: lowercase; fixed per state dir (slurmctld refuses a state dir saved under another name)
         cluster = "t" + format(zlib.crc32(str(d).encode()), "08x")
         lines = [
             f"ClusterName={cluster}",
@@ -366,7 +371,8 @@ class SlurmCluster:
             f"JobCompLoc={d / 'jobcomp.txt'}",
             "MpiDefault=none",
             "SwitchType=switch/none",
-            # scheduling: start jobs as soon as they are submitted or resources free up
+            # scheduling: the backfill pass (every bf_interval=1 s) starts a submitted job within ~0.8 s
+            # (Slurm's defaults: ~3 s, batch_sched_delay)
             "SchedulerType=sched/backfill",
             "SchedulerParameters=sched_interval=1,sched_min_interval=100000,bf_interval=1,batch_sched_delay=0",
             "SelectType=select/cons_tres",
@@ -399,6 +405,7 @@ class SlurmCluster:
         ``env``: more environment variables (sbatch passes its whole environment on to the job)."""
         r = subprocess.run(
             [str(a) for a in argv],
+            check=False,
             env={**self.env, **(env or {})},
             capture_output=True,
             text=True,
@@ -441,19 +448,23 @@ class SlurmCluster:
         return r.stdout.strip() if r.returncode == 0 else ""
 
     @contextlib.contextmanager
-    def activate(self) -> Iterator["SlurmCluster"]:
+    def activate(self) -> Iterator[Self]:
         """Point in-process users of the Slurm clients (submitit) at this cluster: os.environ gets
         ``SLURM_CONF`` (and sbin on PATH), loses outer ``SLURM_*``-style variables; restored on exit."""
-        saved = dict(os.environ)
+        changed = [k for k in os.environ if k.startswith(_FOREIGN_PREFIXES)] + ["SLURM_CONF", "PATH"]
+        saved = {k: os.environ.get(k) for k in changed}
         try:
-            for k in [k for k in os.environ if k.startswith(_FOREIGN_PREFIXES)]:
-                del os.environ[k]
+            for k in changed:
+                os.environ.pop(k, None)
             os.environ["SLURM_CONF"] = self.env["SLURM_CONF"]
             os.environ["PATH"] = self.env["PATH"]
             yield self
         finally:
-            os.environ.clear()
-            os.environ.update(saved)
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     def logs(self, lines: int = 25) -> str:
         """Tails of the daemons' logs, for error messages."""
@@ -472,7 +483,6 @@ def start_cluster(
     *,
     cpus: int | None = None,
     realmemory_mb: int | None = None,
-    sacct_shim: bool = False,
     extra_conf: Sequence[str] = (),
     timeout: float = 30.0,
 ) -> SlurmCluster:
@@ -480,83 +490,22 @@ def start_cluster(
 
     ``cpus``: advertise this many CPUs instead of the machine's (``SlurmdParameters=config_overrides``),
     e.g. to run several jobs at once on a 2-CPU CI machine. ``realmemory_mb`` likewise for memory.
-    ``sacct_shim``: put a ``sacct`` first on the clients' PATH that answers submitit's state query
-    (``sacct -o JobID,State,NodeList --parsable2 -j ID...``) from ``squeue -t all``; without it
-    ``sacct`` fails here (no accounting storage) and submitit's ``job.state`` stays ``UNKNOWN``.
     ``extra_conf``: more slurm.conf lines, placed before the node and partition lines.
     Raises :class:`SlurmClusterError` (with log tails) if the node is not idle within ``timeout``
     seconds; nothing is left running then.
     """
     cluster = SlurmCluster(
-        state_dir, cpus=cpus, realmemory_mb=realmemory_mb, sacct_shim=sacct_shim, extra_conf=extra_conf
+        state_dir, cpus=cpus, realmemory_mb=realmemory_mb, extra_conf=extra_conf
     )
     return cluster.start(timeout)
 
-
-_SACCT_SHIM = '''#!{python}
-"""sacct stand-in written by tests/slurm_cluster.py (sacct_shim=True).
-
-This test cluster has no accounting storage (slurmdbd), so the real sacct only says "Slurm
-accounting storage is disabled". The one query submitit makes,
-`sacct -o JobID,State,NodeList --parsable2 -j ID [-j ID ...]`, is answered from
-`squeue -t all`, which lists finished jobs for MinJobAge seconds; anything else goes to the real sacct.
-"""
-import os
-import subprocess
-import sys
-
-SACCT, SQUEUE = {sacct!r}, {squeue!r}
-# squeue-only states, spelled as sacct would report them
-STATES = {{"CONFIGURING": "RUNNING", "SIGNALING": "RUNNING", "RESIZING": "RUNNING", "STAGE_OUT": "COMPLETING"}}
-
-
-def main(args):
-    ids, fields, parsable = [], None, False
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg in ("-j", "--jobs", "-o", "--format") and i + 1 < len(args):
-            if arg in ("-j", "--jobs"):
-                ids += args[i + 1].split(",")
-            else:
-                fields = args[i + 1]
-            i += 2
-            continue
-        if arg.startswith(("--jobs=", "--format=")):
-            key, value = arg.split("=", 1)
-            if key == "--jobs":
-                ids += value.split(",")
-            else:
-                fields = value
-        elif arg in ("-P", "--parsable2"):
-            parsable = True
-        else:
-            return None
-        i += 1
-    if not (ids and parsable and fields and fields.lower() == "jobid,state,nodelist"):
-        return None
-    out = subprocess.run(
-        [SQUEUE, "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%N"], capture_output=True, text=True
-    ).stdout  # fails (no output) only when none of the ids is known any more
-    lines = ["JobID|State|NodeList"]
-    for line in out.splitlines():
-        job, state, nodes = line.split("|", 2)
-        lines.append(f"{{job}}|{{STATES.get(state, state)}}|{{nodes or 'None assigned'}}")
-    print("\\n".join(lines))
-    return 0
-
-
-status = main(sys.argv[1:])
-if status is None:
-    os.execv(SACCT, ["sacct", *sys.argv[1:]])
-sys.exit(status)
-'''
 
 
 def _main(argv: Sequence[str]) -> None:
     reason = slurm_available()
     if reason:
         raise SystemExit(reason)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop() on `kill` too
     with start_cluster(Path(argv[0]) if argv else Path(tempfile.mkdtemp(prefix="slurm-"))) as cluster:
         print(f"export SLURM_CONF={cluster.conf_path}  # Ctrl-C stops the cluster", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
@@ -565,6 +514,4 @@ def _main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     _main(sys.argv[1:])

@@ -1,0 +1,119 @@
+"""The study on a real single-node Slurm cluster (tests/study/slurm_cluster.py), through submitit: the same cells
+as the local executor, multi-process cells, a cancelled cell that resumes, a failing cell that is reported.
+
+Skipped, with the reason shown, where Slurm or submitit is missing or we are not root (`.ci/run` installs Slurm).
+"""
+
+import argparse
+import json
+import re
+import time
+
+import pytest
+
+from depthattn.study import Study, run_study
+from depthattn.study.cli import add_arguments, run
+from depthattn.study.local import LocalExecutor
+
+from .slurm_cluster import slurm_available, start_cluster
+from .test_study import write_study
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = slurm_available()
+    if reason:
+        pytest.skip(reason)
+    pytest.importorskip("submitit", reason="the Slurm executor needs submitit: pip install 'depthattn[slurm]'")
+    # 4 advertised CPUs whatever the machine has, so that a 2-task cell runs beside another cell
+    with start_cluster(tmp_path_factory.mktemp("slurm"), cpus=4) as cluster, cluster.activate():
+        yield cluster
+
+
+def study_cli(*argv) -> int:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return run(parser.parse_args([str(a) for a in argv]))
+
+
+def slurm_study(tmp_path, tiny_data, name, **kwargs):
+    """A study whose checkpoints and results live under tmp_path/name, submitted one CPU per task."""
+    path = write_study(tmp_path, tiny_data, name=f"{name}.toml", **kwargs)
+    text = path.read_text().replace(str(tmp_path / "runs"), str(tmp_path / name / "runs"))
+    path.write_text(text.replace(str(tmp_path / "results"), str(tmp_path / name / "results")))
+    return path
+
+
+def losses(study: Study) -> dict:
+    return {(r["method"], r["seed"]): r["val_loss"] for r in study.read_results()}
+
+
+def test_a_study_through_slurm_gives_the_local_cells_bitwise(cluster, tiny_data, tmp_path, capsys):
+    local = Study.load(slurm_study(tmp_path, tiny_data, "local"))
+    run_study(local, LocalExecutor(threads=1))
+    config = slurm_study(tmp_path, tiny_data, "slurm")
+    assert study_cli(config, "--executor", "slurm", "--poll", "0.5") == 0
+    slurm = Study.load(config)
+    assert losses(slurm) == losses(local) and len(losses(slurm)) == 4  # 2 methods x 2 seeds, bitwise
+    out = capsys.readouterr().out
+    assert "submitted 4 job(s) (array" in out and "done in" in out
+    records = json.loads((tmp_path / "slurm" / "runs" / "slurm" / "jobs.json").read_text())
+    assert len({r["job_id"].split("_")[0] for r in records.values()}) == 1  # one job array
+    assert study_cli(config, "--executor", "slurm", "--status") == 0
+    assert "study slurm: 4 finished" in capsys.readouterr().out
+    assert study_cli(config, "--executor", "slurm", "--poll", "0.5") == 0  # nothing left: nothing submitted
+    assert "submitted" not in capsys.readouterr().out
+
+
+def test_a_two_task_cell_matches_the_one_process_cell(cluster, tiny_data, tmp_path):
+    one = Study.load(slurm_study(tmp_path, tiny_data, "one", methods=("vanilla",), seeds=(0,)))
+    run_study(one, LocalExecutor(threads=1))
+    config = slurm_study(tmp_path, tiny_data, "two", methods=("vanilla",), seeds=(0,))
+    assert study_cli(config, "--executor", "slurm", "--slurm", "tasks_per_cell=2", "--poll", "0.5") == 0
+    a, b = (json.loads(s.result_path({}, "vanilla", 0).read_text()) for s in (one, Study.load(config)))
+    assert b["world_size"] == 2 and b["config"] == a["config"]  # the same cell, in two gloo DDP processes
+    assert b["val_loss"] == pytest.approx(a["val_loss"], abs=1e-4)  # only the order of float sums differs
+
+
+def test_a_cancelled_cell_resumes_from_its_checkpoint_on_the_next_submission(cluster, tiny_data, tmp_path, capsys):
+    steps = "steps = 3\n", "steps = 400\n"  # long enough (a few seconds) to be cancelled mid-way
+    local = slurm_study(tmp_path, tiny_data, "whole", methods=("vanilla",), seeds=(0,))
+    local.write_text(local.read_text().replace(*steps).replace("checkpoint_every = 2", "checkpoint_every = 50"))
+    run_study(Study.load(local), LocalExecutor(threads=1))
+    config = slurm_study(tmp_path, tiny_data, "cut", methods=("vanilla",), seeds=(0,))
+    config.write_text(config.read_text().replace(*steps).replace("checkpoint_every = 2", "checkpoint_every = 50"))
+    assert study_cli(config, "--executor", "slurm", "--detach") == 0
+    job = json.loads((tmp_path / "cut" / "runs" / "slurm" / "jobs.json").read_text()).popitem()[1]["job_id"]
+    cell = tmp_path / "cut" / "runs" / Study.load(config).cell_path({}, "vanilla", 0)
+    deadline = time.monotonic() + 120
+    while not any(cell.glob("checkpoints/step_*")):  # the first checkpoint, then scancel mid-cell
+        assert time.monotonic() < deadline, cluster.logs()
+        time.sleep(0.2)
+    cluster.run("scancel", job)
+    assert cluster.wait_job(job) == "CANCELLED"
+    assert study_cli(config, "--executor", "slurm", "--status") == 0
+    assert "failed  " in capsys.readouterr().out
+    assert study_cli(config, "--executor", "slurm", "--poll", "0.5") == 0  # submitted again, resumed, finished
+    records = json.loads((tmp_path / "cut" / "runs" / "slurm" / "jobs.json").read_text())
+    resumed = re.search(r"resuming after step (\d+)", open(next(iter(records.values()))["stdout"]).read())
+    assert resumed and 50 <= int(resumed.group(1)) < 400
+    assert losses(Study.load(config)) == losses(Study.load(local))  # an exact resume: bitwise the whole run
+
+
+def test_a_failing_cell_is_reported_with_its_log_and_the_others_finish(cluster, tiny_data, tmp_path, capsys):
+    config = slurm_study(tmp_path, tiny_data, "fail", methods=("vanilla",), seeds=(0,), axes="""
+[axes.start]
+key = "model.init_from"
+values = { fresh = "", missing = "/nonexistent/model" }
+""")
+    assert study_cli(config, "--executor", "slurm", "--poll", "0.5") == 1
+    out = capsys.readouterr().out
+    study = Study.load(config)
+    assert study.result_path({"start": "fresh"}, "vanilla", 0).exists()
+    assert not study.result_path({"start": "missing"}, "vanilla", 0).exists()
+    failed = next(line for line in out.splitlines() if "; log: " in line)
+    log = failed.split("log: ")[1]
+    assert "/nonexistent/model" in open(log).read() and "/nonexistent/model" in out  # the error, quoted
+    assert study_cli(config, "--executor", "slurm", "--status") == 0
+    status = capsys.readouterr().out
+    assert "finished" in status and log in status and "1 failed, 1 finished" in status
