@@ -49,7 +49,8 @@ def plot_differences(study: Study, results: list[dict], out_png: Path) -> Path |
     ax.set_ylabel(f"Δ val loss vs {study.baseline} (nats), 95% CI")
     ax.set_title(study.title, fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # nothing to show with the baseline alone
+        ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, out_png)
 
@@ -84,7 +85,8 @@ def plot_curve_differences(study: Study, results: list[dict], out_png: Path) -> 
     ax.set_ylabel(f"Δ val loss vs {study.baseline} (nats; eval subset)")
     ax.set_title(f"{study.title}: mean over seeds, shaded min-max", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return save_figure(fig, out_png)
 
