@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import math
 
 from transformers import GenerationConfig, PreTrainedConfig
@@ -28,11 +27,12 @@ def method_fields() -> dict[str, ConfigField]:
     """The config fields of every registered method."""
     return {name: field for cls in CROSS_LAYER_METHODS.values() for name, field in cls.config_fields.items()}
 
-# Keyword arguments that PreTrainedConfig itself consumes (legacy names, loading bookkeeping).
-_HF_INIT_KWARGS = {
+# Keys that transformers' configs and generation take (legacy names, loading bookkeeping): never a typo of ours.
+_TRANSFORMERS_KEYS = {
     "torch_dtype", "num_labels", "name_or_path", "output_attentions", "attn_implementation",
     "experts_implementation", "per_layer_config", "rope_scaling", "partial_rotary_factor",
     "model_type", "use_return_dict", "layer_types",
+    *vars(PreTrainedConfig()), *GenerationConfig._get_default_generation_params(),
 }
 
 
@@ -116,7 +116,7 @@ class DepthAttentionConfig(PreTrainedConfig):
         fields = method_fields()
         for name, field in fields.items():  # plain attributes, which config.json holds like the dataclass fields
             setattr(self, name, kwargs.pop(name, field.default))
-        _reject_unknown_keys(self, kwargs, [*self.__dataclass_fields__, *fields])
+        _reject_typos(kwargs, [*self.__dataclass_fields__, *fields])
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
         if self.head_dim is None and isinstance(self.num_attention_heads, int) and self.num_attention_heads > 0:
@@ -184,9 +184,6 @@ class DepthAttentionConfig(PreTrainedConfig):
         window = self.sliding_window
         if self.use_sliding_window and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
             raise ValueError(f"use_sliding_window needs sliding_window, a number of tokens >= 1; got {window!r}")
-        if not self.use_sliding_window and window is not None:
-            raise ValueError(f"sliding_window={window} has no effect without use_sliding_window=True; set it "
-                             "(Mistral: max_window_layers=0, every layer slides) or drop sliding_window")
         check_int("max_window_layers", self.max_window_layers, 0)
         check_int("num_loops", self.num_loops, 1)
         check_choice("cross_layer", self.cross_layer, CROSS_LAYER_METHODS)
@@ -217,10 +214,32 @@ def check_number(name: str, value, low: float | None = None):
         raise ValueError(f"{name} must be a finite number{'' if low is None else f' >= {low}'}, got {value!r}")
 
 
-def _reject_unknown_keys(config: PreTrainedConfig, kwargs: dict, known: list[str]):
-    generation_keys = set(GenerationConfig._get_default_generation_params())
-    unknown = [k for k in kwargs if not k.startswith("_") and k not in _HF_INIT_KWARGS | generation_keys]
-    if unknown:
-        hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, known, 1)) else repr(k)
-                 for k in unknown]
-        raise ValueError(f"unknown {type(config).__name__} keys: {', '.join(hints)}")
+def _reject_typos(kwargs: dict, known: list[str]):
+    """Refuse a key one or two edits away from a field (`depth_stirde`, `hiden_size`): a typo would otherwise be
+    stored as an extra attribute and the field keep its default. Any other key is kept, as transformers'
+    configs keep attributes that tools and training code add."""
+    typos = {}
+    for key in kwargs:
+        if key.startswith("_") or len(key) < 6 or key in _TRANSFORMERS_KEYS:
+            continue
+        distance, field = min((_edits(key.lower(), field), field) for field in known)
+        if 0 < distance <= 2:
+            typos[key] = field
+    if typos:
+        hints = ", ".join(f"{key!r} (did you mean {field!r}?)" for key, field in typos.items())
+        raise ValueError(f"DepthAttentionConfig keys that look like typos of its fields: {hints}")
+
+
+def _edits(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions and swaps of neighbours."""
+    if abs(len(a) - len(b)) > 2:
+        return 3  # far enough: nothing below cares about the exact number
+    rows = [list(range(len(b) + 1))]
+    for i, x in enumerate(a, 1):
+        row = [i]
+        for j, y in enumerate(b, 1):
+            row.append(min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + (x != y)))
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]

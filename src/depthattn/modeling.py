@@ -233,7 +233,8 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
     }
 
     def _activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers=1, offload=False):
-        if (activation_checkpointing_kwargs or {}).get("use_reentrant"):
+        reentrant_safe = METHODS[self.config.cross_layer].reentrant_checkpointing_safe
+        if (activation_checkpointing_kwargs or {}).get("use_reentrant") and not reentrant_safe:
             raise ValueError("use_reentrant=True would lose the gradients that reach earlier layers through depth mixing "
                              "and the cross-layer methods (they are not positional tensor inputs of a layer); "
                              "leave use_reentrant at its default, False")
@@ -280,12 +281,27 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         self.post_init()
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-    def forward(self, *args, **kwargs) -> DepthAttentionModelOutput:
-        out = self._forward(*args, **kwargs)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> DepthAttentionModelOutput | tuple:
+        out = self._forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            cache=cache, inputs_embeds=inputs_embeds, use_cache=use_cache,
+                            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+                            return_dict=True, **kwargs)
         if out.hidden_states is not None:  # a hidden-state method's streams, seen as (B, T, D); the last is normed
             *streams, last = out.hidden_states
             out.hidden_states = (*map(self.cross_layer.hidden, streams), last)
-        return out
+        return out if (self.config.return_dict if return_dict is None else return_dict) else out.to_tuple()
 
     @capture_outputs
     def _forward(

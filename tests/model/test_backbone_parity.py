@@ -118,7 +118,6 @@ def test_unsupported_architectures_are_named(tmp_path):
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(sliding_window=4), "without use_sliding_window=True"),
     (dict(use_sliding_window=True), "needs sliding_window"),
     (dict(use_sliding_window=True, sliding_window=0), "needs sliding_window"),
     (dict(max_window_layers=-1), "max_window_layers"),

@@ -1,9 +1,10 @@
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from depthattn import DepthAttentionConfig, DepthAttentionForCausalLM
 from depthattn.ops.depth_mix import depth_mix_compiled, depth_mix_reference
-from tests.helpers import tiny_config
+from tests.helpers import tiny_config, tiny_model
 
 
 def test_defaults():
@@ -73,6 +74,30 @@ def test_choice_errors_list_the_allowed_values():
         tiny_config(cross_layer="nope")
 
 
-def test_unknown_key_is_an_error_with_a_suggestion():
-    with pytest.raises(ValueError, match="did you mean 'depth_stride'"):
-        tiny_config(depth_strid=2)
+@pytest.mark.parametrize("typo, field", [("depth_strid", "depth_stride"), ("depth_stirde", "depth_stride"),
+                                         ("hiden_size", "hidden_size"), ("num_hidden_layer", "num_hidden_layers")])
+def test_a_typo_of_a_field_is_an_error_naming_the_field(typo, field):
+    with pytest.raises(ValueError, match=f"'{typo}' \\(did you mean '{field}'\\?\\)"):
+        tiny_config(**{typo: 2})
+
+
+def test_any_other_attribute_round_trips_as_in_transformers_configs(tmp_path):
+    """Tools and training code set attributes of their own (transformers' test helper adds layer_norm_eps); a
+    folder saved with them loads back through the Auto classes."""
+    model = tiny_model()
+    model.config.my_note, model.config.layer_norm_eps = "x", 1e-5
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert (reloaded.config.my_note, reloaded.config.layer_norm_eps) == ("x", 1e-5)
+    ids = torch.randint(0, 97, (1, 6))
+    assert torch.equal(reloaded(ids).logits, model(ids).logits)
+
+
+def test_a_sliding_window_without_use_sliding_window_is_kept_and_ignored(tmp_path):
+    """Qwen2, Qwen2.5 and Qwen3 configs ship use_sliding_window=False with sliding_window=4096."""
+    config = tiny_config(use_sliding_window=False, sliding_window=4096)
+    assert config.layer_types == ["full_attention"] * 4
+    config.save_pretrained(tmp_path)
+    assert DepthAttentionConfig.from_pretrained(tmp_path).sliding_window == 4096
+    ids = torch.randint(0, 97, (1, 6))
+    assert torch.equal(tiny_model(use_sliding_window=False, sliding_window=4096)(ids).logits, tiny_model()(ids).logits)

@@ -26,10 +26,24 @@ def test_same_gradients_with_checkpointing(case):
         torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-5, msg=name)
 
 
-def test_reentrant_checkpointing_is_refused():
+def test_reentrant_checkpointing_is_refused_where_state_flows_beside_the_layer_inputs():
     # it would silently drop the gradients that flow through the depth states (not positional tensors)
-    with pytest.raises(ValueError, match="use_reentrant=True would lose the gradients"):
-        tiny_model().activation_checkpointing_enable({"use_reentrant": True})
+    for settings in (dict(), METHOD_SETTINGS["mhc"]):
+        with pytest.raises(ValueError, match="use_reentrant=True would lose the gradients"):
+            tiny_model(**settings).activation_checkpointing_enable({"use_reentrant": True})
+
+
+def test_reentrant_checkpointing_of_the_vanilla_decoder_gives_the_same_gradients():
+    ids = torch.randint(0, 97, (2, 9))
+    grads = []
+    for kwargs in (None, {"use_reentrant": True}):
+        model = tiny_model(cross_layer="none").train()
+        if kwargs:
+            model.activation_checkpointing_enable(kwargs)
+        model(ids, labels=ids).loss.backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-5, msg=name)
 
 
 def test_training_option_gives_the_same_losses(tiny_data, tmp_path):

@@ -6,7 +6,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 import depthattn
 from depthattn import DepthAttentionForCausalLM, DepthAttentionModel, DepthState
 from depthattn.ops import depth_mix_reference
-from tests.helpers import tiny_model
+from tests.helpers import tiny_config, tiny_model
 
 
 def test_save_reload_through_auto_classes(tmp_path):
@@ -125,3 +125,20 @@ def test_every_parameter_gets_a_gradient_and_earlier_values_learn_through_the_mi
 
 def test_public_api_registered():
     assert AutoConfig.for_model("depth_attention").__class__ is depthattn.DepthAttentionConfig
+
+
+def test_the_base_model_takes_transformers_arguments_by_name_and_returns_tuples():
+    import inspect
+
+    from depthattn import DepthAttentionModel
+
+    model = DepthAttentionModel(tiny_config()).eval()
+    parameters = inspect.signature(model.forward).parameters
+    assert list(parameters)[:5] == ["input_ids", "attention_mask", "position_ids", "cache", "inputs_embeds"]
+    ids = torch.randint(0, 97, (2, 7))
+    out = model(ids, output_hidden_states=True)
+    as_tuple = model(ids, output_hidden_states=True, return_dict=False)
+    assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], out.last_hidden_state)
+    assert len(as_tuple[-1]) == len(out.hidden_states) == 5
+    embedded = model(inputs_embeds=model.embed_tokens(ids)).last_hidden_state
+    torch.testing.assert_close(embedded, out.last_hidden_state, rtol=0, atol=0)

@@ -61,6 +61,9 @@ class CrossLayerMethod(nn.Module):
     """
 
     inference_state: str = ""
+    # whether reentrant activation checkpointing keeps every gradient: only when nothing reaches a layer except its
+    # positional tensor inputs (no depth states, no stream object), i.e. the vanilla decoder
+    reentrant_checkpointing_safe: bool = False
     config_fields: dict[str, ConfigField] = {}
     presets: dict[str, dict] = {}  # named variants: config fields over the method's defaults (depthattn.presets)
 

@@ -11,3 +11,4 @@ from .base import CrossLayerMethod
 
 class Vanilla(CrossLayerMethod):
     inference_state = "Across tokens: none (the KV cache only). Per token while it is processed: none."
+    reentrant_checkpointing_safe = True
