@@ -14,6 +14,7 @@ $(VENV)/.installed: pyproject.toml
 
 # one pytest-xdist worker per CPU; a module's tests stay on one worker (they share its fixtures)
 test: $(VENV)/.installed
+	$(PY) -m ruff check .
 	$(PY) -m pytest -n logical --dist loadscope
 
 demo: $(VENV)/.installed

@@ -8,8 +8,8 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 from .config import DepthAttentionConfig
 from .depth import DepthState, depth_sources
 from .methods import count_parameters
-from .ops import depth_mix
 from .modeling import DepthAttentionForCausalLM, DepthAttentionModel, DepthAttentionPreTrainedModel
+from .ops import depth_mix
 from .presets import PRESETS, method_settings
 
 __version__ = "0.1.0"

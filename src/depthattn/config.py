@@ -69,9 +69,9 @@ class DepthAttentionConfig(PreTrainedConfig):
     The cross-layer switch:
 
     cross_layer (`str`, defaults to `"depth_attention"`):
-        `"none"` for a vanilla decoder, `"depth_attention"` for Depth-Attention, or a baseline (docs/method.md#baselines,
-        one module each in `depthattn.methods`): `"value_residual"`, `"denseformer"`, `"attnres"`, `"mhc"`,
-        `"hyper_connections"`.
+        `"none"` for a vanilla decoder, `"depth_attention"` for Depth-Attention, or another method
+        (docs/method.md#baselines, one module each in `depthattn.methods`): `"value_residual"`,
+        `"value_embeddings"`, `"denseformer"`, `"attnres"`, `"mhc"`, `"hyper_connections"`, `"mudd"`.
 
     Every registered method's own fields (`depth_*` for Depth-Attention, `denseformer_*`, `attnres_block_size`,
     `mhc_*`, `hc_streams`) are fields of every config too, saved and loaded like the others; each method declares
@@ -179,7 +179,8 @@ class DepthAttentionConfig(PreTrainedConfig):
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
         if self.rms_norm_eps <= 0:
             raise ValueError(f"rms_norm_eps must be > 0, got {self.rms_norm_eps}")
-        for name in ("attention_bias", "qkv_bias", "mlp_bias", "use_qk_norm", "k_norm_after_rope", "use_sliding_window"):
+        switches = ("attention_bias", "qkv_bias", "mlp_bias", "use_qk_norm", "k_norm_after_rope", "use_sliding_window")
+        for name in switches:
             check_bool(name, getattr(self, name))
         window = self.sliding_window
         if self.use_sliding_window and (not isinstance(window, int) or isinstance(window, bool) or window < 1):

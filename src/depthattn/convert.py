@@ -30,7 +30,8 @@ SHARED_FIELDS = (
     "eos_token_id",
 )
 
-# the reference implementation's config keys, on top of Llama's (docs/method.md#the-reference-implementations-checkpoints)
+# the reference implementation's config keys, on top of Llama's
+# (docs/method.md#the-reference-implementations-checkpoints)
 REFERENCE_KEYS = (
     "use_depth_attention", "depth_attention_stride", "depth_attention_recent_window", "use_qk_norm",
     "cross_layer_pattern", "cross_layer_mode", "depth_softmax_stride", "depth_recent_window", "recurrent_model",

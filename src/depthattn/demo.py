@@ -11,7 +11,6 @@ and finished stages (prepared data, finished runs) are reused.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 from pathlib import Path
@@ -54,7 +53,7 @@ def study_quote(steps: int) -> list[str]:
     if steps != STEPS:
         return [f"(the study's numbers are for {STEPS} steps; this run trained {steps})"]
     if not STUDY_CONFIG.is_file():
-        return [f"(run from the repository root to see the study's result: docs/results/study.md)"]
+        return ["(run from the repository root to see the study's result: docs/results/study.md)"]
     from .study import Study, format_interval, setting_differences, summarize, verdict
 
     study = Study.load(STUDY_CONFIG)

@@ -9,8 +9,8 @@ step: `DepthAttentionConfig.get_text_config`), and depth sources are chosen over
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
@@ -23,8 +23,8 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
 from transformers.utils import can_return_tuple
-from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .config import DepthAttentionConfig
 from .depth import DepthState, DepthStates
@@ -235,8 +235,8 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
     def _activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers=1, offload=False):
         reentrant_safe = METHODS[self.config.cross_layer].reentrant_checkpointing_safe
         if (activation_checkpointing_kwargs or {}).get("use_reentrant") and not reentrant_safe:
-            raise ValueError("use_reentrant=True would lose the gradients that reach earlier layers through depth mixing "
-                             "and the cross-layer methods (they are not positional tensor inputs of a layer); "
+            raise ValueError("use_reentrant=True would lose the gradients that reach earlier layers through depth "
+                             "mixing and the cross-layer methods (they are not positional tensor inputs of a layer); "
                              "leave use_reentrant at its default, False")
         super()._activation_checkpointing_enable(activation_checkpointing_kwargs, every_n_layers, offload)
 
@@ -406,7 +406,7 @@ class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):
         )
 
     @classmethod
-    def from_pretrained_decoder(cls, model_or_dir, **depth_settings) -> "DepthAttentionForCausalLM":
+    def from_pretrained_decoder(cls, model_or_dir, **depth_settings) -> DepthAttentionForCausalLM:
         """A Depth-Attention (or, with cross_layer="none", vanilla) model with a decoder checkpoint's weights.
 
         Depth-Attention adds no parameters, so every tensor is taken as it is. `model_or_dir` is a transformers
@@ -419,7 +419,7 @@ class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):
         return decoder_to_depth_attention(cls, model_or_dir, **depth_settings)
 
     @classmethod
-    def from_qwen3(cls, model_or_dir, **depth_settings) -> "DepthAttentionForCausalLM":
+    def from_qwen3(cls, model_or_dir, **depth_settings) -> DepthAttentionForCausalLM:
         """`from_pretrained_decoder` for Qwen3 checkpoints only."""
         from .convert import decoder_to_depth_attention
 

@@ -3,9 +3,9 @@
 import itertools
 
 import pytest
-from tests.data.data_helpers import write_jsonl
 
 from depthattn.data import embedded_corpus_documents, prepare
+from tests.data.data_helpers import write_jsonl
 
 
 @pytest.fixture(scope="session")

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import numpy as np
 
-from depthattn.files import atomic_write_json
 from depthattn.data.manifest import DTYPES, FORMAT, FORMAT_VERSION, MANIFEST_NAME, TOKENIZER_DIR, token_dtype_name
 from depthattn.data.prepare import ShardWriter
+from depthattn.files import atomic_write_json
 
 
 def write_jsonl(path: Path, texts: list[str], field: str = "text") -> Path:

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 import torch
-from tests.data.data_helpers import write_token_dataset
 
 from depthattn.data import DataError, TokenBatches, TokenShards, eval_batches
+from tests.data.data_helpers import write_token_dataset
 
 SEQ_LEN = 10
 NUM_WINDOWS = 1000

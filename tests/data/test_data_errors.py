@@ -6,12 +6,12 @@ import sys
 
 import numpy as np
 import pytest
-from tests.data.data_helpers import write_jsonl
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from depthattn.data import DataError, TokenShards, document_split, prepare
 from depthattn.data.sources import iter_documents, resolve_sources
+from tests.data.data_helpers import write_jsonl
 
 
 def read_all(*inputs, **options):

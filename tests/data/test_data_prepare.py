@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-from tests.data.data_helpers import decoded_documents, write_jsonl
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -13,6 +12,7 @@ from depthattn.data import DataError, TokenShards, document_split, load_tokenize
 from depthattn.data.manifest import token_dtype_name
 from depthattn.data.prepare import add_arguments, run
 from depthattn.data.sources import split_into_chunks
+from tests.data.data_helpers import decoded_documents, write_jsonl
 
 
 def split_tokens(data_dir, split):

@@ -8,7 +8,6 @@ import sys
 import types
 
 import pytest
-from tests.data.data_helpers import write_jsonl
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -17,6 +16,7 @@ from depthattn.data.encode import Batch, EncodeSettings, document_batches, encod
 from depthattn.data.manifest import DTYPES
 from depthattn.data.prepare import TokenizerSample, add_arguments, run
 from depthattn.data.sources import iter_documents, numbered_documents, resolve_sources, split_stream_into_chunks
+from tests.data.data_helpers import write_jsonl
 
 
 def reference_chunks(text: str, chunk_chars: int) -> list[str]:

@@ -135,7 +135,8 @@ def test_paper_table_3b(table_3b, method):
 
 def test_table_3b_details(table_3b):
     da = table_3b["depth_attention"]
-    assert da["depth_candidates_total"] == 117 and da["depth_sources_total"] == 70  # docs/method.md#inference: sum (|S(l)| + 1)
+    # docs/method.md#inference: sum (|S(l)| + 1)
+    assert da["depth_candidates_total"] == 117 and da["depth_sources_total"] == 70
     assert da["extra_flops_per_token"] == 4 * 117 * 512
     assert f"{100 * da['extra_flops_fraction_of_2n']:.3f}" == "0.004"  # docs/method.md#inference: 0.004% of 2N
     assert table_3b["denseformer"]["params_extra"] == 48 * 51 // 2  # L(L+3)/2

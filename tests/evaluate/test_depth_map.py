@@ -20,7 +20,8 @@ def batches(vocab_size, sizes=((2, 12), (3, 12), (1, 12)), seed=0):
 
 @torch.no_grad()
 def hand_map(model, inputs) -> np.ndarray:
-    """docs/method.md#the-operation, step 3, from captured q/k: softmax over S(l) + {l} of (mean of the group's query heads) . k / sqrt(d).
+    """docs/method.md#the-operation, step 3, from captured q/k: softmax over S(l) + {l} of
+    (mean of the group's query heads) . k / sqrt(d).
 
     q and k are taken after their RMSNorm and before RoPE: at one position both carry the same rotation, so the
     score is the same. Weights are averaged over samples, KV heads and tokens."""

@@ -11,8 +11,13 @@ import torch.nn.functional as F
 
 from depthattn.data import TokenShards, load_tokenizer
 from depthattn.evaluate import perplexity as ppl_module
-from depthattn.evaluate.perplexity import (TokenStream, compute_perplexity, count_bytes, evaluate_perplexity,
-                                           window_spans)
+from depthattn.evaluate.perplexity import (
+    TokenStream,
+    compute_perplexity,
+    count_bytes,
+    evaluate_perplexity,
+    window_spans,
+)
 from depthattn.train import evaluate as train_evaluate
 from depthattn.train.distributed import World
 from tests.evaluate.conftest import SEQ_LEN

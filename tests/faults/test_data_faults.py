@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from depthattn.cli import main
 from depthattn import files
-from depthattn.files import AtomicFile, NoSpaceLeft, read_records
+from depthattn.cli import main
 from depthattn.data.prepare import prepare
+from depthattn.files import AtomicFile, NoSpaceLeft, read_records
 
 
 @pytest.fixture

@@ -33,7 +33,8 @@ def edit_weights(folder, edit):
 def loader_argv(loader, folder, data, tmp_path):
     return {"eval": ["eval", str(folder), "--data", str(data), "--no-progress"],
             "generate": ["generate", str(folder), "ROMEO."],
-            "depth-map": ["depth-map", str(folder), "--data", str(data), "--seq-len", "8", "--out", str(tmp_path / "map")],
+            "depth-map": ["depth-map", str(folder), "--data", str(data), "--seq-len", "8",
+                          "--out", str(tmp_path / "map")],
             "harness": ["harness", str(folder), "--tasks", "depthattn_shakespeare_mc", "--limit", "2"]}[loader]
 
 

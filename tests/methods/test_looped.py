@@ -1,4 +1,5 @@
-"""Looped Transformers (docs/method.md#variants): the stack runs num_loops times with shared weights; depth counts unrolled steps."""
+"""Looped Transformers (docs/method.md#variants): the stack runs num_loops times with shared weights; depth counts
+unrolled steps."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""Every cross-layer baseline (docs/method.md#baselines): training, cached inference, save/load, initial behaviour, cost."""
+"""Every cross-layer baseline (docs/method.md#baselines): training, cached inference, save/load, initial behaviour,
+cost."""
 
 import math
 import sys
@@ -11,8 +12,14 @@ from depthattn import DepthAttentionForCausalLM, count_parameters
 from depthattn.config import CROSS_LAYER_METHODS
 from depthattn.methods import INFERENCE_STATE, METHODS
 from depthattn.methods.mhc import sinkhorn
-from tests.helpers import (METHOD_SETTINGS, perturb_method, prefill_then_decode, tiny_config, tiny_model,
-                           with_backbone_of)
+from tests.helpers import (
+    METHOD_SETTINGS,
+    perturb_method,
+    prefill_then_decode,
+    tiny_config,
+    tiny_model,
+    with_backbone_of,
+)
 
 NAMES = list(METHOD_SETTINGS)
 ATOL = 1e-5
@@ -158,7 +165,9 @@ def test_value_embeddings_need_token_ids_and_a_valid_pattern():
         with pytest.raises(ValueError, match="value_embedding_pattern"):
             tiny_config(cross_layer="value_embeddings", value_embedding_pattern=bad)
     from depthattn.methods.value_embeddings import speedrun_pattern
-    assert speedrun_pattern(12) == "012......012" and speedrun_pattern(8) == "012..012" and speedrun_pattern(4) == "0101"
+    assert speedrun_pattern(12) == "012......012"
+    assert speedrun_pattern(8) == "012..012"
+    assert speedrun_pattern(4) == "0101"
 
 
 def test_mudd_reads_queries_keys_and_values_from_their_own_ways():

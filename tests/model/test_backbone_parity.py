@@ -4,8 +4,18 @@ decodes with a cache as it computes without one (docs/method.md#inference)."""
 
 import pytest
 import torch
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from depthattn import DepthAttentionConfig, DepthAttentionForCausalLM
 from tests.helpers import prefill_then_decode, tiny_config, tiny_model
@@ -23,9 +33,9 @@ CASES = {
     "qwen2-biases": (Qwen2ForCausalLM, Qwen2Config, dict(num_key_value_heads=2)),
     "qwen2-sliding-upper-layers": (Qwen2ForCausalLM, Qwen2Config, dict(num_key_value_heads=2, use_sliding_window=True,
                                                                        sliding_window=4, max_window_layers=1)),
-    "qwen3-biases-sliding": (Qwen3ForCausalLM, Qwen3Config, dict(num_key_value_heads=2, head_dim=16, attention_bias=True,
-                                                                 use_sliding_window=True, sliding_window=4,
-                                                                 max_window_layers=1)),
+    "qwen3-biases-sliding": (Qwen3ForCausalLM, Qwen3Config, dict(num_key_value_heads=2, head_dim=16,
+                                                                 attention_bias=True, use_sliding_window=True,
+                                                                 sliding_window=4, max_window_layers=1)),
 }
 
 

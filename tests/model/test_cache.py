@@ -1,4 +1,5 @@
-"""Cached decoding, chunked prefill and left-padded batches reproduce the uncached forward (docs/method.md#inference)."""
+"""Cached decoding, chunked prefill and left-padded batches reproduce the uncached forward
+(docs/method.md#inference)."""
 
 import pytest
 import torch
@@ -14,7 +15,12 @@ VARIANTS = [
     dict(depth_stride=1, depth_mix="uniform"),
     dict(cross_layer="none"),
 ]
-ids_of = lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "default"
+
+
+def ids_of(settings):
+    return ",".join(f"{k}={v}" for k, v in settings.items()) or "default"
+
+
 ATOL = 1e-5
 
 

@@ -1,4 +1,5 @@
-"""The whole model against a plain loop reference written from docs/method.md#the-operation: per layer, per head, per position."""
+"""The whole model against a plain loop reference written from docs/method.md#the-operation: per layer, per head,
+per position."""
 
 import math
 
@@ -35,8 +36,8 @@ def reference_logits(model, ids):
 
     h = sd["model.embed_tokens.weight"][ids]  # (T, D)
     raw_k, state_k, state_v = {}, {}, {}  # per layer: (T, Hkv, d)
-    for l in range(n_layers):
-        p = f"model.layers.{l}."
+    for layer in range(n_layers):
+        p = f"model.layers.{layer}."
         x = rms_norm(h, sd[p + "input_layernorm.weight"], eps)
         q = (x @ sd[p + "self_attn.q_proj.weight"].T).view(seq, n_heads, d)
         k = (x @ sd[p + "self_attn.k_proj.weight"].T).view(seq, n_kv, d)
@@ -46,7 +47,7 @@ def reference_logits(model, ids):
         q = torch.stack([torch.stack([rope(q[t, i], t, theta) for i in range(n_heads)]) for t in range(seq)])
         k = torch.stack([torch.stack([rope(k[t, g], t, theta) for g in range(n_kv)]) for t in range(seq)])
 
-        sources = depth_sources(l, cfg.resolved_depth_stride, cfg.depth_window) if depth else []
+        sources = depth_sources(layer, cfg.resolved_depth_stride, cfg.depth_window) if depth else []
         k_mixed, v_mixed = k.clone(), v.clone()
         if sources:
             for t in range(seq):
@@ -61,7 +62,7 @@ def reference_logits(model, ids):
                         v_mixed[t, g] = sum(a[i] * state_v[j][t, g] for i, j in enumerate(sources)) + a[-1] * v[t, g]
                     if mixes_k:
                         k_mixed[t, g] = sum(a[i] * state_k[j][t, g] for i, j in enumerate(sources)) + a[-1] * k[t, g]
-        raw_k[l], state_k[l], state_v[l] = k, k_mixed, v_mixed
+        raw_k[layer], state_k[layer], state_v[layer] = k, k_mixed, v_mixed
 
         out = torch.zeros(seq, n_heads, d, dtype=torch.float64)
         for t in range(seq):
@@ -121,4 +122,4 @@ def test_depth_sources(layer, stride, window, expected):
 
 def test_paper_source_count():
     """docs/method.md#inference: for L=48, s=24 the mixing layers (l >= 1) read sum |S(l)| + 1 = 117 states."""
-    assert sum(len(depth_sources(l, 24)) + 1 for l in range(1, 48)) == 117
+    assert sum(len(depth_sources(layer, 24)) + 1 for layer in range(1, 48)) == 117

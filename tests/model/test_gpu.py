@@ -18,7 +18,10 @@ VARIANTS = [
     dict(depth_stride=1, depth_mix_states="kv"),
     dict(depth_stride=1, depth_mix="uniform", depth_mix_states="k"),
 ]
-ids_of = lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "default"
+
+
+def ids_of(settings):
+    return ",".join(f"{k}={v}" for k, v in settings.items()) or "default"
 
 
 def loss_and_grads(impl: str, ids: torch.Tensor, dtype: torch.dtype, settings: dict):

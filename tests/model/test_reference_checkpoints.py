@@ -23,8 +23,13 @@ def write_reference_checkpoint(folder, seed=0, **settings):
     """A folder as the reference implementation saves it: a Llama config with its keys, Llama tensor names plus
     q_norm / k_norm, and the lm_head_layernorm it creates but never uses."""
     generator = torch.Generator().manual_seed(seed)
-    rand = lambda *shape: 0.2 * torch.randn(*shape, generator=generator)
-    norm = lambda size: 0.5 + torch.rand(size, generator=generator)  # away from 1, so that placement matters
+
+    def rand(*shape):
+        return 0.2 * torch.randn(*shape, generator=generator)
+
+    def norm(size):
+        return 0.5 + torch.rand(size, generator=generator)  # away from 1, so that placement matters
+
     h, d, q_heads, kv_heads = SHAPE["hidden_size"], SHAPE["head_dim"], SHAPE["num_attention_heads"], \
         SHAPE["num_key_value_heads"]
     weights = {"model.embed_tokens.weight": rand(SHAPE["vocab_size"], h), "model.norm.weight": norm(h),
@@ -32,8 +37,10 @@ def write_reference_checkpoint(folder, seed=0, **settings):
     for i in range(SHAPE["num_hidden_layers"]):
         layer = f"model.layers.{i}."
         weights.update({
-            layer + "self_attn.q_proj.weight": rand(q_heads * d, h), layer + "self_attn.k_proj.weight": rand(kv_heads * d, h),
-            layer + "self_attn.v_proj.weight": rand(kv_heads * d, h), layer + "self_attn.o_proj.weight": rand(h, q_heads * d),
+            layer + "self_attn.q_proj.weight": rand(q_heads * d, h),
+            layer + "self_attn.k_proj.weight": rand(kv_heads * d, h),
+            layer + "self_attn.v_proj.weight": rand(kv_heads * d, h),
+            layer + "self_attn.o_proj.weight": rand(h, q_heads * d),
             layer + "mlp.gate_proj.weight": rand(SHAPE["intermediate_size"], h),
             layer + "mlp.up_proj.weight": rand(SHAPE["intermediate_size"], h),
             layer + "mlp.down_proj.weight": rand(h, SHAPE["intermediate_size"]),
@@ -73,7 +80,9 @@ def reference_logits(weights, ids, depth: bool, stride: int, window: int, qk_nor
     length = len(ids)
     stored = []  # per layer: (normed rotated keys, values passed on) at every position and KV head
     for i in range(layers):
-        p = lambda name: w[f"model.layers.{i}.{name}"]
+        def p(name):
+            return w[f"model.layers.{i}.{name}"]
+
         h = rms_norm(x, p("input_layernorm.weight"))
         q_all, k_all, v_all = h @ p("self_attn.q_proj.weight").T, h @ p("self_attn.k_proj.weight").T, \
             h @ p("self_attn.v_proj.weight").T
@@ -185,7 +194,8 @@ def test_convert_command_writes_a_loadable_folder_with_the_tokenizer(tmp_path, c
     (tmp_path / "ref" / "special_tokens_map.json").write_text("{}")
     assert main(["convert", str(tmp_path / "ref"), str(tmp_path / "out")]) == 0
     assert "cross_layer=depth_attention, depth_stride=2" in capsys.readouterr().out
-    assert {"tokenizer.json", "special_tokens_map.json", "config.json"} <= {p.name for p in (tmp_path / "out").iterdir()}
+    written = {p.name for p in (tmp_path / "out").iterdir()}
+    assert {"tokenizer.json", "special_tokens_map.json", "config.json"} <= written
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary folder left
     model = DepthAttentionForCausalLM.from_pretrained(tmp_path / "out")
     ids = torch.randint(0, SHAPE["vocab_size"], (6,))

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from depthattn import ops
 from tests.ops.triton_cases import *  # noqa: F401,F403  (the cases, run here where this process can)

@@ -8,8 +8,18 @@ import pytest
 from scipy import stats
 
 from depthattn.study import (
-    Study, cell_key, explain, markdown_report, paired_difference, pending_cells, run_study, summarize, uncertain_cells,
-    verdict, write_index, write_report,
+    Study,
+    cell_key,
+    explain,
+    markdown_report,
+    paired_difference,
+    pending_cells,
+    run_study,
+    summarize,
+    uncertain_cells,
+    verdict,
+    write_index,
+    write_report,
 )
 from depthattn.study.local import LocalExecutor
 
@@ -221,7 +231,8 @@ def test_a_retrofitting_study_retrains_its_missing_starting_models(tiny_data, tm
     assert (start / "final" / "model.safetensors").read_bytes() == weights and result.read_text() == committed
     assert {r["method"] for r in retrofit.read_results()} == {"vanilla", "depth_attention"}
     assert retrofit.cell_path({}, "vanilla", 0) != parent.cell_path({}, "vanilla", 0)
-    run_study(retrofit, LocalExecutor(workers=2))  # a finished study, run again as `make study` does: nothing to do, no error
+    # a finished study, run again as `make study` does: nothing to do, no error
+    run_study(retrofit, LocalExecutor(workers=2))
 
     child.write_text(child.read_text().replace('extends = "s.toml"\n', ''))
     with pytest.raises(ValueError, match="start_from names a method of the study this one extends"):

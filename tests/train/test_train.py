@@ -107,11 +107,13 @@ def test_nan_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(tiny_data, t
 def test_grad_accumulation_equals_a_bigger_batch(tiny_data, tmp_path):
     """Two micro-batches of 2 are the two halves of the batch of 4 (consecutive slices of one data order)."""
     train(config(tiny_data, tmp_path / "big", "--train.steps", "4", "--train.batch_size", "4"))
-    train(config(tiny_data, tmp_path / "acc", "--train.steps", "4", "--train.batch_size", "2", "--train.grad_accum", "2"))
+    train(config(tiny_data, tmp_path / "acc", "--train.steps", "4", "--train.batch_size", "2",
+                 "--train.grad_accum", "2"))
     big, accumulated = losses(tmp_path / "big"), losses(tmp_path / "acc")
     for a, b in zip(big, accumulated):
         assert a["tokens"] == b["tokens"]
-        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5) and a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
 
 
 @pytest.mark.parametrize("method, loops", [("denseformer", 1), ("depth_quarter", 2)])
@@ -121,6 +123,8 @@ def test_methods_and_loops_train_by_preset_name(tiny_data, tmp_path, method, loo
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "final")
     assert model.config.num_loops == loops and math.isfinite(summary["val_loss"])
     assert model.config.cross_layer == {"denseformer": "denseformer", "depth_quarter": "depth_attention"}[method]
+
+
 def test_log_lines_without_a_progress_bar(tiny_data, tmp_path, capsys):
     from depthattn.train import TrainConfig, train
 
@@ -129,6 +133,6 @@ def test_log_lines_without_a_progress_bar(tiny_data, tmp_path, capsys):
         "data": {"path": str(tiny_data), "seq_len": 32},
         "train": {"out_dir": str(tmp_path), "steps": 4, "batch_size": 2, "eval_every": 3, "eval_batches": 1,
                   "checkpoint_every": 4, "progress": False, "log_every": 2}}))
-    lines = [l for l in capsys.readouterr().out.splitlines() if " step " in l]
-    assert [l.split(" step ")[1].split(":")[0] for l in lines] == ["2/4", "3/4", "4/4"]
+    lines = [line for line in capsys.readouterr().out.splitlines() if " step " in line]
+    assert [line.split(" step ")[1].split(":")[0] for line in lines] == ["2/4", "3/4", "4/4"]
     assert "val " in lines[1] and "val " not in lines[0]

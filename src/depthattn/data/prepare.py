@@ -29,8 +29,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..files import (AtomicFile, atomic_write_json, fsync_directory, make_folder, reporting_full_disk,
-                     temporary_sibling)
+from ..files import AtomicFile, atomic_write_json, fsync_directory, make_folder, reporting_full_disk, temporary_sibling
 from .encode import EncodeSettings, document_batches, document_split, encode_in_order, utf8_size
 from .errors import DataError
 from .manifest import DTYPES, FORMAT, FORMAT_VERSION, MANIFEST_NAME, SPLITS, TOKENIZER_DIR, token_dtype_name

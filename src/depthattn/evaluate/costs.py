@@ -19,8 +19,9 @@ Conventions (the paper's; with them its 3B numbers are reproduced to the printed
   Scalars that stay inside one fused mixing operation (depth scores, AttnRes weights) are not counted; mHC's and
   hyper-connections' coefficients come out of a separate projection and are (as in the mHC paper's own I/O table).
 - Extra state at a context of T tokens: what a prefill of T tokens holds beyond the vanilla KV cache at its peak
-  (the per-token state of docs/method.md#baselines times T). KV cache per token: `2 * L * Hkv * head_dim * dtype_bytes`; every
-  method has vanilla's cache (Depth-Attention and value residual store the mixed value in the value slot).
+  (the per-token state of docs/method.md#baselines times T). KV cache per token:
+  `2 * L * Hkv * head_dim * dtype_bytes`; every method has vanilla's cache (Depth-Attention and value residual store
+  the mixed value in the value slot).
 
 Two places where the paper's accounting is not the literal operation count of our implementation (both kept so
 that Table 2 is reproduced; `model_flops` in each record is the literal count of what the model runs):
@@ -30,8 +31,9 @@ that Table 2 is reproduced; `model_flops` in each record is the literal count of
   strict count (47 writes) would print 281 KiB.
 - AttnRes: the paper counts one aggregator per sublayer, s = 0 .. 2L-1, sublayer 0 with its single candidate (the
   embedding), and no aggregator before the final norm: 520 candidates at 3B -> 4.26e6 FLOPs, 4.44 MiB. Our model
-  (docs/method.md#baselines) has no aggregator before sublayer 0 and one before the final norm (9 candidates at 3B): 528 candidates
-  -> 4.33e6 FLOPs, 4.50 MiB. The two agree in the number of aggregators (2L) and in every sublayer s >= 1.
+  (docs/method.md#baselines) has no aggregator before sublayer 0 and one before the final norm (9 candidates at
+  3B): 528 candidates -> 4.33e6 FLOPs, 4.50 MiB. The two agree in the number of aggregators (2L) and in every
+  sublayer s >= 1.
 """
 
 from __future__ import annotations

@@ -28,8 +28,17 @@ from collections.abc import Sequence
 from importlib import metadata
 from urllib.parse import urlparse
 
-from .loading import (DTYPE_CHOICES, check_model_dir, check_vocab, default_context_length, find_tokenizer, load_model,
-                      max_positions_of, model_dtype_name, run_metadata)
+from .loading import (
+    DTYPE_CHOICES,
+    check_model_dir,
+    check_vocab,
+    default_context_length,
+    find_tokenizer,
+    load_model,
+    max_positions_of,
+    model_dtype_name,
+    run_metadata,
+)
 from .tasks import LOCAL_TAG, LOCAL_TASKS, TASKS_DIR
 
 PAPER8 = ("lambada_openai", "piqa", "winogrande", "sciq", "hellaswag", "arc_easy", "arc_challenge", "race")

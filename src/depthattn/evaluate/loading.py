@@ -183,5 +183,5 @@ def run_metadata() -> dict:
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
         "python_version": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }

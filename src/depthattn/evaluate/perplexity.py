@@ -34,8 +34,18 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .loading import (DTYPE_CHOICES, check_data_vocab, check_model_dir, check_vocab, default_context_length,
-                      find_tokenizer, load_model, max_positions_of, model_dtype_name, run_metadata)
+from .loading import (
+    DTYPE_CHOICES,
+    check_data_vocab,
+    check_model_dir,
+    check_vocab,
+    default_context_length,
+    find_tokenizer,
+    load_model,
+    max_positions_of,
+    model_dtype_name,
+    run_metadata,
+)
 
 DEFAULT_BATCH_SIZE = 8
 DECODE_CHUNK_TOKENS = 1 << 20

@@ -25,7 +25,8 @@ def plot_loss_curves(runs: dict[str, str | Path], out_png: str | Path, title: st
     for i, (name, metrics_path) in enumerate(runs.items()):
         records = read_metrics(metrics_path)
         color = f"C{i}"
-        steps = [r for r in records if "loss" in r]  # not the step-0 record (val_loss only) of a run started from a model
+        # not the step-0 record (val_loss only) of a run started from a model
+        steps = [r for r in records if "loss" in r]
         ax.plot([r["tokens"] for r in steps], [r["loss"] for r in steps], color=color, alpha=0.35, lw=1)
         val = [r for r in records if "val_loss" in r]
         ax.plot([r["tokens"] for r in val], [r["val_loss"] for r in val], "o-", color=color, label=f"{name} (val)")

@@ -16,7 +16,6 @@ from __future__ import annotations
 from torch import nn
 
 from ..config import CROSS_LAYER_METHODS, DepthAttentionConfig
-
 from .attnres import AttnRes
 from .base import CrossLayerMethod, FlopTerm, Residual
 from .denseformer import DenseFormer

@@ -16,7 +16,8 @@ from .why import explain
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="+", help="study configs (configs/study/*.toml), run in this order")
-    parser.add_argument("--report-only", action="store_true", help="write the reports from finished cells; train nothing")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the reports from finished cells; train nothing")
     parser.add_argument("--executor", choices=("local", "slurm"), default="local",
                         help="where cells train: local processes (default) or a Slurm job array (depthattn[slurm])")
     parser.add_argument("--workers", type=int, default=1, help="local: cells trained at once (processes)")
@@ -43,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(value residual's lambdas) of seed 0 (needs the cells' models in the out dir)")
     parser.add_argument("--index", help="also write one page for all the given studies (docs/results/study.md)")
     parser.add_argument("--out-dir", help="checkpoints and logs (default: the config's out_dir, runs/study)")
-    parser.add_argument("--results", help="cell results and reports (default: the config's results, docs/results/study)")
+    parser.add_argument("--results",
+                        help="cell results and reports (default: the config's results, docs/results/study)")
 
 
 def make_executor(args: argparse.Namespace, study: Study):

@@ -36,13 +36,14 @@ def plot_differences(study: Study, results: list[dict], out_png: Path) -> Path |
             if row is None:
                 continue
             x = j + (i - (len(methods) - 1) / 2) * 0.08 if axis else i
-            low, high = (row["diff_low"], row["diff_high"]) if not math.isnan(row["diff_low"]) else (row["diff_mean"],) * 2
-            xs.append(x), ys.append(row["diff_mean"]), lows.append(row["diff_mean"] - low), highs.append(high - row["diff_mean"])
+            mean = row["diff_mean"]
+            low, high = (mean, mean) if math.isnan(row["diff_low"]) else (row["diff_low"], row["diff_high"])
+            xs.append(x), ys.append(mean), lows.append(mean - low), highs.append(high - mean)
         if xs:
             ax.errorbar(xs, ys, yerr=[lows, highs], fmt="o-" if axis else "o", capsize=3, color=f"C{i}", label=method)
     ax.axhline(0, color="black", lw=0.8)
     if axis:
-        ax.set_xticks(range(len(labels)), [table[l]["setting"][axis.name] for l in labels])
+        ax.set_xticks(range(len(labels)), [table[label]["setting"][axis.name] for label in labels])
         ax.set_xlabel(axis.name)
     else:
         ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")

@@ -44,7 +44,7 @@ class SlurmSettings:
     setup: list = dataclasses.field(default_factory=list)  # shell lines before each cell ("module load cuda")
 
     @classmethod
-    def from_table(cls, table: dict, overrides: list[str] = ()) -> "SlurmSettings":
+    def from_table(cls, table: dict, overrides: list[str] = ()) -> SlurmSettings:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         values = dict(table)
         for item in overrides:
@@ -141,7 +141,8 @@ class SlurmExecutor:
     def describe(self) -> str:
         s = self.settings
         where = f" on partition {s.partition}" if s.partition else ""
-        return f"as a Slurm job array{where}, {s.tasks} task(s) x {s.cpus_per_task} CPU(s), {s.gpus_per_cell} GPU(s) per cell"
+        return (f"as a Slurm job array{where}, {s.tasks} task(s) x {s.cpus_per_task} CPU(s), {s.gpus_per_cell} GPU(s) "
+                "per cell")
 
     # -------------------------------------------------------------- the record of submitted jobs
 

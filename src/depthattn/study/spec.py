@@ -37,7 +37,7 @@ class Search:
     metric: str = "val_loss"
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
 
-    def result(self, study: "Study") -> dict:
+    def result(self, study: Study) -> dict:
         """Each candidate's mean and sd of the metric over the finished search seeds, best first, and the picks
         (None until every candidate cell of the search seeds is finished)."""
         ranking, missing = [], 0
@@ -71,13 +71,13 @@ class Study:
     confirm: dict = field(default_factory=dict)  # from (a search study's config) and against; see the module doc
     waiting: str = ""  # why a confirmation study has not its picks yet
     slurm: dict = field(default_factory=dict)  # the [slurm] table: how cells are submitted (study/slurm.py)
-    parent: "Study | None" = None  # the study this one extends
+    parent: Study | None = None  # the study this one extends
     axes: list[Axis] = field(default_factory=list)
     datasets: dict = field(default_factory=dict)  # path -> prepare settings
     base: dict = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Study":
+    def load(cls, path: str | Path) -> Study:
         path = Path(path)
         data = read_toml(path, "study config", "configs/study/")
         unknown = set(data) - {"study", "axes", "datasets", "base", "slurm"}
@@ -97,7 +97,8 @@ class Study:
         known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts", "paper",
                  "describe", "start_from", "search", "confirm"}
         if set(head) - known:
-            raise ValueError(f"{path}: unknown [study] keys {sorted(set(head) - known)}; known: {', '.join(sorted(known))}")
+            raise ValueError(f"{path}: unknown [study] keys {sorted(set(head) - known)}; "
+                             f"known: {', '.join(sorted(known))}")
         missing = {"methods", "seeds"} - set(head)
         if missing:
             raise ValueError(f"{path}: [study] needs {', '.join(sorted(missing))}")
@@ -128,7 +129,8 @@ class Study:
                 head["search"] = Search(**head["search"])
             except TypeError as err:
                 raise ValueError(f"{path}: [study.search] takes candidates, pick, metric and seeds ({err})") from None
-        study = cls(name=path.stem, axes=axes, datasets=datasets, base=data.get("base", {}), slurm=data.get("slurm", {}),
+        study = cls(name=path.stem, axes=axes, datasets=datasets, base=data.get("base", {}),
+                    slurm=data.get("slurm", {}),
                     parent=cls.load(parent) if parent else None, **head)
         if study.confirm:
             study.add_picks(path.parent)
@@ -156,7 +158,7 @@ class Study:
             if [method, self.confirm["against"]] not in self.contrasts:
                 self.contrasts.append([method, self.confirm["against"]])
 
-    def check(self) -> "Study":
+    def check(self) -> Study:
         if self.start_from and self.start_from not in self.parent.methods:
             raise ValueError(f"start_from {self.start_from!r} must be one of the parent study's methods "
                              f"{self.parent.methods}")
@@ -179,7 +181,8 @@ class Study:
             if not 1 <= self.search.pick <= len(self.search.candidates) or self.axes:
                 raise ValueError("[study.search] picks 1 .. len(candidates) methods, in a study without axes")
             if set(self.search.seeds) - set(self.seeds):
-                raise ValueError(f"[study.search] seeds {self.search.seeds} must be among the study's seeds {self.seeds}")
+                raise ValueError(f"[study.search] seeds {self.search.seeds} must be among the study's seeds "
+                                 f"{self.seeds}")
         seeds = self.seeds + self.more_seeds
         if not self.seeds or len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds and more_seeds must be distinct and seeds non-empty, got {seeds}")
@@ -261,7 +264,8 @@ def cell_key(config: dict) -> str:
 def _merge(base: dict, top: dict) -> dict:
     merged = dict(base)
     for key, value in top.items():
-        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        both_tables = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merge(merged[key], value) if both_tables else value
     return merged
 
 

@@ -39,7 +39,8 @@ def explain(study: Study, seed: int = 0) -> Path:
             elif mixing := load_model(final, device="cpu").model.cross_layer.layer_mixing():
                 found.setdefault(label, {})[method] = {"mixing": mixing}
     if not found:
-        raise FileNotFoundError(f"no seed-{seed} models of study {study.name} under {study.out_dir}; run the study first")
+        raise FileNotFoundError(f"no seed-{seed} models of study {study.name} under {study.out_dir}; "
+                                "run the study first")
     for label, methods in found.items():
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
         for i, (method, info) in enumerate(methods.items()):
@@ -49,8 +50,10 @@ def explain(study: Study, seed: int = 0) -> Path:
             else:
                 matrix = info["depth_map"]
                 layers = range(1, len(matrix))
-                ax.plot(layers, [matrix[l][0] for l in layers], "o-", color=f"C{i}", label=f"{method}: weight on layer 0")
-                ax.plot(layers, [matrix[l][l] for l in layers], "o:", color=f"C{i}", label=f"{method}: own value")
+                ax.plot(layers, [matrix[layer][0] for layer in layers], "o-", color=f"C{i}",
+                        label=f"{method}: weight on layer 0")
+                ax.plot(layers, [matrix[layer][layer] for layer in layers], "o:", color=f"C{i}",
+                        label=f"{method}: own value")
         ax.set_xlabel("layer")
         ax.set_ylabel("mean weight / learned lambda")
         ax.set_title(f"{study.title}: {label}, seed {seed}", fontsize=9)

@@ -22,13 +22,23 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
 from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict,
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
     set_optimizer_state_dict,
 )
 
 from ..data.manifest import read_manifest
-from ..files import (atomic_directory, atomic_write_json, checksum_problems, make_folder, remove_temporaries,
-                     sha256_file, write_checksums)
+from ..files import (
+    atomic_directory,
+    atomic_write_json,
+    checksum_problems,
+    make_folder,
+    remove_temporaries,
+    sha256_file,
+    write_checksums,
+)
 from .config import TrainConfig
 
 STEP_DIR = re.compile(r"^step_(\d{8})$")

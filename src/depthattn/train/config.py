@@ -126,7 +126,7 @@ class TrainConfig:
     train: TrainSection = field(default_factory=TrainSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
 
-    def check(self) -> "TrainConfig":
+    def check(self) -> TrainConfig:
         for section in dataclasses.fields(self):
             check = getattr(getattr(self, section.name), "check", None)
             if check:
@@ -137,7 +137,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "config") -> "TrainConfig":
+    def from_dict(cls, data: dict, source: str = "config") -> TrainConfig:
         sections = {f.name: f for f in dataclasses.fields(cls)}
         built = {}
         for name, values in data.items():
@@ -150,7 +150,7 @@ class TrainConfig:
         return cls(**built).check()
 
     @classmethod
-    def load(cls, path: str | Path | None, overrides: list[str] = ()) -> "TrainConfig":
+    def load(cls, path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
         data = read_toml(path, "training config", "configs/") if path is not None else {}
         for key, value in _pairs(overrides):
             _apply_override(cls, data, key, value)

@@ -74,8 +74,9 @@ class Metrics:
         t = cfg.train
         self.tokens_per_step = t.batch_size * cfg.data.seq_len * t.grad_accum * world.world_size
         if world.is_main:
+            resumed = f", resuming after step {start}" if start else ""
             print(f"{cfg.model.method}: {parameters:,} parameters, {self.tokens_per_step:,} tokens per step, "
-                  f"{world.world_size} process(es) on {world.device}" + (f", resuming after step {start}" if start else ""))
+                  f"{world.world_size} process(es) on {world.device}{resumed}")
         self.progress = tqdm(total=t.steps, initial=start, disable=not (t.progress and world.is_main), unit="step",
                              desc=cfg.model.method, dynamic_ncols=True)
         self.last = {"step": start}
@@ -98,7 +99,8 @@ class Metrics:
                                   **({"val": f"{val:.3f}"} if val is not None else {}))
         t = self.cfg.train
         if self.is_main and not t.progress and (step % t.log_every == 0 or val is not None):
-            print(f"{self.cfg.model.method} step {step}/{t.steps}: loss {loss:.4f}, lr {lr:.2e}, "  # for logs without a bar
+            # for logs without a bar
+            print(f"{self.cfg.model.method} step {step}/{t.steps}: loss {loss:.4f}, lr {lr:.2e}, "
                   f"{tok_s:,.0f} tok/s" + (f", val {val:.4f}" if val is not None else ""), flush=True)
 
     def write_start(self, val_loss: float):

@@ -34,7 +34,7 @@ MAX_CONTEXT_CHARS = 800
 MIN_LINE_CHARS, MAX_LINE_CHARS = 24, 72
 MIN_WORD = 4
 HEADING = re.compile(r"(SCENE|Scene|ACT|Act|Enter|Exit|Exeunt|Re-enter)\b")
-LAST_WORD = re.compile(r" ([A-Za-z]{%d,})([^A-Za-z0-9]*)$" % MIN_WORD)
+LAST_WORD = re.compile(rf" ([A-Za-z]{{{MIN_WORD},}})([^A-Za-z0-9]*)$")
 
 
 def held_out_documents() -> list[dict]:
@@ -104,7 +104,7 @@ def build_mc(documents: list[dict], rng: random.Random) -> list[dict]:
 
 
 def word_in(word: str, text: str) -> bool:
-    return re.search(r"\b%s\b" % re.escape(word), text, flags=re.IGNORECASE) is not None
+    return re.search(rf"\b{re.escape(word)}\b", text, flags=re.IGNORECASE) is not None
 
 
 def build_lastword(documents: list[dict], rng: random.Random) -> list[dict]:

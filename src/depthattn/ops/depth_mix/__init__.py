@@ -21,7 +21,7 @@ rule to the compiled form, and the Triton kernels take no `score_bias`).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -66,8 +66,8 @@ def get_depth_mix(impl: str = "auto") -> Callable:
     try:
         fn = _IMPLS[impl]
     except KeyError:
-        raise ValueError(f"depth_impl (the depth mixing implementation) must be one of {', '.join(map(repr, DEPTH_IMPLS))}; "
-                         f"got {impl!r}") from None
+        raise ValueError(f"depth_impl (the depth mixing implementation) must be one of "
+                         f"{', '.join(map(repr, DEPTH_IMPLS))}; got {impl!r}") from None
     if impl == "cpu":
         load_cpu_kernel()
     return fn

@@ -7,6 +7,7 @@ through a table row [pointer, stride_b, stride_h, stride_t] (last dimension cont
 import triton
 import triton.language as tl
 
+
 @triton.jit
 def _load_rows(table, j, b, h, offs_t, offs_d, mask, DTYPE: tl.constexpr):
     # table row j: [pointer, stride_b, stride_h, stride_t] of source j; its last dim has stride 1
@@ -43,7 +44,7 @@ def forward_kernel(
         m = tl.full([BLOCK_T], float("-inf"), dtype=ACC)
     else:
         m = tl.zeros([BLOCK_T], dtype=ACC)
-    l = tl.zeros([BLOCK_T], dtype=ACC)
+    denom = tl.zeros([BLOCK_T], dtype=ACC)
     acc_k = tl.zeros([BLOCK_T, BLOCK_D], dtype=ACC)
     acc_v = tl.zeros([BLOCK_T, BLOCK_D], dtype=ACC)
     for j in range(n):
@@ -58,7 +59,7 @@ def forward_kernel(
         else:
             alpha = tl.full([BLOCK_T], 1.0, dtype=ACC)
             p = tl.full([BLOCK_T], 1.0, dtype=ACC)
-        l = l * alpha + p
+        denom = denom * alpha + p
         if MIX_V:
             v = _load_rows(v_table, j, b, h, offs_t, offs_d, mask, DTYPE).to(ACC)
             acc_v = acc_v * alpha[:, None] + p[:, None] * v
@@ -68,15 +69,15 @@ def forward_kernel(
     out_offs = row[:, None] * D + offs_d[None, :]
     tl.debug_barrier()  # the raw scores stored above are read back below, maybe by other threads
     if MIX_V:
-        tl.store(out_v_ptr + out_offs, (acc_v / l[:, None]).to(DTYPE), mask=mask)
+        tl.store(out_v_ptr + out_offs, (acc_v / denom[:, None]).to(DTYPE), mask=mask)
     if MIX_K:
-        tl.store(out_k_ptr + out_offs, (acc_k / l[:, None]).to(DTYPE), mask=mask)
+        tl.store(out_k_ptr + out_offs, (acc_k / denom[:, None]).to(DTYPE), mask=mask)
     for j in range(n):
         if SOFTMAX:
             s = tl.load(w_ptr + row * n + j, mask=mask_t, other=0.0)
-            w = tl.exp(s - m) / l
+            w = tl.exp(s - m) / denom
         else:
-            w = 1.0 / l
+            w = 1.0 / denom
         tl.store(w_ptr + row * n + j, w, mask=mask_t)
 
 @triton.jit

@@ -1,6 +1,7 @@
 """Depth mixing in a handful of plain torch ops: fast in eager mode, fused by `torch.compile`.
 
-Same signature and results as the reference `depthattn.ops.depth_mix_reference` (docs/method.md#the-operation). Two forms, chosen by size:
+Same signature and results as the reference `depthattn.ops.depth_mix_reference` (docs/method.md#the-operation).
+Two forms, chosen by size:
 
 * many rows (training, prefill): per-source multiply-and-reduce, then a running `w_j * v_j` sum. Nothing is
   stacked or concatenated, so the sources are never copied, and under `torch.compile` (also with
@@ -60,7 +61,8 @@ def _mix_rows(query, state, sources, scaling, rule, mix_states, score_bias):
         # a copy, never a view of the parameter (a view made under no_grad would claim a gradient it has not)
         weights = score_bias.to(dtype)[:, None, None, None].expand(n, batch, num_kv_heads, seq_len).contiguous()
     elif rule == "uniform" and score_bias is not None:
-        weights = torch.softmax(score_bias.to(dtype), dim=0)[:, None, None, None].expand(n, batch, num_kv_heads, seq_len)
+        weights = torch.softmax(score_bias.to(dtype), dim=0)[:, None, None, None]
+        weights = weights.expand(n, batch, num_kv_heads, seq_len)
     elif rule == "uniform":
         weights = query.new_full((n, batch, num_kv_heads, seq_len), 1.0 / n, dtype=dtype)
     else:
