@@ -328,7 +328,7 @@ def main(argv=None) -> int:
                 r["mfu"] = r["train_flops_per_step"] / r["train_step_s"]["median"] / (peak * 1e12)
 
     report = {
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": info,
         "size": size,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from transformers import Cache, Qwen3Config, Qwen3ForCausalLM

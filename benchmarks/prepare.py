@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     if hasattr(os, "getloadavg"):
         info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report = {
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "python -m benchmarks.prepare " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": info,
         "workload": {"megabytes": megabytes, "workers": workers, "reps": reps, "vocab_size": VOCAB_SIZE,

@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 
 from depthattn import DepthAttentionConfig, DepthAttentionForCausalLM
+from depthattn.data.tokenizer import word_level_tokenizer
 from depthattn.files import atomic_write_bytes, atomic_write_json
 from depthattn.ops import DEPTH_IMPLS
-from depthattn.data.tokenizer import word_level_tokenizer
 
 from .bench import DEFAULT_SIZE, QUICK_SIZE, machine_info
 from .measure import paired_ratio, summary
@@ -241,7 +241,7 @@ def main(argv=None) -> int:
     if hasattr(os, "getloadavg"):
         info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report = {
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "python -m benchmarks.serving " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": info, "size": size, "workload": work, "cb_num_blocks": cb_blocks, "goal": GOAL,
         "method": "closed-loop clients over HTTP (urllib, one thread each); tokens/s = generated tokens of a round "
