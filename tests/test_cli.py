@@ -50,7 +50,7 @@ def test_generate_compiled_gives_the_eager_greedy_text(demo_dir, capsys):
     assert capsys.readouterr().out == eager
     assert main([*argv, "--depth-impl", "reference"]) == 0
     assert capsys.readouterr().out == eager
-    from depthattn.evaluate.loading import load_model
+    from depthattn.loading import load_model
 
     assert load_model(demo_dir / "depth_attention" / "final", depth_impl="reference").config.depth_impl == "reference"
 
@@ -69,7 +69,7 @@ def test_errors_are_one_clear_line(argv, message, capsys, tmp_path, monkeypatch)
 
 
 def test_demo_trains_the_study_base_setting(tmp_path):
-    from depthattn.demo import STUDY_CONFIG, demo_config
+    from depthattn.commands.demo import STUDY_CONFIG, demo_config
     from depthattn.study import Study, cell_key
 
     study = Study.load(STUDY_CONFIG)  # the tests run from the repository root
@@ -78,7 +78,7 @@ def test_demo_trains_the_study_base_setting(tmp_path):
 
 
 def test_demo_quotes_the_study_from_its_committed_results():
-    from depthattn.demo import STEPS, STUDY_CONFIG, study_quote
+    from depthattn.commands.demo import STEPS, STUDY_CONFIG, study_quote
     from depthattn.study import Study, summarize, verdict
 
     study = Study.load(STUDY_CONFIG)

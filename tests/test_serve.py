@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerFast
 
 import benchmarks.serving
 from depthattn.data.tokenizer import word_level_tokenizer
-from depthattn.evaluate.loading import load_model
+from depthattn.loading import load_model
 from tests.helpers import tiny_model
 
 pytest.importorskip("uvicorn", reason='needs the serve extra: pip install "depthattn[serve]"')

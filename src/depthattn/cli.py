@@ -1,7 +1,7 @@
 """`depthattn <command>`: the command-line entry point.
 
-Each command is a module with `add_arguments(parser)` and `run(args) -> int`; a new command is one line of
-COMMANDS.
+Each command is a module of `depthattn.commands` with `add_arguments(parser)` and `run(args) -> int`; a new command
+is one module there and one line of COMMANDS. Commands use the library; nothing in the library imports a command.
 """
 
 from __future__ import annotations
@@ -12,21 +12,19 @@ import sys
 
 from .files import NoSpaceLeft
 
-COMMANDS = {  # name: (its module, its help line)
-    "prepare": (".data.prepare", "text -> tokenizer -> token shards + manifest"),
-    "train": (".train.loop", "train a model"),
-    "generate": (".generate", "continue a prompt with a saved model"),
-    "study": (".study.cli", "sweeps of methods x seeds over model, data and budget axes, with paired statistics"),
-    "eval": (".evaluate.perplexity", "loss, perplexity and bits per byte on token shards or text"),
-    "harness": (".evaluate.harness", "downstream tasks through lm-evaluation-harness"),
-    "depth-map": (".evaluate.depth_map",
-                  "mean depth-attention weight per (target, source) layer: PNG + JSON (paper Fig. 3)"),
-    "costs": (".evaluate.costs",
-              "parameters, extra FLOPs, activation I/O, KV cache and state of every method (paper Table 2)"),
-    "convert": (".convert",
-                "a Llama, Mistral, Qwen2, Qwen3 or reference Depth-Attention checkpoint into a depthattn model"),
-    "serve": (".serve", "an OpenAI-compatible HTTP server for a model folder (transformers serve)"),
-    "demo": (".demo", "train Depth-Attention and its vanilla twin on the embedded corpus"),
+COMMANDS = {  # name: (its module in depthattn.commands, its help line)
+    "prepare": ("prepare", "text -> tokenizer -> token shards + manifest"),
+    "train": ("train", "train a model"),
+    "generate": ("generate", "continue a prompt with a saved model"),
+    "study": ("study", "sweeps of methods x seeds over model, data and budget axes, with paired statistics"),
+    "eval": ("eval", "loss, perplexity and bits per byte on token shards or text"),
+    "harness": ("harness", "downstream tasks through lm-evaluation-harness"),
+    "depth-map": ("depth_map", "mean depth-attention weight per (target, source) layer: PNG + JSON (paper Fig. 3)"),
+    "costs": ("costs", "parameters, extra FLOPs, activation I/O, KV cache and state of every method (paper Table 2)"),
+    "convert": ("convert", "a Llama, Mistral, Qwen2, Qwen3 or reference Depth-Attention checkpoint into a depthattn "
+                           "model"),
+    "serve": ("serve", "an OpenAI-compatible HTTP server for a model folder (transformers serve)"),
+    "demo": ("demo", "train Depth-Attention and its vanilla twin on the embedded corpus"),
 }
 TAKES_OVERRIDES = {"train"}  # commands that accept any config value as --section.key value
 
@@ -35,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="depthattn", description="Depth-Attention language models")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
     for name, (module_name, help_line) in COMMANDS.items():
-        module = importlib.import_module(module_name, __package__)
+        module = importlib.import_module(f".commands.{module_name}", __package__)
         command = commands.add_parser(name, help=help_line)
         module.add_arguments(command)
         command.set_defaults(run=module.run)

@@ -1,15 +1,14 @@
-"""Text generation from a saved model folder (weights + tokenizer)."""
+"""Text generation from a saved model folder (weights + tokenizer): `depthattn generate` runs it."""
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import torch
 from transformers import CompileConfig
 
-from .evaluate.loading import check_model_dir, find_tokenizer, load_model
-from .ops import DEPTH_IMPLS
+from .data.tokenizer import start_token_id
+from .loading import check_model_dir, find_tokenizer, load_model
 
 
 def generate_text(model_dir: str, prompt: str, max_new_tokens: int = 64, temperature: float = 0.8,
@@ -30,33 +29,9 @@ def generate_text(model_dir: str, prompt: str, max_new_tokens: int = 64, tempera
     return sample(model, tok, prompt, max_new_tokens, temperature, top_k, seed, compile)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="a folder saved by train: final/ or checkpoints/step_* "
-                                      "(e.g. runs/demo/depth_attention/final)")
-    parser.add_argument("prompt", help='the text to continue; "" starts a new document')
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--temperature", type=float, default=0.8, help="0 for greedy decoding")
-    parser.add_argument("--top-k", type=int, default=50, help="0: no limit")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder (default: the model folder's)")
-    parser.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
-                        help="torch.compile the decoding steps (static KV cache; backend default inductor)")
-    parser.add_argument("--depth-impl", choices=DEPTH_IMPLS,
-                        help="depth mixing implementation (default: the saved config's; 'cpu': a C++ kernel for "
-                             "eager CPU decoding, built on first use)")
-
-
-def run(args: argparse.Namespace) -> int:
-    print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed,
-                        args.tokenizer, args.compile, args.depth_impl))
-    return 0
-
-
 @torch.no_grad()
 def sample(model, tokenizer, prompt: str, max_new_tokens: int, temperature: float, top_k: int, seed: int,
            compile: str | None = None) -> str:
-    from .evaluate.perplexity import start_token_id
-
     torch.manual_seed(seed)
     ids = tokenizer(prompt, return_tensors="pt").input_ids if prompt else torch.tensor([[start_token_id(tokenizer)]])
     sampling = dict(do_sample=True, temperature=temperature, top_k=top_k) if temperature > 0 else dict(do_sample=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Unpack
 
 import torch
 from torch import nn
@@ -22,11 +23,12 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
-from transformers.utils import can_return_tuple
+from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .config import DepthAttentionConfig
+from .convert import decoder_to_depth_attention
 from .depth import DepthState, DepthStates
 from .methods import METHODS, CrossLayerMethod, build_method
 from .methods.base import rms_normalize
@@ -292,12 +294,14 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> DepthAttentionModelOutput | tuple:
+        # unset output flags stay unset, so that capture_outputs reads them from the config
+        flags = {name: value for name, value in (("output_attentions", output_attentions),
+                                                 ("output_hidden_states", output_hidden_states)) if value is not None}
         out = self._forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            cache=cache, inputs_embeds=inputs_embeds, use_cache=use_cache,
-                            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-                            return_dict=True, **kwargs)
+                            cache=cache, inputs_embeds=inputs_embeds, use_cache=use_cache, return_dict=True,
+                            **flags, **kwargs)
         if out.hidden_states is not None:  # a hidden-state method's streams, seen as (B, T, D); the last is normed
             *streams, last = out.hidden_states
             out.hidden_states = (*map(self.cross_layer.hidden, streams), last)
@@ -389,7 +393,7 @@ class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> DepthAttentionCausalLMOutput:
         out = self.model(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
@@ -414,15 +418,11 @@ class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):
         local folder holding one of them or a checkpoint of the Depth-Attention reference implementation
         (`depthattn.convert`); `depth_settings` are config fields over the source's.
         """
-        from .convert import decoder_to_depth_attention
-
         return decoder_to_depth_attention(cls, model_or_dir, **depth_settings)
 
     @classmethod
     def from_qwen3(cls, model_or_dir, **depth_settings) -> DepthAttentionForCausalLM:
         """`from_pretrained_decoder` for Qwen3 checkpoints only."""
-        from .convert import decoder_to_depth_attention
-
         return decoder_to_depth_attention(cls, model_or_dir, families=("qwen3",), **depth_settings)
 
 

@@ -8,9 +8,9 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from depthattn.commands.prepare import add_arguments, run
 from depthattn.data import DataError, TokenShards, document_split, load_tokenizer, prepare, read_manifest
 from depthattn.data.manifest import token_dtype_name
-from depthattn.data.prepare import add_arguments, run
 from depthattn.data.sources import split_into_chunks
 from tests.data.data_helpers import decoded_documents, write_jsonl
 

@@ -11,10 +11,11 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from depthattn.commands.prepare import add_arguments, run
 from depthattn.data import DataError, document_split, encode, prepare, read_manifest, sources
 from depthattn.data.encode import Batch, EncodeSettings, document_batches, encode_in_order
 from depthattn.data.manifest import DTYPES
-from depthattn.data.prepare import TokenizerSample, add_arguments, run
+from depthattn.data.prepare import TokenizerSample
 from depthattn.data.sources import iter_documents, numbered_documents, resolve_sources, split_stream_into_chunks
 from tests.data.data_helpers import write_jsonl
 

@@ -19,6 +19,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import depthattn
+from depthattn.commands import costs as costs_command
 from depthattn.evaluate import costs
 from depthattn.train import MODEL_PRESETS
 
@@ -313,12 +314,12 @@ def test_formatting():
 
 
 def _args(argv):
-    return costs.add_arguments(argparse.ArgumentParser()).parse_args(argv)
+    return costs_command.add_arguments(argparse.ArgumentParser()).parse_args(argv)
 
 
 def test_cli_preset_writes_json(tmp_path, capsys):
     out = tmp_path / "costs" / "3b.json"
-    assert costs.run(_args(["--preset", "3b", "--out", str(out)])) == 0
+    assert costs_command.run(_args(["--preset", "3b", "--out", str(out)])) == 0
     records = json.loads(out.read_text())
     assert [r["method"] for r in records] == costs.default_methods()
     printed = capsys.readouterr().out
@@ -332,7 +333,7 @@ def test_cli_training_config(tmp_path, capsys):
     config.write_text('[model]\npreset = "tiny"\nmethod = "depth_quarter"\nnum_loops = 2\n'
                       '[model.overrides]\nvocab_size = 384\n')
     out = tmp_path / "costs.json"
-    assert costs.run(_args(["--config", str(config), "--methods", "vanilla,depth_quarter,mhc",
+    assert costs_command.run(_args(["--config", str(config), "--methods", "vanilla,depth_quarter,mhc",
                             "--context", "2048", "--dtype-bytes", "4", "--out", str(out)])) == 0
     records = {r["method"]: r for r in json.loads(out.read_text())}
     assert list(records) == ["vanilla", "depth_quarter", "mhc"]
@@ -340,7 +341,7 @@ def test_cli_training_config(tmp_path, capsys):
     settings = dict(MODEL_PRESETS["tiny"], vocab_size=384, **depthattn.method_settings("depth_quarter", 4, 2))
     assert records["depth_quarter"] == costs.method_costs(depthattn.DepthAttentionConfig(**settings), 2048, 4,
                                                           name="depth_quarter")
-    assert costs.run(_args(["--config", str(config)])) == 0  # default rows plus the config's own method
+    assert costs_command.run(_args(["--config", str(config)])) == 0  # default rows plus the config's own method
     assert "| depth_quarter " in capsys.readouterr().out
     with pytest.raises(ValueError, match="unknown method"):
-        costs.run(_args(["--preset", "tiny", "--methods", "nope"]))
+        costs_command.run(_args(["--preset", "tiny", "--methods", "nope"]))

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from depthattn.commands import depth_map as depth_map_command
 from depthattn.depth import depth_sources
-from depthattn.evaluate import depth_map as depth_map_module
 from depthattn.evaluate.depth_map import compute_depth_map, depth_weight_map, step_sources
 from tests.helpers import tiny_model
 
@@ -84,11 +84,11 @@ def test_error_for_a_model_without_depth_attention(eval_data, tmp_path):
 
 def test_depth_map_command_writes_json_and_png(trained_model, eval_data, tmp_path, capsys):
     parser = argparse.ArgumentParser()
-    depth_map_module.add_arguments(parser)
+    depth_map_command.add_arguments(parser)
     out = tmp_path / "map"
     args = parser.parse_args([str(trained_model), "--data", str(eval_data), "--samples", "6", "--seq-len", "32",
                               "--batch-size", "4", "--out", str(out)])
-    assert depth_map_module.run(args) == 0
+    assert depth_map_command.run(args) == 0
     assert "target layer" in capsys.readouterr().out
     result = json.loads((out / "depth_map.json").read_text())
     matrix = np.asarray(result["matrix"])

@@ -9,17 +9,18 @@ import pytest
 
 pytest.importorskip("lm_eval", reason="the harness needs the eval extra (lm-eval)")
 
+from depthattn.commands import harness as harness_command  # noqa: E402
 from depthattn.evaluate import harness  # noqa: E402
 from depthattn.evaluate.tasks import LOCAL_TASKS, TASKS_DIR  # noqa: E402
 
 
 def test_harness_runs_the_local_tasks_offline(trained_model, tmp_path, capsys):
     parser = argparse.ArgumentParser()
-    harness.add_arguments(parser)
+    harness_command.add_arguments(parser)
     out = tmp_path / "harness.json"
     args = parser.parse_args([str(trained_model), "--preset", "local", "--num-fewshot", "0", "2", "--limit", "24",
                               "--batch-size", "16", "--bootstrap-iters", "50", "--out", str(out)])
-    assert harness.run(args) == 0
+    assert harness_command.run(args) == 0
     assert "depthattn_shakespeare_mc" in capsys.readouterr().out
     result = json.loads(out.read_text())
     assert result["lm_eval_version"] == metadata.version("lm_eval")
@@ -43,7 +44,7 @@ def test_lm_evals_hf_model_loads_a_saved_folder_after_import(trained_model):
     from lm_eval.models.huggingface import HFLM
 
     from depthattn import DepthAttentionForCausalLM
-    from depthattn.evaluate.loading import find_tokenizer, load_model
+    from depthattn.loading import find_tokenizer, load_model
 
     by_path = HFLM(pretrained=str(trained_model), device="cpu", batch_size=2, dtype="float32")
     assert isinstance(by_path.model, DepthAttentionForCausalLM)

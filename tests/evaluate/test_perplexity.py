@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from depthattn.commands import eval as eval_command
 from depthattn.data import TokenShards, load_tokenizer
-from depthattn.evaluate import perplexity as ppl_module
 from depthattn.evaluate.perplexity import (
     TokenStream,
     compute_perplexity,
@@ -124,11 +124,11 @@ def test_shard_bytes_are_the_documents_bytes(trained_model, eval_data, val_docum
 
 def test_eval_command_writes_json(trained_model, eval_data, tmp_path, capsys):
     parser = argparse.ArgumentParser()
-    ppl_module.add_arguments(parser)
+    eval_command.add_arguments(parser)
     out = tmp_path / "results" / "ppl.json"
     args = parser.parse_args([str(trained_model), "--data", str(eval_data), "--stride", "32", "--batch-size", "4",
                               "--max-tokens", "1000", "--out", str(out), "--no-progress"])
-    assert ppl_module.run(args) == 0
+    assert eval_command.run(args) == 0
     assert "perplexity" in capsys.readouterr().out
     result = json.loads(out.read_text())
     assert result["tokens"] == 1000 and result["block_size"] == SEQ_LEN  # from the run's train_config.json

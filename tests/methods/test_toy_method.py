@@ -75,8 +75,10 @@ def test_register_then_unregister_leaves_no_trace():
     unregister("toy")
     assert (dict(METHODS), dict(INFERENCE_STATE), method_fields(), dict(PRESETS)) == before
     assert "toy_gain_init" not in tiny_config().to_dict()
-    with pytest.raises(ValueError, match="unknown DepthAttentionConfig keys: 'toy_gain_init'"):
-        tiny_config(toy_gain_init=0.5)
+    config = tiny_config(toy_gain_init=0.5)  # now an attribute like any a tool adds, no field of a method
+    assert "toy_gain_init" not in method_fields() and config.toy_gain_init == 0.5
+    with pytest.raises(ValueError, match="unknown cross_layer|cross_layer must be one of"):
+        tiny_config(cross_layer="toy")
     clash = type("Clash", (ToyValueGain,), {"config_fields": {"depth_stride": ConfigField(1, "taken")}})
     with pytest.raises(ValueError, match=r"another method has: \['depth_stride'\]"):
         register("clash", clash)

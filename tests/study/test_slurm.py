@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from depthattn.commands.study import add_arguments, run
 from depthattn.study import Study, run_study
-from depthattn.study.cli import add_arguments, run
 from depthattn.study.local import LocalExecutor
 
 from .slurm_cluster import slurm_available, start_cluster

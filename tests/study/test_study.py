@@ -332,8 +332,8 @@ def test_a_cell_of_two_processes_matches_the_one_process_cell(tiny_data, tmp_pat
 
 
 def test_dry_run_prints_each_cell_and_its_cost(tiny_data, tmp_path, capsys):
+    from depthattn.commands.study import add_arguments, run
     from depthattn.evaluate.costs import method_costs
-    from depthattn.study.cli import add_arguments, run
     from depthattn.study.cost import cell_flops, gpu_hours
     from depthattn.train.loop import build_model_config
 

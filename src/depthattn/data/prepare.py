@@ -16,12 +16,10 @@ is written do its files move in, taking the place of an older dataset's manifest
 folder that already holds a dataset (a manifest.json) is refused unless overwrite=True (--overwrite).
 """
 
-import argparse
 import hashlib
 import os
 import re
 import shutil
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +31,7 @@ from ..files import AtomicFile, atomic_write_json, fsync_directory, make_folder,
 from .encode import EncodeSettings, document_batches, document_split, encode_in_order, utf8_size
 from .errors import DataError
 from .manifest import DTYPES, FORMAT, FORMAT_VERSION, MANIFEST_NAME, SPLITS, TOKENIZER_DIR, token_dtype_name
-from .sources import DEFAULT_CHUNK_CHARS, EMBEDDED, describe_sources, numbered_documents, resolve_sources
+from .sources import DEFAULT_CHUNK_CHARS, describe_sources, numbered_documents, resolve_sources
 from .tokenizer import load_tokenizer, save_tokenizer, train_bpe_tokenizer
 
 DEFAULT_VOCAB_SIZE = 4096
@@ -287,98 +285,3 @@ def encode_splits(
             for split, (tokens, num_documents) in encoded.items():
                 writers[split].add_documents(tokens, num_documents)
         return {split: writer.finish() for split, writer in writers.items()}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--input",
-        nargs="+",
-        default=[EMBEDDED],
-        metavar="PATH",
-        help="input files (.txt, .jsonl, .parquet), hf:NAME[:CONFIG] for a Hugging Face dataset, "
-        f"or {EMBEDDED} for the built-in Shakespeare corpus (default)",
-    )
-    parser.add_argument(
-        "--out", required=True, metavar="DIR", help="output directory: shards, manifest.json, tokenizer/"
-    )
-    tokenizer_choice = parser.add_mutually_exclusive_group()
-    tokenizer_choice.add_argument("--tokenizer", metavar="DIR", help="use this Hugging Face tokenizer directory")
-    tokenizer_choice.add_argument(
-        "--vocab-size",
-        type=int,
-        default=DEFAULT_VOCAB_SIZE,
-        metavar="N",
-        help="train a byte-level BPE tokenizer of N tokens (default %(default)s)",
-    )
-    parser.add_argument(
-        "--tokenizer-sample-bytes",
-        type=int,
-        default=DEFAULT_TOKENIZER_SAMPLE_BYTES,
-        metavar="N",
-        help="train the BPE on the first N UTF-8 bytes of the train documents, in input order (default 2**30, 1 GiB)",
-    )
-    parser.add_argument(
-        "--val-fraction",
-        type=float,
-        default=DEFAULT_VAL_FRACTION,
-        metavar="F",
-        help="fraction of documents held out for validation (default %(default)s)",
-    )
-    parser.add_argument(
-        "--text-field", default="text", metavar="NAME", help="JSONL field or Parquet/dataset column with the text"
-    )
-    parser.add_argument(
-        "--hf-split", default="train", metavar="SPLIT", help="split of a hf: dataset to read (default %(default)s)"
-    )
-    parser.add_argument(
-        "--seed", type=int, default=DEFAULT_SEED, metavar="N", help="seed of the train/val split (default %(default)s)"
-    )
-    parser.add_argument(
-        "--shard-tokens",
-        type=int,
-        default=DEFAULT_SHARD_TOKENS,
-        metavar="N",
-        help="tokens per shard file (default %(default)s)",
-    )
-    parser.add_argument(
-        "--chunk-chars",
-        type=int,
-        default=DEFAULT_CHUNK_CHARS,
-        metavar="N",
-        help="cut .txt inputs at blank lines into documents of about N characters (default %(default)s)",
-    )
-    parser.add_argument(
-        "--workers",
-        type=int,
-        metavar="N",
-        help=f"processes that encode the documents; the output is the same for any N (default: the CPUs this "
-        f"process may use, here {default_workers()})",
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace a prepared dataset already in --out")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        manifest = prepare(
-            args.input,
-            args.out,
-            tokenizer=args.tokenizer,
-            vocab_size=args.vocab_size,
-            tokenizer_sample_bytes=args.tokenizer_sample_bytes,
-            val_fraction=args.val_fraction,
-            text_field=args.text_field,
-            seed=args.seed,
-            shard_tokens=args.shard_tokens,
-            chunk_chars=args.chunk_chars,
-            hf_split=args.hf_split,
-            workers=args.workers,
-            overwrite=args.overwrite,
-        )
-    except DataError as error:
-        print(f"depthattn prepare: error: {error}", file=sys.stderr)
-        return 1
-    print(f"wrote {args.out}: vocab_size {manifest['tokenizer']['vocab_size']}, {manifest['dtype']}")
-    for split, info in manifest["splits"].items():
-        num_shards = len(info["files"])
-        print(f"  {split}: {info['num_documents']:,} documents, {info['num_tokens']:,} tokens, {num_shards} shard(s)")
-    return 0

@@ -78,3 +78,12 @@ def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerBase:
         return AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as error:
         raise DataError(f"could not load a tokenizer from {path}: {error}. {fix}") from error
+
+
+def start_token_id(tokenizer) -> int:
+    """The token a new document starts with: BOS, else EOS (which ends every document)."""
+    token = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if token is None or tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has no eos_token, which starts and ends every document here; "
+                         'set "eos_token" in its tokenizer_config.json')
+    return token

@@ -9,17 +9,18 @@ Every row sums to 1; entries for layers that are not sources are 0; layer 0 (no 
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ..data.shards import TokenShards
+from ..files import atomic_write_json
+from ..loading import check_data_vocab, check_model_dir, load_model, model_dtype_name, run_metadata
 from ..methods import DepthAttention
-from .loading import DTYPE_CHOICES, check_data_vocab, check_model_dir, load_model, model_dtype_name, run_metadata
+from .plots import plot_depth_map
 
 DEFAULT_SAMPLES = 16
 DEFAULT_SEQ_LEN = 256
@@ -97,8 +98,6 @@ def compute_depth_map(
     device: str | None = None,
 ) -> dict:
     """The depth-weight map of the model in `model_dir` on `samples` windows of `seq_len` tokens of a prepared split."""
-    from ..data.shards import TokenShards
-
     model_path = check_model_dir(model_dir)
     model = load_model(model_path, dtype, device)
     sources = step_sources(model)
@@ -137,9 +136,6 @@ def compute_depth_map(
 
 def write_depth_map(result: dict, out_dir: str | os.PathLike, title: str | None = None) -> tuple[Path, Path]:
     """depth_map.json (atomic) and depth_map.png in `out_dir`."""
-    from ..files import atomic_write_json
-    from .plots import plot_depth_map
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / "depth_map.json"
@@ -154,38 +150,3 @@ def write_depth_map(result: dict, out_dir: str | os.PathLike, title: str | None 
     png_path = plot_depth_map(matrix, out_dir / "depth_map.png", present=present, title=title,
                               loop_length=result["num_hidden_layers"] if result.get("num_loops", 1) > 1 else None)
     return json_path, png_path
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL_DIR", help="a saved Depth-Attention model folder")
-    parser.add_argument("--data", required=True, metavar="PREPARED_DIR",
-                        help="a dataset written by `depthattn prepare`")
-    parser.add_argument("--split", default="val", help="split of --data (default %(default)s)")
-    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, metavar="N",
-                        help="windows spread evenly over the split (default %(default)s)")
-    parser.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, metavar="T",
-                        help="tokens per window (default %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
-                        help="windows per forward pass (default %(default)s)")
-    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32")
-    parser.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="writes DIR/depth_map.json and DIR/depth_map.png")
-
-
-def run(args: argparse.Namespace) -> int:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # the weights-loading bar
-    result = compute_depth_map(args.model, args.data, split=args.split, samples=args.samples, seq_len=args.seq_len,
-                               batch_size=args.batch_size, dtype=args.dtype, device=args.device)
-    json_path, png_path = write_depth_map(result, args.out)
-    matrix = np.asarray(result["matrix"])
-    width = len(str(len(matrix) - 1))
-    print(f"mean depth weights (row: target layer, column: source layer), {result['samples']} samples x "
-          f"{result['seq_len']} tokens:")
-    for step, row in enumerate(matrix):
-        present = set(result["sources"][str(step)]) | {step}
-        cells = " ".join(f"{v:5.3f}" if j in present else "    ." for j, v in enumerate(row[:step + 1]))
-        print(f"  {step:>{width}}: {cells}")
-    print(f"wrote {json_path} and {png_path}", file=sys.stderr)
-    return 0

@@ -9,15 +9,16 @@ Auto classes, so `--model hf` loads a saved folder), with this package's task fo
 
 import sys
 
+import depthattn  # noqa: F401  (registers the model type)
+
+from .tasks import TASKS_DIR
+
 
 def main(argv: list[str] | None = None) -> None:
-    import depthattn  # noqa: F401  (registers the model type)
-
     try:
         from lm_eval.__main__ import cli_evaluate
     except ImportError:
         raise SystemExit("lm_eval_cli needs lm-evaluation-harness: pip install 'depthattn[eval]'") from None
-    from .tasks import TASKS_DIR
 
     args = list(sys.argv[1:] if argv is None else argv)
     subcommand = args[0] if args and not args[0].startswith("-") else None

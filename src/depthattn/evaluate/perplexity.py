@@ -21,11 +21,9 @@ round-trips exactly); a stream cut by --max-tokens inside a multi-byte character
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import math
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,8 +32,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .loading import (
-    DTYPE_CHOICES,
+from ..data.manifest import TOKENIZER_DIR
+from ..data.shards import TokenShards
+from ..data.tokenizer import start_token_id
+from ..loading import (
     check_data_vocab,
     check_model_dir,
     check_vocab,
@@ -190,14 +190,6 @@ def compute_perplexity(model, tokens, block_size: int, stride: int | None = None
     return result
 
 
-def start_token_id(tokenizer) -> int:
-    token = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    if token is None or tokenizer.eos_token_id is None:
-        raise ValueError("the tokenizer has no eos_token, which starts and ends every document here; "
-                         'set "eos_token" in its tokenizer_config.json')
-    return token
-
-
 def encode_texts(tokenizer, texts: Sequence[str]) -> np.ndarray:
     """The tokens of each text followed by EOS, as `prepare` writes documents (no start token)."""
     pieces = []
@@ -226,8 +218,6 @@ def evaluate_perplexity(
     """Evaluate the model saved in `model_dir` on a prepared split (`data`, `split`) or on text files (`text`).
 
     Returns the metrics (loss, perplexity, bits_per_byte, tokens, bytes, windows) and the settings."""
-    from ..data.manifest import TOKENIZER_DIR
-    from ..data.shards import TokenShards
 
     if (data is None) == (not text):
         raise ValueError("pass exactly one of --data PREPARED_DIR or --text FILE...")
@@ -276,49 +266,3 @@ def evaluate_perplexity(
         "bytes_counted": "UTF-8 bytes of the scored token ids decoded with the tokenizer, special tokens skipped",
         **run_metadata(),
     }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL_DIR",
-                        help="a saved model folder (e.g. runs/tiny/depth_attention/final)")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--data", metavar="PREPARED_DIR", help="a dataset written by `depthattn prepare`")
-    source.add_argument("--text", nargs="+", metavar="FILE", help="UTF-8 text files, each one document")
-    parser.add_argument("--split", default="val", help="split of --data (default %(default)s)")
-    parser.add_argument("--tokenizer", metavar="DIR",
-                        help="tokenizer folder (default: the model folder's, else --data's tokenizer/)")
-    parser.add_argument("--block-size", type=int, metavar="N",
-                        help="tokens per window (default: the training seq_len from train_config.json above the "
-                             "model folder, else max_position_embeddings)")
-    parser.add_argument("--stride", type=int, metavar="N",
-                        help="window step; < block size is a sliding window where every scored token keeps at "
-                             "least block_size - stride tokens of earlier context (default: block size, fixed blocks)")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
-                        help="windows per forward pass (default %(default)s)")
-    parser.add_argument("--max-tokens", type=int, metavar="N", help="score only the first N tokens")
-    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32",
-                        help="weights dtype (default %(default)s; auto: as saved); the loss is summed in float64")
-    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-    parser.add_argument("--out", metavar="FILE", help="also write the results as JSON")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def run(args: argparse.Namespace) -> int:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # the weights-loading bar
-    from ..files import atomic_write_json
-
-    result = evaluate_perplexity(
-        args.model, data=args.data, split=args.split, text=args.text, tokenizer=args.tokenizer,
-        block_size=args.block_size, stride=args.stride, batch_size=args.batch_size, max_tokens=args.max_tokens,
-        dtype=args.dtype, device=args.device, progress=not args.no_progress,
-    )
-    window = "fixed blocks" if result["stride"] == result["block_size"] else f"sliding, stride {result['stride']}"
-    print(f"{result['tokens']:,} tokens ({result['bytes']:,} bytes), block size {result['block_size']} ({window}): "
-          f"loss {result['loss']:.4f} nats/token, perplexity {result['perplexity']:.3f}, "
-          f"bits per byte {result['bits_per_byte']:.4f}")
-    if args.out:
-        atomic_write_json(args.out, result)
-        print(f"wrote {args.out}", file=sys.stderr)
-    return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 from ..files import AtomicFile
 
 
@@ -50,7 +52,6 @@ def plot_depth_map(matrix, out_png: str | Path, present=None, title: str = "",
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        import numpy as np
     except ImportError:
         raise ImportError("plots need matplotlib: pip install 'depthattn[plot]'") from None
     matrix = np.asarray(matrix, dtype=float)

@@ -37,8 +37,9 @@ rerun, and an interrupted one resumes from its last checkpoint.
 Cells run through an executor: local processes (study/local.py) or a Slurm job array (study/slurm.py).
 """
 
+from .cell import run_cell
 from .report import markdown_report, setting_differences, write_index, write_report
-from .runner import pending_cells, run_cell, run_study, uncertain_cells
+from .runner import pending_cells, run_study, uncertain_cells
 from .spec import Axis, Search, Study, cell_key, setting_label
 from .stats import format_interval, paired_difference, summarize, verdict
 from .why import explain

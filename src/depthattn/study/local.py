@@ -7,15 +7,15 @@ from __future__ import annotations
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 
-from .runner import check_split, run_cell
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from .cell import check_split, run_cell
 from .spec import Study, setting_label
 
 
 def _run_distributed(study: Study, setting: dict, method: str, seed: int, threads: int | None,
                      tasks: int) -> dict:
     """One cell in `tasks` processes, launched and watched by torch's elastic agent (torchrun's own)."""
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=tasks, run_id=f"cell-{uuid.uuid4().hex[:8]}",
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
                           start_method="spawn")

@@ -1,91 +1,12 @@
-"""Running a study's cells: each trains (or resumes) one method with one seed and writes its result file; a finished
-cell is never rerun."""
+"""Running a study: which cells are still wanted (the study's seeds, then more seeds where an interval spans zero),
+sent to an executor in rounds; a finished cell is never rerun."""
 
 from __future__ import annotations
 
-import json
-import os
-import statistics
-import time
-from pathlib import Path
-
-import torch
-
-from ..data import MANIFEST_NAME, prepare
-from ..data.manifest import TOKENIZER_DIR
-from ..data.shards import TokenShards
-from ..data.tokenizer import load_tokenizer
-from ..evaluate.loading import load_model, run_metadata
-from ..evaluate.perplexity import compute_perplexity
-from ..evaluate.plots import read_metrics
-from ..files import atomic_write_json
-from ..methods import count_parameters
-from ..train import train
+from .cell import ensure_dataset, train_start
+from .local import LocalExecutor
 from .spec import Study, setting_label
 from .stats import summarize
-
-
-def ensure_dataset(study: Study, path: str) -> None:
-    if (Path(path) / MANIFEST_NAME).exists():
-        return
-    if path not in study.datasets:
-        raise FileNotFoundError(f"{path} holds no prepared data; run depthattn prepare --out {path}, or declare it "
-                                f"under [datasets.NAME] in the study config so the study prepares it")
-    print(f"preparing the embedded corpus into {path} ({study.datasets[path]})")
-    prepare(["embedded"], Path(path), **study.datasets[path])
-
-
-def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int | None = None) -> dict | None:
-    """Train (or resume) one cell, score the whole validation split, and write the cell's result file.
-
-    Under torch.distributed (torchrun, a Slurm job of several tasks) every process trains its share of each
-    global batch, the study's `train.batch_size` split over the world; the first process then scores and writes
-    the result, which records the world size, and the others return None."""
-    path = study.result_path(setting, method, seed)
-    if path.exists():
-        return json.loads(path.read_text())
-    if threads:
-        torch.set_num_threads(threads)
-    cfg = study.cell_config(setting, method, seed)
-    world_size, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
-    check_split(study, [(setting, method, seed)], world_size)
-    cfg.train.batch_size //= world_size  # per process; the global batch stays the study's
-    started = time.perf_counter()
-    train(cfg, resume=True)
-    if rank:
-        return None
-    cell = Path(cfg.train.out_dir)
-    records = read_metrics(cell / "metrics.jsonl")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = load_model(cell / "final", device=device)
-    val = TokenShards(cfg.data.path, "val")
-    scored = compute_perplexity(model, val, block_size=cfg.data.seq_len,
-                                tokenizer=load_tokenizer(Path(cfg.data.path) / TOKENIZER_DIR))
-    cfg.train.batch_size *= world_size
-    result = {
-        "method": method, "seed": seed,
-        "val_loss": scored["loss"], "val_bits_per_byte": scored["bits_per_byte"],
-        "val_tokens": scored["tokens"], "val_bytes": scored["bytes"],
-        "train_tokens": records[-1]["tokens"], "final_train_loss": records[-1]["loss"],
-        "curve": [[r["tokens"], r["val_loss"]] for r in records if "val_loss" in r],  # eval-subset loss
-        "tokens_per_s": statistics.median(r["tokens_per_s"] for r in records if "tokens_per_s" in r),
-        **{f"params_{k}": v for k, v in count_parameters(model).items()},
-        "seconds": time.perf_counter() - started, "threads": torch.get_num_threads(),
-        **({"world_size": world_size, "parallel": cfg.train.parallel} if world_size > 1 else {}),
-        "device": device, "config": cfg.to_dict(), **run_metadata(),
-    }
-    result["config"]["train"].pop("out_dir")
-    atomic_write_json(path, result)
-    return result
-
-
-def check_split(study: Study, cells: list[tuple], tasks: int) -> None:
-    """A cell of `tasks` processes splits each batch over them: the study's batch size must divide."""
-    for cell in cells:
-        batch = study.cell_config(*cell).train.batch_size
-        if batch % tasks:
-            raise ValueError(f"a cell of {tasks} processes splits train.batch_size ({batch}) over them: pick a number "
-                             "of tasks that divides it")
 
 
 def pending_cells(study: Study, seeds: list[int] | None = None, methods: list[str] | None = None) -> list[tuple]:
@@ -113,24 +34,11 @@ def uncertain_cells(study: Study) -> list[tuple]:
     return wanted
 
 
-def train_start(study: Study, seed: int, threads: int | None = None) -> None:
-    """Train (or resume) the model a retrofitting study's cells of `seed` start from, unless it is there: its
-    result may be committed while its checkpoints, never committed, are on another machine."""
-    cfg = study.start_config(seed)
-    if not study.start_ready(seed):
-        if threads:
-            torch.set_num_threads(threads)
-        train(cfg, resume=True)
-
-
 def run_study(study: Study, executor=None, methods=None, seeds=None) -> bool:
     """Train every cell without a result through `executor` (default: local, one at a time): the cells of the
     study's seeds, then the more-seed cells where an interval spans zero. False when cells are still out (a
     detached Slurm submission), so that round two waits for round one."""
-    if executor is None:
-        from .local import LocalExecutor
-
-        executor = LocalExecutor()
+    executor = executor or LocalExecutor()
     for path in {study.cell_config(s, study.methods[0], study.seeds[0]).data.path for s in study.settings()}:
         ensure_dataset(study, path)
     if study.start_from:  # the starting models first: cells of a seed share theirs

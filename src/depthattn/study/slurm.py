@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from ..files import atomic_write_json
-from .runner import check_split, run_cell
+from .cell import check_split, run_cell
 from .spec import Study, setting_label
 
 QUEUED = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",

@@ -6,9 +6,9 @@ import itertools
 from pathlib import Path
 
 from ..evaluate.depth_map import compute_depth_map
-from ..evaluate.loading import load_model
 from ..evaluate.plots import plot_depth_map, save_figure
 from ..files import atomic_write_json
+from ..loading import load_model
 from ..presets import PRESETS
 from .spec import Study, setting_label
 

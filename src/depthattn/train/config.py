@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import check_choice
+from ..presets import PRESETS
 
 MODEL_PRESETS = {
     # CPU sizes
@@ -46,8 +47,6 @@ class ModelSection:
     init_from: str = ""
 
     def check(self):
-        from ..presets import PRESETS
-
         check_choice("model.preset", self.preset, MODEL_PRESETS)
         check_choice("model.method", self.method, PRESETS)
         _positive("model.num_loops", self.num_loops)

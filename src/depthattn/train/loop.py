@@ -7,9 +7,7 @@ add_arguments and run at the end.
 
 from __future__ import annotations
 
-import argparse
 import math
-import os
 import sys
 
 import torch
@@ -110,17 +108,3 @@ def _train(cfg: TrainConfig, resume: bool, world: World) -> dict:
     # the weights were checked before the last step's checkpoint (or, with no step left, are a checked checkpoint's)
     checkpoints.export(wrapped, model)
     return metrics.last
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = "Any config value can be overridden: --optim.lr 3e-4 --train.steps 100"
-    parser.add_argument("--config", help="a TOML training config (see configs/)")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in train.out_dir")
-
-
-def run(args: argparse.Namespace) -> int:
-    """`depthattn train`; `args.overrides` are the command line's --section.key value pairs."""
-    summary = train(TrainConfig.load(args.config, args.overrides), resume=args.resume)
-    if os.environ.get("RANK", "0") == "0":
-        print({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()})
-    return 0

@@ -22,6 +22,9 @@ import random
 import re
 from pathlib import Path
 
+from ...data import document_split, embedded_corpus_records
+from ...data.prepare import DEFAULT_SEED, DEFAULT_VAL_FRACTION
+from ...files import atomic_write_bytes
 from .local_data import HERE, LASTWORD_FILE, MC_FILE
 
 SEED = 2606
@@ -39,8 +42,6 @@ LAST_WORD = re.compile(rf" ([A-Za-z]{{{MIN_WORD},}})([^A-Za-z0-9]*)$")
 
 def held_out_documents() -> list[dict]:
     """Records {"title", "part", "text"} of the embedded corpus that `prepare` holds out by default."""
-    from ...data import document_split, embedded_corpus_records
-    from ...data.prepare import DEFAULT_SEED, DEFAULT_VAL_FRACTION
 
     return [record for record in embedded_corpus_records()
             if document_split(record["text"], DEFAULT_SEED, DEFAULT_VAL_FRACTION) == "val"]
@@ -149,7 +150,6 @@ def build(out_dir: str | Path = HERE) -> dict[str, str]:
         MC_FILE: jsonl(with_splits(build_mc(documents, random.Random(SEED)), "mc")),
         LASTWORD_FILE: jsonl(with_splits(build_lastword(documents, random.Random(SEED + 1)), "lastword")),
     }
-    from ...files import atomic_write_bytes
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

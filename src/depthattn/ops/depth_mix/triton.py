@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import sys
 
 import torch
 
@@ -38,8 +39,6 @@ def triton_runs_on(device: torch.device) -> bool:
 def _interpreted_language() -> bool:
     """True unless triton.language was imported before TRITON_INTERPRET=1 was set (then its standard library
     is compiled, not interpreted, and interpreted kernels fail)."""
-    import sys
-
     if "triton.language" not in sys.modules:
         return True
     standard = getattr(sys.modules["triton.language"], "standard", None)

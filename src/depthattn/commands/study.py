@@ -7,11 +7,13 @@ import argparse
 import time
 from pathlib import Path
 
-from .cost import H100_BF16_TFLOPS, cell_flops, gpu_hours
-from .report import write_index, write_report
-from .runner import pending_cells, run_study, uncertain_cells
-from .spec import Study, setting_label
-from .why import explain
+from ..study.cost import H100_BF16_TFLOPS, cell_flops, gpu_hours
+from ..study.local import LocalExecutor
+from ..study.report import write_index, write_report
+from ..study.runner import pending_cells, run_study, uncertain_cells
+from ..study.slurm import SlurmExecutor, SlurmSettings, print_status
+from ..study.spec import Study, setting_label
+from ..study.why import explain
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,11 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def make_executor(args: argparse.Namespace, study: Study):
     if args.executor == "local":
-        from .local import LocalExecutor
-
         return LocalExecutor(args.workers, args.threads, args.tasks_per_cell)
-    from .slurm import SlurmExecutor, SlurmSettings
-
     return SlurmExecutor(SlurmSettings.from_table(study.slurm, args.slurm), study.out_dir, args.poll,
                          wait=not args.detach)
 
@@ -69,8 +67,6 @@ def dry_run(study: Study, args: argparse.Namespace) -> None:
     cells = wanted_cells(study, args)
     print(f"study {study.name}: {len(cells)} cells would run, {make_executor(args, study).describe()}")
     if args.executor == "slurm":
-        from .slurm import SlurmSettings
-
         settings = SlurmSettings.from_table(study.slurm, args.slurm)
         print("sbatch:", ", ".join(f"{k}={v}" for k, v in settings.submitit_parameters(study.name).items() if v))
     total_flops = total_hours = 0.0
@@ -88,8 +84,6 @@ def status(study: Study, args: argparse.Namespace) -> None:
     cells = [(setting, method, seed) for seed in study.seeds + study.more_seeds for setting in study.settings()
              for method in study.methods]
     if args.executor == "slurm":
-        from .slurm import print_status
-
         print_status(study, make_executor(args, study), cells)
         return
     wanted = {study.result_path(*cell) for cell in wanted_cells(study, args)}

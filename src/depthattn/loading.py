@@ -1,4 +1,4 @@
-"""Loading a saved model folder and its tokenizer for evaluation, and the metadata recorded with every result.
+"""Loading a saved model folder and its tokenizer for any command, and the metadata recorded with every result.
 
 Everything is read from local folders (`local_files_only`): evaluation never downloads a model or a tokenizer.
 """
@@ -12,9 +12,13 @@ import platform
 from pathlib import Path
 
 import torch
+import transformers
 
-from ..files import checksum_problems
-from ..train.checkpoint import nonfinite_tensors
+import depthattn  # the package itself: registered with the Auto classes, and its version
+
+from .data.tokenizer import load_tokenizer
+from .files import checksum_problems
+from .train.checkpoint import nonfinite_tensors
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_CHOICES = (*DTYPES, "auto")
@@ -57,8 +61,6 @@ def _listed(names) -> str:
 def check_saved_model(model_dir: str | os.PathLike) -> Path:
     """`model_dir` as a Path, after checking that it holds a depthattn model whose files match their checksums
     (where the folder records them)."""
-    import depthattn  # registers the depth_attention model type with the Auto classes
-
     path = check_model_dir(model_dir)
     model_type = _read_json(path / "config.json").get("model_type")
     if model_type != depthattn.DepthAttentionConfig.model_type:
@@ -80,17 +82,15 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
     dtype: float32, bfloat16, float16, or auto (the dtype recorded in the saved config).
     depth_impl: the depth mixing implementation (`depthattn.ops.DEPTH_IMPLS`) over the saved config's.
     """
-    from transformers import AutoModelForCausalLM
-
     path = check_saved_model(model_dir)
     if dtype not in DTYPE_CHOICES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_CHOICES)}")
     device = resolve_device(device)
     try:
         overrides = {} if depth_impl is None else {"depth_impl": depth_impl}
-        model, info = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES.get(dtype, "auto"), local_files_only=True,
-                                                           output_loading_info=True, ignore_mismatched_sizes=True,
-                                                           **overrides)
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            path, dtype=DTYPES.get(dtype, "auto"), local_files_only=True, output_loading_info=True,
+            ignore_mismatched_sizes=True, **overrides)
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(f"could not load a causal language model from {path}: {error}") from error
     problems = [f"{what}: {_listed(names)}" for what, names in (
@@ -132,8 +132,6 @@ def find_tokenizer(model_dir: str | os.PathLike | None, tokenizer: str | os.Path
                    fallbacks: tuple[str | os.PathLike, ...] = ()):
     """The tokenizer in `tokenizer` if given, else the one saved with the model (train exports it), else the
     first of `fallbacks` (e.g. a prepared dataset's tokenizer/ folder) that holds one."""
-    from ..data.tokenizer import load_tokenizer
-
     if tokenizer is not None:
         return load_tokenizer(tokenizer)
     candidates = ([Path(model_dir)] if model_dir is not None else []) + [Path(f) for f in fallbacks]
@@ -174,10 +172,6 @@ def default_context_length(model_dir: str | os.PathLike, max_positions: int | No
 
 def run_metadata() -> dict:
     """Versions and time of an evaluation run, recorded with its results."""
-    import transformers
-
-    import depthattn
-
     return {
         "depthattn_version": depthattn.__version__,
         "torch_version": torch.__version__,

@@ -17,12 +17,13 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .data import MANIFEST_NAME, TokenShards, prepare
-from .evaluate.perplexity import TokenStream, compute_perplexity
-from .evaluate.plots import plot_loss_curves, read_metrics
-from .generate import sample
-from .inference import cached_decoding_error, kv_cache_bytes
-from .train import TrainConfig, train
+from ..data import MANIFEST_NAME, TokenShards, prepare
+from ..evaluate.perplexity import TokenStream, compute_perplexity
+from ..evaluate.plots import plot_loss_curves, read_metrics
+from ..generate import sample
+from ..inference import cached_decoding_error, kv_cache_bytes
+from ..study import Study, format_interval, setting_differences, summarize, verdict
+from ..train import TrainConfig, train
 
 METHODS = {"Depth-Attention": "depth_attention", "vanilla": "vanilla"}
 STEPS = 200
@@ -54,8 +55,6 @@ def study_quote(steps: int) -> list[str]:
         return [f"(the study's numbers are for {STEPS} steps; this run trained {steps})"]
     if not STUDY_CONFIG.is_file():
         return ["(run from the repository root to see the study's result: docs/results/study.md)"]
-    from .study import Study, format_interval, setting_differences, summarize, verdict
-
     study = Study.load(STUDY_CONFIG)
     table = summarize(study, study.read_results())[""]
     rows = {r["method"]: r for r in table["rows"]}

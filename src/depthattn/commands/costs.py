@@ -1,0 +1,77 @@
+"""`depthattn costs`: parameters, extra FLOPs, activation I/O, KV cache and state of every method (the
+paper's Table 2)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..config import DepthAttentionConfig
+from ..evaluate.costs import (
+    DEFAULT_CONTEXT,
+    DEFAULT_DTYPE_BYTES,
+    costs_table,
+    default_methods,
+    format_table,
+    method_configs,
+)
+from ..files import atomic_write_json
+from ..presets import PRESETS
+from ..train import MODEL_PRESETS, TrainConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--config", help="a TOML training config (configs/*.toml): its model preset, loops, overrides")
+    source.add_argument("--preset", help="a model preset of depthattn.train.MODEL_PRESETS, e.g. 3b (default)")
+    parser.add_argument("--num-loops", type=int, default=None, help="looped model (with --preset; default 1)")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help="vocabulary size (default: the config's override, else 50304, the paper's)")
+    parser.add_argument("--context", type=int, default=DEFAULT_CONTEXT,
+                        help="prefill length for the extra-state column (default %(default)s)")
+    parser.add_argument("--dtype-bytes", type=int, default=DEFAULT_DTYPE_BYTES,
+                        help="bytes per activation element (default %(default)s: bf16)")
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated method presets (default: vanilla and every cross_layer method, plus "
+                             "the config's own method)")
+    parser.add_argument("--out", help="also write the records to this JSON file")
+    return parser
+
+
+def configs_from_args(args) -> dict[str, DepthAttentionConfig]:
+    overrides, own_method = {}, None
+    if args.config is not None:
+        cfg = TrainConfig.load(args.config)
+        preset, num_loops = cfg.model.preset, cfg.model.num_loops
+        overrides = dict(cfg.model.overrides)
+        overrides.setdefault("max_position_embeddings", cfg.model.max_position_embeddings)
+        own_method = cfg.model.method
+        if args.num_loops is not None:
+            num_loops = args.num_loops
+    else:
+        preset, num_loops = args.preset or "3b", 1 if args.num_loops is None else args.num_loops
+        if preset not in MODEL_PRESETS:
+            raise ValueError(f"--preset must be one of {', '.join(map(repr, MODEL_PRESETS))}; got {preset!r}")
+    if num_loops < 1:
+        raise ValueError(f"--num-loops must be >= 1, got {num_loops}")
+    if args.vocab_size is not None:
+        overrides["vocab_size"] = args.vocab_size
+    if args.methods:
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    else:
+        methods = default_methods()
+        methods += [own_method] if own_method and own_method not in methods else []
+    unknown = [m for m in methods if m not in PRESETS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {', '.join(map(repr, unknown))}; choose among {', '.join(PRESETS)}")
+    return method_configs(MODEL_PRESETS[preset], methods, num_loops, overrides)
+
+
+def run(args) -> int:
+    if args.context < 0 or args.dtype_bytes <= 0:
+        raise ValueError(f"--context must be >= 0 and --dtype-bytes > 0, got {args.context} and {args.dtype_bytes}")
+    records = costs_table(configs_from_args(args), args.context, args.dtype_bytes)
+    print(format_table(records))
+    if args.out:
+        atomic_write_json(args.out, records)
+        print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,30 @@
+"""`depthattn generate`: continue a prompt with a saved model."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..generate import generate_text
+from ..ops import DEPTH_IMPLS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="a folder saved by train: final/ or checkpoints/step_* "
+                                      "(e.g. runs/demo/depth_attention/final)")
+    parser.add_argument("prompt", help='the text to continue; "" starts a new document')
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.8, help="0 for greedy decoding")
+    parser.add_argument("--top-k", type=int, default=50, help="0: no limit")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder (default: the model folder's)")
+    parser.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
+                        help="torch.compile the decoding steps (static KV cache; backend default inductor)")
+    parser.add_argument("--depth-impl", choices=DEPTH_IMPLS,
+                        help="depth mixing implementation (default: the saved config's; 'cpu': a C++ kernel for "
+                             "eager CPU decoding, built on first use)")
+
+
+def run(args: argparse.Namespace) -> int:
+    print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed,
+                        args.tokenizer, args.compile, args.depth_impl))
+    return 0

@@ -1,0 +1,103 @@
+"""The package's shape: no import cycles between its modules, commands apart from the library, the model below
+training and evaluation, and imports inside functions only for optional dependencies."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).parents[1] / "src" / "depthattn"
+# what a function may import lazily: optional extras, and the parts of torch and transformers that need one
+OPTIONAL = ("matplotlib", "lm_eval", "datasets", "pyarrow", "wandb", "huggingface_hub", "submitit", "scipy",
+            "triton", "starlette", "transformers.cli", "torch.utils.tensorboard", "torch.utils.cpp_extension",
+            "torch.utils")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports(path: Path, top_level: bool) -> list[str]:
+    """depthattn modules (and, for function-level imports, any module) that `path` imports."""
+    tree = ast.parse(path.read_text())
+    module, is_package = module_name(path), path.name == "__init__.py"
+    nodes = tree.body if top_level else [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef,
+                                                                                       ast.AsyncFunctionDef))]
+    found = []
+    for node in nodes if top_level else [inner for fn in nodes for inner in ast.walk(fn)]:
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            target = resolve(module, is_package, node)
+            found += [f"{target}.{alias.name}" for alias in node.names] + [target]
+    return found
+
+
+MODULES = {module_name(p): p for p in SRC.rglob("*.py")}
+
+
+def graph() -> dict[str, set[str]]:
+    edges = {}
+    for name, path in MODULES.items():
+        edges[name] = {target for target in imports(path, top_level=True) if target in MODULES and target != name}
+    return edges
+
+
+def test_no_import_cycles():
+    edges, state, cycles = graph(), {}, []
+
+    def visit(node, stack):
+        state[node] = "open"
+        for target in sorted(edges[node]):
+            if state.get(target) == "open":
+                cycles.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                visit(target, stack + [target])
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+    # the package's __init__ imports its submodules, which import it back for its name only: not a cycle of code
+    cycles = [c for c in cycles if "depthattn" not in c]
+    assert not cycles, cycles
+
+
+@pytest.mark.parametrize("layer, forbidden", [
+    ("depthattn.modeling", ("depthattn.train", "depthattn.evaluate", "depthattn.study", "depthattn.commands")),
+    ("depthattn.methods", ("depthattn.modeling", "depthattn.train", "depthattn.evaluate", "depthattn.study",
+                           "depthattn.commands")),
+    ("depthattn.ops", ("depthattn.modeling", "depthattn.methods", "depthattn.train", "depthattn.commands")),
+    ("depthattn.train", ("depthattn.evaluate", "depthattn.study", "depthattn.commands")),
+    ("depthattn.evaluate", ("depthattn.study", "depthattn.commands")),
+    ("depthattn.study", ("depthattn.commands",)),
+])
+def test_data_flows_one_way(layer, forbidden):
+    edges = graph()
+    wrong = {(name, target) for name, targets in edges.items() if name == layer or name.startswith(f"{layer}.")
+             for target in targets if target.startswith(forbidden)}
+    assert not wrong
+
+
+def test_nothing_outside_the_commands_imports_a_command():
+    edges = graph()
+    wrong = {(name, target) for name, targets in edges.items() if not name.startswith("depthattn.commands")
+             and name != "depthattn.cli" for target in targets if target.startswith("depthattn.commands")}
+    assert not wrong
+
+
+def test_imports_inside_functions_are_of_optional_dependencies_only():
+    lazy = {(name, target) for name, path in MODULES.items() for target in imports(path, top_level=False)
+            if not target.startswith(OPTIONAL) and target.split(".")[0] != "sys"}
+    lazy = {(name, target) for name, target in lazy if not (target.startswith("depthattn.ops.depth_mix._triton")
+                                                            or target == "depthattn.ops.depth_mix")}
+    assert not lazy
