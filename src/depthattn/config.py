@@ -80,6 +80,24 @@ class DepthAttentionConfig(PreTrainedConfig):
 
     model_type = "depth_attention"
     keys_to_ignore_at_inference = ["cache"]
+    # tensor parallelism by heads as Qwen3's (`from_pretrained(..., tp_plan="auto")` under torchrun): depth mixing
+    # works within each KV-head group, so it shards with the heads; a method's own parameters are replicated
+    base_model_tp_plan = {
+        "layers.*.self_attn.q_proj": "colwise",
+        "layers.*.self_attn.k_proj": "colwise",
+        "layers.*.self_attn.v_proj": "colwise",
+        "layers.*.self_attn.q_norm": "replicated_with_grad_allreduce",
+        "layers.*.self_attn.k_norm": "replicated_with_grad_allreduce",
+        "layers.*.self_attn.o_proj": "rowwise",
+        "layers.*.mlp.gate_proj": "colwise",
+        "layers.*.mlp.up_proj": "colwise",
+        "layers.*.mlp.down_proj": "rowwise",
+    }
+    base_model_pp_plan = {
+        "embed_tokens": (["input_ids"], ["inputs_embeds"]),
+        "layers": (["hidden_states", "attention_mask"], ["hidden_states"]),
+        "norm": (["hidden_states"], ["hidden_states"]),
+    }
 
     vocab_size: int = 50304
     hidden_size: int = 1024

@@ -374,6 +374,8 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
 
 class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    _tp_plan = {"lm_head": "colwise_gather_output"}
+    _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
 
     def __init__(self, config: DepthAttentionConfig):
         super().__init__(config)

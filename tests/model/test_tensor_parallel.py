@@ -1,0 +1,39 @@
+"""Tensor parallelism as Qwen3's (`base_model_tp_plan`): `from_pretrained(..., tp_plan="auto")` under torchrun with
+2 gloo processes on CPU shards the heads and gives the unsharded model's logits and greedy tokens."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import METHOD_SETTINGS, tiny_model
+
+SETTINGS = {"vanilla": dict(cross_layer="none"), "depth_attention": dict(depth_stride=1),
+            "depth_linear": dict(depth_stride=1, depth_mix="linear"), "value_residual": dict(cross_layer="value_residual"),
+            "mudd": METHOD_SETTINGS["mudd"]}
+
+
+def test_two_processes_shard_the_heads_and_agree_with_the_whole_model(tmp_path):
+    folders = []
+    for name, settings in SETTINGS.items():
+        model = tiny_model(**settings)
+        model.save_pretrained(tmp_path / name)
+        folders.append(str(tmp_path / name))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "tests.model.tensor_parallel_worker", *folders]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("RESULTS "))
+    for folder, check in json.loads(line.removeprefix("RESULTS ")).items():
+        assert check["q_rows_here"] == check["q_rows"] // 2, folder  # each rank holds half the query heads
+        assert check["max_logit_difference"] < 1e-5 and check["same_tokens"], (folder, check)
+
+
+@pytest.mark.parametrize("plan", ["base_model_tp_plan", "base_model_pp_plan"])
+def test_the_plans_name_modules_that_exist(plan):
+    model = tiny_model()
+    config_plan = getattr(model.config, plan)
+    names = {name for name, _ in model.model.named_modules()}
+    for pattern in config_plan:
+        assert any(name == pattern or (pattern.replace("*", "0") == name) for name in names), pattern
