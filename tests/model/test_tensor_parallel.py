@@ -10,8 +10,8 @@ import pytest
 from tests.helpers import METHOD_SETTINGS, tiny_model
 
 SETTINGS = {"vanilla": dict(cross_layer="none"), "depth_attention": dict(depth_stride=1),
-            "depth_linear": dict(depth_stride=1, depth_mix="linear"), "value_residual": dict(cross_layer="value_residual"),
-            "mudd": METHOD_SETTINGS["mudd"]}
+            "depth_linear": dict(depth_stride=1, depth_mix="linear"),
+            "value_residual": dict(cross_layer="value_residual"), "mudd": METHOD_SETTINGS["mudd"]}
 
 
 def test_two_processes_shard_the_heads_and_agree_with_the_whole_model(tmp_path):
