@@ -30,7 +30,7 @@ PROMPTS = ["the cat sat on", "when we see them", "a", "it was the first time tha
 MAX_TOKENS = 8
 SERVERS = {"depth_attention": (dict(depth_stride=1, depth_impl="compiled"),
                                ["--continuous-batching", "--cb-num-blocks", "16", "--depth-impl", "reference"]),
-           "vanilla": (dict(cross_layer="none"), [])}
+           "vanilla": (dict(cross_layer="vanilla"), [])}
 
 
 def save_model_folder(folder, chat_template=None, **settings):

@@ -10,7 +10,7 @@ from .depth import DepthState, depth_sources
 from .methods import count_parameters
 from .modeling import DepthAttentionForCausalLM, DepthAttentionModel, DepthAttentionPreTrainedModel
 from .ops import depth_mix
-from .presets import PRESETS, method_settings
+from .presets import METHOD_PRESETS, method_settings
 
 __version__ = "0.1.0"
 
@@ -29,7 +29,7 @@ __all__ = [
     "DepthAttentionModel",
     "DepthAttentionPreTrainedModel",
     "DepthState",
-    "PRESETS",
+    "METHOD_PRESETS",
     "count_parameters",
     "depth_mix",
     "depth_sources",

@@ -20,12 +20,12 @@ class ConfigField:
 
 # The names `cross_layer` accepts, each with its method class: `depthattn.methods.register` fills it (this module
 # is imported first and knows the methods only through it). Every config has every registered method's fields.
-CROSS_LAYER_METHODS: dict[str, type] = {}
+METHODS: dict[str, type] = {}
 
 
 def method_fields() -> dict[str, ConfigField]:
     """The config fields of every registered method."""
-    return {name: field for cls in CROSS_LAYER_METHODS.values() for name, field in cls.config_fields.items()}
+    return {name: field for cls in METHODS.values() for name, field in cls.config_fields.items()}
 
 # Keys that transformers' configs and generation take (legacy names, loading bookkeeping): never a typo of ours.
 _TRANSFORMERS_KEYS = {
@@ -69,7 +69,8 @@ class DepthAttentionConfig(PreTrainedConfig):
     The cross-layer switch:
 
     cross_layer (`str`, defaults to `"depth_attention"`):
-        `"none"` for a vanilla decoder, `"depth_attention"` for Depth-Attention, or another method
+        `"vanilla"` for the plain decoder (configs saved with its old name, `"none"`, load as it), `"depth_attention"`
+        for Depth-Attention, or another method
         (docs/method.md#baselines, one module each in `depthattn.methods`): `"value_residual"`,
         `"value_embeddings"`, `"denseformer"`, `"attnres"`, `"mhc"`, `"hyper_connections"`, `"mudd"`.
 
@@ -131,6 +132,8 @@ class DepthAttentionConfig(PreTrainedConfig):
     cross_layer: str = "depth_attention"
 
     def __post_init__(self, **kwargs):
+        if self.cross_layer == "none":  # the vanilla decoder's name in configs saved by earlier versions
+            self.cross_layer = "vanilla"
         fields = method_fields()
         for name, field in fields.items():  # plain attributes, which config.json holds like the dataclass fields
             setattr(self, name, kwargs.pop(name, field.default))
@@ -205,8 +208,8 @@ class DepthAttentionConfig(PreTrainedConfig):
             raise ValueError(f"use_sliding_window needs sliding_window, a number of tokens >= 1; got {window!r}")
         check_int("max_window_layers", self.max_window_layers, 0)
         check_int("num_loops", self.num_loops, 1)
-        check_choice("cross_layer", self.cross_layer, CROSS_LAYER_METHODS)
-        for method in CROSS_LAYER_METHODS.values():
+        check_choice("cross_layer", self.cross_layer, METHODS)
+        for method in METHODS.values():
             method.check_config(self)
 
 

@@ -86,7 +86,7 @@ def reference_settings(source: PreTrainedConfig) -> dict:
     return {
         "use_qk_norm": bool(getattr(source, "use_qk_norm", True)),  # the reference's default is on
         "k_norm_after_rope": True,
-        "cross_layer": "depth_attention" if depth else "none",
+        "cross_layer": "depth_attention" if depth else "vanilla",
         "depth_stride": max(1, int(stride)),  # its stride <= 1 means every earlier layer, as ours of 1
         "depth_window": max(0, int(window)),
     }

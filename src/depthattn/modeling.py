@@ -413,7 +413,7 @@ class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):
 
     @classmethod
     def from_pretrained_decoder(cls, model_or_dir, **depth_settings) -> DepthAttentionForCausalLM:
-        """A Depth-Attention (or, with cross_layer="none", vanilla) model with a decoder checkpoint's weights.
+        """A Depth-Attention (or, with cross_layer="vanilla", vanilla) model with a decoder checkpoint's weights.
 
         Depth-Attention adds no parameters, so every tensor is taken as it is. `model_or_dir` is a transformers
         Llama, Mistral, Qwen2 or Qwen3 causal LM, a depthattn model (another method on the same backbone), or a

@@ -1,7 +1,8 @@
-"""Named method settings, so that a training config can say `method: depth_quarter`.
+"""Method presets: named method settings, so that a training config can say `method: depth_quarter` (model presets,
+the shapes, are `depthattn.train.MODEL_PRESETS`).
 
-Every registered method is a preset under its own name (`cross_layer=<name>`, method defaults), `vanilla` is
-`cross_layer="none"`, and a method adds named variants in its class's `presets` (Depth-Attention's ablations:
+Every registered method is a preset under its own name (`cross_layer=<name>`, method defaults), and a method adds
+named variants in its class's `presets` (Depth-Attention's ablations:
 `depthattn.methods.depth_attention`). A value that is a function receives the unrolled depth
 `D = num_hidden_layers * num_loops` (docs/method.md#variants: depth counts unrolled steps).
 
@@ -19,10 +20,9 @@ class _Presets(Mapping):
     """The presets, read from the method registry whenever asked, so a method registered later has its own."""
 
     def _all(self) -> dict[str, dict]:
-        named = {"vanilla": {"cross_layer": "none"}}
+        named = {}
         for method, cls in METHODS.items():
-            if method != "none":
-                named[method] = {"cross_layer": method}
+            named[method] = {"cross_layer": method}
             named.update({name: {"cross_layer": method, **settings} for name, settings in cls.presets.items()})
         return named
 
@@ -36,13 +36,13 @@ class _Presets(Mapping):
         return len(self._all())
 
 
-PRESETS: Mapping[str, dict] = _Presets()
+METHOD_PRESETS: Mapping[str, dict] = _Presets()
 
 
 def method_settings(name: str, num_hidden_layers: int, num_loops: int = 1) -> dict:
     """The config fields of preset `name` for a model of `num_hidden_layers` layers run `num_loops` times."""
-    if name not in PRESETS:
-        raise ValueError(f"method must be one of {', '.join(map(repr, PRESETS))}; got {name!r}")
+    if name not in METHOD_PRESETS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, METHOD_PRESETS))}; got {name!r}")
     depth = num_hidden_layers * num_loops
-    settings = {key: value(depth) if callable(value) else value for key, value in PRESETS[name].items()}
+    settings = {key: value(depth) if callable(value) else value for key, value in METHOD_PRESETS[name].items()}
     return {**settings, "num_loops": num_loops}

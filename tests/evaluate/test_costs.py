@@ -67,7 +67,7 @@ def _extra_per_token(overrides, mapping, ops=None, patch=None) -> float:
     method = _model(**overrides)
     if patch is not None:
         patch(method.model.cross_layer)
-    vanilla = _model(**{**overrides, "cross_layer": "none"})
+    vanilla = _model(**{**overrides, "cross_layer": "vanilla"})
     extra = _count(method, mapping, ops) - _count(vanilla, mapping, ops)
     assert extra % TOKENS == 0
     return extra // TOKENS
@@ -167,7 +167,7 @@ def test_3b_parameters_match_the_built_models(table_3b):
 
 @pytest.mark.parametrize("name", [*SETTINGS, "vanilla_tied_bias", "mhc_tied"])
 def test_parameters_match_built_model(name):
-    overrides = {"vanilla_tied_bias": dict(cross_layer="none", tie_word_embeddings=True, attention_bias=True),
+    overrides = {"vanilla_tied_bias": dict(cross_layer="vanilla", tie_word_embeddings=True, attention_bias=True),
                  "mhc_tied": dict(cross_layer="mhc", tie_word_embeddings=True)}.get(name) or SETTINGS[name]
     model = _model(**overrides)
     record = costs.method_costs(model.config)
@@ -300,7 +300,7 @@ def test_costs_list_every_registered_method(tmp_path):
     try:
         assert costs.default_methods()[-1] == "toy"
         records = costs.costs_table(costs.method_configs(MODEL_PRESETS["tiny"]))
-        assert [r["method"] for r in records] == ["vanilla", *[m for m in depthattn.methods.METHODS if m != "none"]]
+        assert [r["method"] for r in records] == list(depthattn.methods.METHODS)
     finally:
         depthattn.methods.unregister("toy")
 

@@ -1,5 +1,5 @@
 """`depthattn harness`: lm-eval on the local offline tasks, lm-eval's own routes to a saved folder, and the paper8
-preset failing clearly without network (skipped without the `eval` extra)."""
+task set failing clearly without network (skipped without the `eval` extra)."""
 
 import argparse
 import json
@@ -18,7 +18,7 @@ def test_harness_runs_the_local_tasks_offline(trained_model, tmp_path, capsys):
     parser = argparse.ArgumentParser()
     harness_command.add_arguments(parser)
     out = tmp_path / "harness.json"
-    args = parser.parse_args([str(trained_model), "--preset", "local", "--num-fewshot", "0", "2", "--limit", "24",
+    args = parser.parse_args([str(trained_model), "--task-set", "local", "--num-fewshot", "0", "2", "--limit", "24",
                               "--batch-size", "16", "--bootstrap-iters", "50", "--out", str(out)])
     assert harness_command.run(args) == 0
     assert "depthattn_shakespeare_mc" in capsys.readouterr().out
@@ -86,7 +86,7 @@ def test_paper8_without_network_names_the_unreachable_tasks(full_task_manager, m
     for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(harness, "hub_reachable", lambda timeout=0: False)  # as without network: no retries
-    tasks = harness.resolve_tasks(preset="paper8")
+    tasks = harness.resolve_tasks(task_set="paper8")
     assert tasks == ["lambada_openai", "piqa", "winogrande", "sciq", "hellaswag", "arc_easy", "arc_challenge", "race"]
     offline = harness.hub_offline_by_env() or not harness.hub_reachable()
     with harness.hub_offline(offline), pytest.raises(ValueError, match="unreachable: " + ", ".join(tasks)) as error:
@@ -102,8 +102,8 @@ def test_paper8_without_network_names_the_unreachable_tasks(full_task_manager, m
 
 def test_task_selection_errors():
     assert harness.resolve_tasks(["a,b", "c", "a"]) == ["a", "b", "c"]
-    assert harness.resolve_tasks(preset="local") == list(LOCAL_TASKS)
+    assert harness.resolve_tasks(task_set="local") == list(LOCAL_TASKS)
     with pytest.raises(ValueError, match="exactly one of --tasks"):
-        harness.resolve_tasks(["piqa"], preset="paper8")
-    with pytest.raises(ValueError, match="unknown preset"):
-        harness.resolve_tasks(preset="paper9")
+        harness.resolve_tasks(["piqa"], task_set="paper8")
+    with pytest.raises(ValueError, match="unknown task set"):
+        harness.resolve_tasks(task_set="paper9")

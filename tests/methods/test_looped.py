@@ -11,7 +11,7 @@ from tests.model.test_depth_reference import reference_logits
 
 ATOL = 1e-5
 VARIANTS = {
-    "vanilla": dict(cross_layer="none"),
+    "vanilla": dict(cross_layer="vanilla"),
     "depth_attention": dict(),
     "depth-every-window": dict(depth_stride=1, depth_window=1, depth_mix_states="kv"),
     "value_residual": METHOD_SETTINGS["value_residual"],
@@ -49,7 +49,7 @@ def test_looped_equals_the_unrolled_stack_with_shared_weights(name):
     assert len(looped.model.layers) == 2 and looped.config.unrolled_depth == 4
 
 
-@pytest.mark.parametrize("settings", [dict(), dict(depth_stride=1, depth_mix="uniform"), dict(cross_layer="none")])
+@pytest.mark.parametrize("settings", [dict(), dict(depth_stride=1, depth_mix="uniform"), dict(cross_layer="vanilla")])
 def test_looped_matches_the_loop_reference_over_the_unrolled_depth(settings):
     looped, unrolled = looped_and_unrolled(settings, torch.float64, layers=2, loops=3)
     ids = torch.randint(0, 97, (1, 6))
@@ -104,7 +104,7 @@ def test_looped_static_cache_and_generate():
 def test_each_unrolled_step_has_its_own_cache_slot_of_vanilla_size():
     ids = torch.randint(0, 97, (2, 7))
     looped = tiny_model(num_loops=3)(ids, use_cache=True).cache
-    vanilla = tiny_model(cross_layer="none")(ids, use_cache=True).cache
+    vanilla = tiny_model(cross_layer="vanilla")(ids, use_cache=True).cache
     assert len(looped.layers) == 12 and len(vanilla.layers) == 4
     for step, layer in enumerate(looped.layers):
         assert layer.keys.shape == layer.values.shape == vanilla.layers[step % 4].keys.shape
@@ -113,7 +113,7 @@ def test_each_unrolled_step_has_its_own_cache_slot_of_vanilla_size():
 
 
 def test_a_cache_with_too_few_slots_is_an_error():
-    vanilla = tiny_model(cross_layer="none")
+    vanilla = tiny_model(cross_layer="vanilla")
     cache = vanilla(torch.randint(0, 97, (1, 4)), use_cache=True).cache
     with pytest.raises(ValueError, match="needs 8 .* DynamicCache\\(config=model.config\\)"):
         tiny_model(num_loops=2)(torch.randint(0, 97, (1, 1)), cache=cache, use_cache=True)

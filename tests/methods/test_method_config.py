@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from depthattn import PRESETS, DepthAttentionConfig, DepthAttentionForCausalLM, method_settings
+from depthattn import METHOD_PRESETS, DepthAttentionConfig, DepthAttentionForCausalLM, method_settings
 from tests.helpers import tiny_config
 
 
@@ -63,11 +63,11 @@ def test_stride_presets_are_fractions_of_the_unrolled_depth(loops):
 def test_mixing_presets():
     assert method_settings("depth_uniform", 4)["depth_mix"] == "uniform"
     assert [method_settings(f"depth_mix_{s}", 4)["depth_mix_states"] for s in ("k", "kv", "v")] == ["k", "kv", "v"]
-    assert method_settings("vanilla", 4) == {"cross_layer": "none", "num_loops": 1}
+    assert method_settings("vanilla", 4) == {"cross_layer": "vanilla", "num_loops": 1}
     assert method_settings("mhc", 4, 2) == {"cross_layer": "mhc", "num_loops": 2}
 
 
-@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("name", METHOD_PRESETS)
 def test_every_preset_builds_a_model_that_runs(name):
     config = tiny_config(**method_settings(name, 4))
     model = DepthAttentionForCausalLM(config).eval()

@@ -9,7 +9,6 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from depthattn import DepthAttentionForCausalLM, count_parameters
-from depthattn.config import CROSS_LAYER_METHODS
 from depthattn.methods import INFERENCE_STATE, METHODS
 from depthattn.methods.mhc import sinkhorn
 from tests.helpers import (
@@ -32,7 +31,7 @@ def method_model(name, perturbed=True, **overrides):
 
 def vanilla_and(name, **overrides):
     """A vanilla model and a freshly initialised `name` model with the same backbone weights."""
-    vanilla = tiny_model(cross_layer="none")
+    vanilla = tiny_model(cross_layer="vanilla")
     return vanilla, with_backbone_of(tiny_model(**{**METHOD_SETTINGS[name], **overrides}), vanilla)
 
 
@@ -233,7 +232,7 @@ def test_kv_cache_is_exactly_vanillas(name):
     settings = METHOD_SETTINGS.get(name, dict(cross_layer=name))
     ids = torch.randint(0, 97, (2, 11))
     cache = tiny_model(**settings)(ids, use_cache=True).cache
-    vanilla = tiny_model(cross_layer="none")(ids, use_cache=True).cache
+    vanilla = tiny_model(cross_layer="vanilla")(ids, use_cache=True).cache
     assert type(cache) is type(vanilla) and len(cache.layers) == len(vanilla.layers) == 4
     for layer, plain in zip(cache.layers, vanilla.layers):
         assert type(layer) is type(plain) and vars(layer).keys() == vars(plain).keys()
@@ -258,7 +257,7 @@ PARAMETER_COUNTS = {  # tiny config: L = 4, D = 32, 8 sublayers
 @pytest.mark.parametrize("name", NAMES)
 def test_parameter_count(name):
     counts = count_parameters(method_model(name, perturbed=False))
-    vanilla = count_parameters(tiny_model(cross_layer="none"))
+    vanilla = count_parameters(tiny_model(cross_layer="vanilla"))
     assert counts["extra_over_vanilla"] == PARAMETER_COUNTS[name]
     assert counts["total"] == vanilla["total"] + PARAMETER_COUNTS[name] and vanilla["extra_over_vanilla"] == 0
     assert count_parameters(tiny_model())["extra_over_vanilla"] == 0  # Depth-Attention adds none
@@ -267,13 +266,13 @@ def test_parameter_count(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_method_parameters_live_under_cross_layer_and_the_backbone_keeps_qwen3_keys(name):
     keys = set(method_model(name, perturbed=False).state_dict())
-    vanilla_keys = set(tiny_model(cross_layer="none").state_dict())
+    vanilla_keys = set(tiny_model(cross_layer="vanilla").state_dict())
     assert vanilla_keys < keys and all(k.startswith("model.cross_layer.") for k in keys - vanilla_keys)
     assert set(tiny_model().state_dict()) == vanilla_keys
 
 
 def test_every_method_states_its_inference_state():
-    assert set(INFERENCE_STATE) == set(CROSS_LAYER_METHODS) == {"none", "depth_attention", *METHODS}
+    assert set(INFERENCE_STATE) == set(METHODS) == {"vanilla", "depth_attention", *METHODS}
     for name, cls in METHODS.items():
         assert "Across tokens: none" in INFERENCE_STATE[name]
         doc = sys.modules[cls.__module__].__doc__

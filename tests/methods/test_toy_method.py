@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from depthattn import PRESETS, DepthAttentionConfig
+from depthattn import METHOD_PRESETS, DepthAttentionConfig
 from depthattn.config import ConfigField, method_fields
 from depthattn.evaluate.costs import method_costs
 from depthattn.methods import INFERENCE_STATE, METHODS, count_parameters, register, unregister
@@ -45,7 +45,7 @@ def test_toy_method_decodes_with_a_cache_and_has_costs(toy, tmp_path):
     full = model(ids).logits
     cached, _ = prefill_then_decode(model, ids, 4)
     torch.testing.assert_close(cached, full, rtol=0, atol=1e-5)
-    assert not torch.allclose(full, tiny_model(cross_layer="none")(ids).logits)
+    assert not torch.allclose(full, tiny_model(cross_layer="vanilla")(ids).logits)
 
     costs = method_costs(tiny_config(cross_layer=toy))
     assert costs["params_extra"] == count_parameters(model)["extra_over_vanilla"] == 3
@@ -70,10 +70,10 @@ def test_toy_method_owns_its_config_field(toy, tmp_path):
 
 
 def test_register_then_unregister_leaves_no_trace():
-    before = dict(METHODS), dict(INFERENCE_STATE), method_fields(), dict(PRESETS)
+    before = dict(METHODS), dict(INFERENCE_STATE), method_fields(), dict(METHOD_PRESETS)
     register("toy", ToyValueGain)
     unregister("toy")
-    assert (dict(METHODS), dict(INFERENCE_STATE), method_fields(), dict(PRESETS)) == before
+    assert (dict(METHODS), dict(INFERENCE_STATE), method_fields(), dict(METHOD_PRESETS)) == before
     assert "toy_gain_init" not in tiny_config().to_dict()
     config = tiny_config(toy_gain_init=0.5)  # now an attribute like any a tool adds, no field of a method
     assert "toy_gain_init" not in method_fields() and config.toy_gain_init == 0.5

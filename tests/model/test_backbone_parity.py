@@ -55,7 +55,7 @@ def source_model(case, seed=0):
 @pytest.mark.parametrize("case", CASES)
 def test_vanilla_matches_transformers(case):
     source = source_model(case)
-    model = DepthAttentionForCausalLM.from_pretrained_decoder(source, cross_layer="none")
+    model = DepthAttentionForCausalLM.from_pretrained_decoder(source, cross_layer="vanilla")
     assert model.state_dict().keys() == source.state_dict().keys()
     ids = torch.randint(0, SMALL["vocab_size"], (2, 12))
     expected = source(ids).logits
@@ -69,9 +69,9 @@ def test_the_sliding_window_takes_effect(case):
     """Without the window the same weights give other logits (by 10x the parity tolerance at least), so the
     parity above covers the window."""
     source = source_model(case)
-    model = DepthAttentionForCausalLM.from_pretrained_decoder(source, cross_layer="none")
+    model = DepthAttentionForCausalLM.from_pretrained_decoder(source, cross_layer="vanilla")
     full = DepthAttentionForCausalLM.from_pretrained_decoder(
-        source, cross_layer="none", use_sliding_window=False, sliding_window=None)
+        source, cross_layer="vanilla", use_sliding_window=False, sliding_window=None)
     ids = torch.randint(0, SMALL["vocab_size"], (1, 12))
     assert (model(ids).logits - full(ids).logits)[:, 6:].abs().max() > 1e-4
 
@@ -79,7 +79,7 @@ def test_the_sliding_window_takes_effect(case):
 @pytest.mark.parametrize("case", ["llama-biases-llama3-rope", "mistral-sliding-mqa", "qwen2-sliding-upper-layers"])
 def test_greedy_generate_matches_transformers(case):
     source = source_model(case)
-    model = DepthAttentionForCausalLM.from_pretrained_decoder(source, cross_layer="none")
+    model = DepthAttentionForCausalLM.from_pretrained_decoder(source, cross_layer="vanilla")
     prompt = torch.randint(1, SMALL["vocab_size"], (2, 6))
     settings = dict(max_new_tokens=10, do_sample=False, pad_token_id=0)
     torch.testing.assert_close(model.generate(prompt, **settings), source.generate(prompt, **settings), rtol=0, atol=0)
@@ -89,7 +89,7 @@ def test_greedy_generate_matches_transformers(case):
 def test_folder_round_trip(tmp_path, case):
     source = source_model(case)
     source.save_pretrained(tmp_path / "source")
-    model = DepthAttentionForCausalLM.from_pretrained_decoder(tmp_path / "source", cross_layer="none")
+    model = DepthAttentionForCausalLM.from_pretrained_decoder(tmp_path / "source", cross_layer="vanilla")
     ids = torch.randint(0, SMALL["vocab_size"], (2, 12))
     torch.testing.assert_close(model(ids).logits, source(ids).logits, rtol=0, atol=1e-5)
 

@@ -13,7 +13,7 @@ VARIANTS = [
     dict(depth_stride=2, depth_mix_states="kv"),
     dict(depth_stride=2, depth_mix_states="k", num_key_value_heads=1),
     dict(depth_stride=1, depth_mix="uniform"),
-    dict(cross_layer="none"),
+    dict(cross_layer="vanilla"),
 ]
 
 
@@ -135,7 +135,7 @@ def cache_tensors(cache):
 def test_cache_holds_exactly_what_vanillas_holds(settings):
     ids = torch.randint(0, 97, (2, 11))
     depth = tiny_model(**settings)(ids, use_cache=True).cache
-    vanilla = tiny_model(**{**settings, "cross_layer": "none"})(ids, use_cache=True).cache
+    vanilla = tiny_model(**{**settings, "cross_layer": "vanilla"})(ids, use_cache=True).cache
     depth_tensors, vanilla_tensors = cache_tensors(depth), cache_tensors(vanilla)
     assert len(depth_tensors) == len(vanilla_tensors) == 2 * 4
     for d, v in zip(depth_tensors, vanilla_tensors):
@@ -147,7 +147,7 @@ def test_cache_stores_the_mixed_values_and_plain_keys():
     model = tiny_model(depth_stride=1)
     ids = torch.randint(0, 97, (1, 6))
     cache = model(ids, use_cache=True).cache
-    vanilla_cache = tiny_model(cross_layer="none")(ids, use_cache=True).cache
+    vanilla_cache = tiny_model(cross_layer="vanilla")(ids, use_cache=True).cache
     # layer 0 has no sources: identical; above it, keys of layer 1 are plain, values mixed
     assert torch.equal(cache.layers[0].values, vanilla_cache.layers[0].values)
     assert not torch.allclose(cache.layers[1].values, vanilla_cache.layers[1].values)

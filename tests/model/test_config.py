@@ -70,7 +70,7 @@ def test_set_depth_impl_refuses_a_combination_the_config_refuses_and_changes_not
 
 
 def test_choice_errors_list_the_allowed_values():
-    with pytest.raises(ValueError, match="'none', 'depth_attention'"):
+    with pytest.raises(ValueError, match="'vanilla', 'depth_attention'"):
         tiny_config(cross_layer="nope")
 
 
@@ -101,3 +101,13 @@ def test_a_sliding_window_without_use_sliding_window_is_kept_and_ignored(tmp_pat
     assert DepthAttentionConfig.from_pretrained(tmp_path).sliding_window == 4096
     ids = torch.randint(0, 97, (1, 6))
     assert torch.equal(tiny_model(use_sliding_window=False, sliding_window=4096)(ids).logits, tiny_model()(ids).logits)
+
+
+def test_the_vanilla_decoder_has_one_name_and_old_configs_still_load(tmp_path):
+    import json
+
+    tiny_config(cross_layer="vanilla").save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["cross_layer"] == "vanilla"
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "cross_layer": "none"}))  # as earlier versions wrote
+    assert DepthAttentionConfig.from_pretrained(tmp_path).cross_layer == "vanilla"

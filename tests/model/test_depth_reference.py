@@ -89,7 +89,7 @@ CASES = [
     dict(depth_stride=1, depth_mix_states="kv"),
     dict(depth_stride=2, depth_window=1, depth_mix_states="k"),
     dict(depth_stride=1, depth_mix="uniform", depth_mix_states="kv", num_key_value_heads=1),
-    dict(cross_layer="none"),
+    dict(cross_layer="vanilla"),
 ]
 
 

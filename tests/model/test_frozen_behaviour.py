@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from depthattn import PRESETS, method_settings
+from depthattn import METHOD_PRESETS, method_settings
 from tests.helpers import tiny_config
 
 RECORD = Path(__file__).with_name("frozen_behaviour.json")
 THREADS = 2  # the record is bitwise only at one thread count: the test measures at it, whatever pytest set
-CASES = {name: dict(num_hidden_layers=4) for name in PRESETS} | {
+CASES = {name: dict(num_hidden_layers=4) for name in METHOD_PRESETS} | {
     "depth_attention-looped": dict(num_hidden_layers=2, num_loops=2),
     "mhc-looped": dict(num_hidden_layers=2, num_loops=2),
 }

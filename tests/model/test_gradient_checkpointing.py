@@ -37,7 +37,7 @@ def test_reentrant_checkpointing_of_the_vanilla_decoder_gives_the_same_gradients
     ids = torch.randint(0, 97, (2, 9))
     grads = []
     for kwargs in (None, {"use_reentrant": True}):
-        model = tiny_model(cross_layer="none").train()
+        model = tiny_model(cross_layer="vanilla").train()
         if kwargs:
             model.activation_checkpointing_enable(kwargs)
         model(ids, labels=ids).loss.backward()

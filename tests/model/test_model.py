@@ -37,7 +37,7 @@ def test_tied_embeddings_round_trip(tmp_path):
 def test_only_self_sources_give_exactly_the_vanilla_output():
     ids = torch.randint(0, 97, (2, 8))
     one_layer = tiny_model(num_hidden_layers=1)
-    vanilla = tiny_model(num_hidden_layers=1, cross_layer="none")
+    vanilla = tiny_model(num_hidden_layers=1, cross_layer="vanilla")
     assert one_layer.model.cross_layer.sources == [[]]
     assert torch.equal(one_layer(ids).logits, vanilla(ids).logits)
 
@@ -115,12 +115,12 @@ def test_gradcheck_whole_model_float64():
 def test_every_parameter_gets_a_gradient_and_earlier_values_learn_through_the_mix():
     ids = torch.randint(0, 97, (2, 6))
     grads = {}
-    for cross_layer in ("depth_attention", "none"):
+    for cross_layer in ("depth_attention", "vanilla"):
         model = tiny_model(cross_layer=cross_layer, depth_stride=1).train()
         model(ids, labels=ids).loss.backward()
         assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
         grads[cross_layer] = model.model.layers[0].self_attn.v_proj.weight.grad
-    assert not torch.allclose(grads["depth_attention"], grads["none"])
+    assert not torch.allclose(grads["depth_attention"], grads["vanilla"])
 
 
 def test_public_api_registered():

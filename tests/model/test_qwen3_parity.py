@@ -26,7 +26,7 @@ def qwen3(num_key_value_heads=2, tie_word_embeddings=False, seed=0):
 @pytest.mark.parametrize("tie", [False, True])
 def test_vanilla_matches_qwen3(num_key_value_heads, tie):
     reference = qwen3(num_key_value_heads, tie)
-    model = DepthAttentionForCausalLM.from_qwen3(reference, cross_layer="none")
+    model = DepthAttentionForCausalLM.from_qwen3(reference, cross_layer="vanilla")
     assert model.config.tie_word_embeddings == tie
     ids = torch.randint(0, 101, (2, 12))
     torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=1e-5)
@@ -51,7 +51,7 @@ def test_depth_attention_changes_the_output_of_a_converted_model():
 def test_from_qwen3_directory_round_trip(tmp_path):
     reference = qwen3()
     reference.save_pretrained(tmp_path / "qwen3")
-    model = DepthAttentionForCausalLM.from_qwen3(tmp_path / "qwen3", cross_layer="none")
+    model = DepthAttentionForCausalLM.from_qwen3(tmp_path / "qwen3", cross_layer="vanilla")
     ids = torch.randint(0, 101, (2, 10))
     torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=1e-5)
 

@@ -141,7 +141,7 @@ def test_converted_reference_checkpoint_matches_its_semantics(tmp_path, case):
     depth = settings.get("use_depth_attention", False) or "cross_layer_pattern" in settings
     stride = settings.get("depth_attention_stride", settings.get("depth_softmax_stride", 1))
     window = settings.get("depth_attention_recent_window", 0)
-    assert model.config.cross_layer == ("depth_attention" if depth else "none")
+    assert model.config.cross_layer == ("depth_attention" if depth else "vanilla")
     ids = torch.randint(0, SHAPE["vocab_size"], (7,))
     expected = reference_logits(weights, ids, depth, stride, window, settings.get("use_qk_norm", True))
     torch.testing.assert_close(model(ids[None]).logits[0].double(), expected, rtol=0, atol=1e-5)
@@ -204,5 +204,5 @@ def test_convert_command_writes_a_loadable_folder_with_the_tokenizer(tmp_path, c
 
     assert main(["convert", str(tmp_path / "ref"), str(tmp_path / "out")]) == 1
     assert "already exists" in capsys.readouterr().err
-    assert main(["convert", str(tmp_path / "ref"), str(tmp_path / "vanilla"), "--cross-layer", "none"]) == 0
-    assert DepthAttentionForCausalLM.from_pretrained(tmp_path / "vanilla").config.cross_layer == "none"
+    assert main(["convert", str(tmp_path / "ref"), str(tmp_path / "vanilla"), "--cross-layer", "vanilla"]) == 0
+    assert DepthAttentionForCausalLM.from_pretrained(tmp_path / "vanilla").config.cross_layer == "vanilla"

@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import METHOD_SETTINGS, tiny_model
 
-SETTINGS = {"vanilla": dict(cross_layer="none"), "depth_attention": dict(depth_stride=1),
+SETTINGS = {"vanilla": dict(cross_layer="vanilla"), "depth_attention": dict(depth_stride=1),
             "depth_linear": dict(depth_stride=1, depth_mix="linear"),
             "value_residual": dict(cross_layer="value_residual"), "mudd": METHOD_SETTINGS["mudd"]}
 

@@ -1,6 +1,6 @@
 """transformers' own common model and configuration tests (`ModelTesterMixin`, `ConfigTester`, from the installed
 version's sdist: sdist.py) run against depthattn's classes, as transformers' tests/models/qwen3 runs them for Qwen3:
-a vanilla decoder (cross_layer="none") and Depth-Attention with its default stride. Tests that do not apply are
+a vanilla decoder (cross_layer="vanilla") and Depth-Attention with its default stride. Tests that do not apply are
 skipped with the reason; tests needing a GPU, flash attention or RUN_SLOW skip by transformers' own decorators."""
 
 import dataclasses
@@ -90,7 +90,7 @@ class CommonTests(common.test_modeling_common.ModelTesterMixin):
 
 
 class VanillaCommonTest(CommonTests, unittest.TestCase):
-    cross_layer = "none"
+    cross_layer = "vanilla"
 
 
 class DepthAttentionCommonTest(CommonTests, unittest.TestCase):

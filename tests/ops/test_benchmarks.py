@@ -8,13 +8,13 @@ import torch
 
 from benchmarks.bench import main
 from benchmarks.candidates import all_candidates, parse_candidate
-from depthattn.config import CROSS_LAYER_METHODS
+from depthattn.config import METHODS
 
 
 def test_candidates_cover_every_method():
     names = all_candidates("auto")
     assert names[:2] == ["qwen3", "vanilla"]
-    assert {parse_candidate(n, "auto")[0] for n in names} == {"qwen3", *CROSS_LAYER_METHODS}
+    assert {parse_candidate(n, "auto")[0] for n in names} == {"qwen3", *METHODS}
     assert parse_candidate("depth_attention:reference", "auto") == ("depth_attention", "reference")
     assert parse_candidate("depth_attention", "compiled") == ("depth_attention", "compiled")
 

@@ -21,7 +21,7 @@ START_ATOL = 1e-5
 
 
 def test_depth_retrofit_starts_a_converted_vanilla_model_as_it_was(tmp_path):
-    vanilla = tiny_model(cross_layer="none")
+    vanilla = tiny_model(cross_layer="vanilla")
     vanilla.save_pretrained(tmp_path / "vanilla")
     ids = torch.randint(0, vanilla.config.vocab_size, (2, 12))
     expected = vanilla(ids).logits

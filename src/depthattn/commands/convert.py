@@ -7,7 +7,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from ..config import CROSS_LAYER_METHODS
+from ..config import METHODS
 from ..convert import TOKENIZER_FILES
 from ..files import atomic_directory
 from ..methods.depth_attention import DEPTH_MIX_RULES
@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("src", metavar="SRC_DIR", help="a Llama, Mistral, Qwen2 or Qwen3 model folder, or a "
                                                        "Depth-Attention reference-implementation checkpoint")
     parser.add_argument("out", metavar="OUT_DIR", help="the converted model folder (must not exist)")
-    parser.add_argument("--cross-layer", choices=CROSS_LAYER_METHODS,
+    parser.add_argument("--cross-layer", choices=METHODS,
                         help="default: a reference checkpoint's own method, else depth_attention")
     parser.add_argument("--depth-stride", type=int, help="default: a reference checkpoint's, else half the depth")
     parser.add_argument("--depth-window", type=int)

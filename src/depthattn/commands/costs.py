@@ -15,7 +15,7 @@ from ..evaluate.costs import (
     method_configs,
 )
 from ..files import atomic_write_json
-from ..presets import PRESETS
+from ..presets import METHOD_PRESETS
 from ..train import MODEL_PRESETS, TrainConfig
 
 
@@ -60,9 +60,9 @@ def configs_from_args(args) -> dict[str, DepthAttentionConfig]:
     else:
         methods = default_methods()
         methods += [own_method] if own_method and own_method not in methods else []
-    unknown = [m for m in methods if m not in PRESETS]
+    unknown = [m for m in methods if m not in METHOD_PRESETS]
     if unknown:
-        raise ValueError(f"unknown method(s) {', '.join(map(repr, unknown))}; choose among {', '.join(PRESETS)}")
+        raise ValueError(f"unknown method(s) {', '.join(map(repr, unknown))}; choose among {', '.join(METHOD_PRESETS)}")
     return method_configs(MODEL_PRESETS[preset], methods, num_loops, overrides)
 
 

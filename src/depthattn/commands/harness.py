@@ -7,7 +7,7 @@ import sys
 
 from transformers.utils import logging as hf_logging
 
-from ..evaluate.harness import DEFAULT_BATCH_SIZE, LOCAL_TAG, LOCAL_TASKS, PRESETS, run_harness
+from ..evaluate.harness import DEFAULT_BATCH_SIZE, LOCAL_TAG, LOCAL_TASKS, TASK_SETS, run_harness
 from ..files import atomic_write_json
 from ..loading import DTYPE_CHOICES
 
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--tasks", nargs="+", metavar="TASK",
                        help="lm-eval task, group or tag names (also comma-separated); the local ones: "
                             f"{', '.join(LOCAL_TASKS)} (tag {LOCAL_TAG})")
-    which.add_argument("--preset", choices=list(PRESETS),
+    which.add_argument("--task-set", choices=list(TASK_SETS),
                        help="paper8: the paper's eight tasks (needs their data: Hub or datasets cache); "
                             "local: the offline tasks from the embedded corpus's held-out split")
     parser.add_argument("--num-fewshot", nargs="+", type=int, default=[0], metavar="N",
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     hf_logging.disable_progress_bar()
 
     result = run_harness(
-        args.model, tasks=args.tasks, preset=args.preset, num_fewshot=args.num_fewshot, batch_size=args.batch_size,
+        args.model, tasks=args.tasks, task_set=args.task_set, num_fewshot=args.num_fewshot, batch_size=args.batch_size,
         max_length=args.max_length, limit=args.limit, tokenizer=args.tokenizer, dtype=args.dtype, device=args.device,
         skip_unreachable=args.skip_unreachable, bootstrap_iters=args.bootstrap_iters, seed=args.seed,
         verbose=args.verbose,

@@ -52,7 +52,7 @@ DEFAULT_DTYPE_BYTES = 2  # bf16
 def default_methods() -> list[str]:
     """The method presets (depthattn.presets) of the table's rows: vanilla, then every registered `cross_layer`
     in the order of registration (a method registered later has its row too)."""
-    return ["vanilla", *(name for name in METHODS if name != "none")]
+    return list(METHODS)
 
 
 # the paper's Table 2: (extra FLOPs/token, extra I/O/token, extra state at a 128K prefill), 3B config.

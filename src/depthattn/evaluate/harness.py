@@ -39,7 +39,7 @@ from ..loading import (
 from .tasks import LOCAL_TAG, LOCAL_TASKS, TASKS_DIR
 
 PAPER8 = ("lambada_openai", "piqa", "winogrande", "sciq", "hellaswag", "arc_easy", "arc_challenge", "race")
-PRESETS = {"paper8": PAPER8, "local": LOCAL_TASKS}
+TASK_SETS = {"paper8": PAPER8, "local": LOCAL_TASKS}
 DEFAULT_BATCH_SIZE = 8
 HUB_PROBE_SECONDS = 3.0
 
@@ -94,14 +94,14 @@ def datasets_offline() -> bool:
     return bool(datasets.config.HF_HUB_OFFLINE)
 
 
-def resolve_tasks(tasks: Sequence[str] | str | None = None, preset: str | None = None) -> list[str]:
-    """Task names from a list (items may be comma-separated) or a preset name."""
-    if (preset is None) == (not tasks):
-        raise ValueError(f"pass exactly one of --tasks NAME... or --preset ({', '.join(PRESETS)})")
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; use one of {', '.join(PRESETS)}")
-        return list(PRESETS[preset])
+def resolve_tasks(tasks: Sequence[str] | str | None = None, task_set: str | None = None) -> list[str]:
+    """Task names from a list (items may be comma-separated) or a task set's name."""
+    if (task_set is None) == (not tasks):
+        raise ValueError(f"pass exactly one of --tasks NAME... or --task-set ({', '.join(TASK_SETS)})")
+    if task_set is not None:
+        if task_set not in TASK_SETS:
+            raise ValueError(f"unknown task set {task_set!r}; use one of {', '.join(TASK_SETS)}")
+        return list(TASK_SETS[task_set])
     names = [name.strip() for item in ([tasks] if isinstance(tasks, str) else tasks) for name in item.split(",")]
     return [name for name in dict.fromkeys(names) if name]
 
@@ -271,7 +271,7 @@ def run_harness(
     model_dir: str | os.PathLike,
     *,
     tasks: Sequence[str] | str | None = None,
-    preset: str | None = None,
+    task_set: str | None = None,
     num_fewshot: Sequence[int] | int = (0,),
     batch_size: int = DEFAULT_BATCH_SIZE,
     max_length: int | None = None,
@@ -286,7 +286,7 @@ def run_harness(
 ) -> dict:
     """`harness_evaluate` on the model saved in `model_dir` (with its own tokenizer unless `tokenizer`)."""
     require_lm_eval()
-    task_names = resolve_tasks(tasks, preset)
+    task_names = resolve_tasks(tasks, task_set)
     model_path = check_model_dir(model_dir)
     tok = find_tokenizer(model_path, tokenizer)
     model = load_model(model_path, dtype, device)
@@ -298,4 +298,4 @@ def run_harness(
     result = harness_evaluate(model, tok, task_names, num_fewshot=num_fewshot, batch_size=batch_size,
                               max_length=max_length, limit=limit, skip_unreachable=skip_unreachable,
                               bootstrap_iters=bootstrap_iters, seed=seed, verbose=verbose)
-    return {"model": str(model_path), "preset": preset, **result}
+    return {"model": str(model_path), "task_set": task_set, **result}

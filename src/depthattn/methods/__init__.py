@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..config import CROSS_LAYER_METHODS, DepthAttentionConfig
+from ..config import METHODS, DepthAttentionConfig
 from .attnres import AttnRes
 from .base import CrossLayerMethod, FlopTerm, Residual
 from .denseformer import DenseFormer
@@ -27,8 +27,6 @@ from .value_embeddings import ValueEmbeddings
 from .value_residual import ValueResidual
 from .vanilla import Vanilla
 
-# `cross_layer` name -> method class: the config's registry (config.py sits below the methods and cannot import them)
-METHODS: dict[str, type[CrossLayerMethod]] = CROSS_LAYER_METHODS
 # The extra state each `cross_layer` holds at inference, over a vanilla decoder.
 INFERENCE_STATE: dict[str, str] = {}
 
@@ -49,7 +47,7 @@ def unregister(name: str):
     del METHODS[name], INFERENCE_STATE[name]
 
 
-for _name, _cls in (("none", Vanilla), ("depth_attention", DepthAttention), ("value_residual", ValueResidual),
+for _name, _cls in (("vanilla", Vanilla), ("depth_attention", DepthAttention), ("value_residual", ValueResidual),
                     ("value_embeddings", ValueEmbeddings), ("denseformer", DenseFormer), ("attnres", AttnRes),
                     ("mhc", MHC), ("hyper_connections", HyperConnections), ("mudd", MUDD)):
     register(_name, _cls)

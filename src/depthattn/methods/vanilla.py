@@ -1,4 +1,4 @@
-"""The vanilla decoder, `cross_layer="none"`: Qwen3 (Qwen Team, arXiv 2505.09388) as it is, the reference every
+"""The vanilla decoder, `cross_layer="vanilla"`: Qwen3 (Qwen Team, arXiv 2505.09388) as it is, the reference every
 method's costs are counted against.
 
 Parameters: none beyond the backbone. Initialisation: the backbone's. Inference state: the KV cache only.

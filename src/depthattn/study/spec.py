@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..presets import PRESETS
+from ..presets import METHOD_PRESETS
 from ..train import TrainConfig
 from ..train.config import read_toml
 
@@ -163,8 +163,8 @@ class Study:
             raise ValueError(f"start_from {self.start_from!r} must be one of the parent study's methods "
                              f"{self.parent.methods}")
         for method in self.methods:
-            if method not in PRESETS:
-                raise ValueError(f"study method {method!r} is not a preset; choose from {', '.join(PRESETS)}")
+            if method not in METHOD_PRESETS:
+                raise ValueError(f"study method {method!r} is not a preset; choose from {', '.join(METHOD_PRESETS)}")
         if self.baseline not in self.methods:
             raise ValueError(f"the baseline {self.baseline!r} must be one of the study's methods {self.methods}")
         for table in ("paper", "describe"):

@@ -9,7 +9,7 @@ from ..evaluate.depth_map import compute_depth_map
 from ..evaluate.plots import plot_depth_map, save_figure
 from ..files import atomic_write_json
 from ..loading import load_model
-from ..presets import PRESETS
+from ..presets import METHOD_PRESETS
 from .spec import Study, setting_label
 
 
@@ -31,7 +31,7 @@ def explain(study: Study, seed: int = 0) -> Path:
             if not (final / "model.safetensors").exists():
                 continue
             data = study.cell_config(setting, method, seed).data
-            if PRESETS[method].get("cross_layer") == "depth_attention":
+            if METHOD_PRESETS[method].get("cross_layer") == "depth_attention":
                 result = compute_depth_map(final, data.path, samples=32, seq_len=data.seq_len, device="cpu")
                 found.setdefault(label, {})[method] = {"depth_map": result["matrix"], "sources": result["sources"]}
                 plot_depth_map(result["matrix"], root / f"{study.name}_why_{method}_{label}.png", title=(

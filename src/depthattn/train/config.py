@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import check_choice
-from ..presets import PRESETS
+from ..presets import METHOD_PRESETS
 
 MODEL_PRESETS = {
     # CPU sizes
@@ -48,7 +48,7 @@ class ModelSection:
 
     def check(self):
         check_choice("model.preset", self.preset, MODEL_PRESETS)
-        check_choice("model.method", self.method, PRESETS)
+        check_choice("model.method", self.method, METHOD_PRESETS)
         _positive("model.num_loops", self.num_loops)
 
 
