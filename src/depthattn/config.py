@@ -7,7 +7,9 @@ import copy
 import dataclasses
 import math
 
-from transformers import GenerationConfig, PreTrainedConfig
+from transformers import PreTrainedConfig
+
+from .compat import config_generation_keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +34,7 @@ _TRANSFORMERS_KEYS = {
     "torch_dtype", "num_labels", "name_or_path", "output_attentions", "attn_implementation",
     "experts_implementation", "per_layer_config", "rope_scaling", "partial_rotary_factor",
     "model_type", "use_return_dict", "layer_types",
-    *vars(PreTrainedConfig()), *GenerationConfig._get_default_generation_params(),
+    *vars(PreTrainedConfig()), *config_generation_keys(),
 }
 
 

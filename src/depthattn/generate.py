@@ -7,6 +7,7 @@ import math
 import torch
 from transformers import CompileConfig
 
+from .compat import compile_on_any_device
 from .data.tokenizer import start_token_id
 from .loading import check_model_dir, find_tokenizer, load_model
 
@@ -21,9 +22,9 @@ def generate_text(model_dir: str, prompt: str, max_new_tokens: int = 64, tempera
     if max_new_tokens < 1 or top_k < 0 or not 0 <= temperature < math.inf:
         raise ValueError(f"need --max-new-tokens >= 1, --top-k >= 0 (0: no limit) and a finite --temperature >= 0 "
                          f"(0: greedy); got {max_new_tokens}, {top_k} and {temperature}")
-    if compile is not None and compile not in torch._dynamo.list_backends(exclude_tags=()):
+    if compile is not None and compile not in torch.compiler.list_backends(exclude_tags=()):
         raise ValueError(f"unknown --compile backend {compile!r}; choose among "
-                         f"{', '.join(torch._dynamo.list_backends())} (default inductor)")
+                         f"{', '.join(torch.compiler.list_backends())} (default inductor)")
     tok = find_tokenizer(check_model_dir(model_dir), tokenizer)
     model = load_model(model_dir, depth_impl=depth_impl)
     return sample(model, tok, prompt, max_new_tokens, temperature, top_k, seed, compile)
@@ -45,6 +46,4 @@ def sample(model, tokenizer, prompt: str, max_new_tokens: int, temperature: floa
 def compile_config(backend: str) -> CompileConfig:
     """transformers' automatic compilation with `backend`, the whole forward one graph, on any device (by itself
     `generate` compiles on accelerators only)."""
-    config = CompileConfig(backend=backend, fullgraph=True)
-    config._compile_all_devices = True  # transformers' switch for compiling on a CPU as well
-    return config
+    return compile_on_any_device(CompileConfig(backend=backend, fullgraph=True))

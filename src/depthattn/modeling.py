@@ -27,6 +27,7 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .compat import attn_implementation, with_attn_implementation
 from .config import DepthAttentionConfig
 from .convert import decoder_to_depth_attention
 from .depth import DepthState, DepthStates
@@ -338,16 +339,16 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + past  # (1, T)
 
         # attention weights come from the eager path only, and each path wants its own kind of mask
-        implementation = "eager" if output_attentions else self.config._attn_implementation
+        configured = attn_implementation(self.config)
+        implementation = "eager" if output_attentions else configured
         if isinstance(attention_mask, dict):  # built by `generate` for the configured implementation
-            if implementation != self.config._attn_implementation:
+            if implementation != configured:
                 raise ValueError("output_attentions with a prepared mask needs attn_implementation='eager'")
             masks = attention_mask
         else:
             mask_config = self.config
-            if implementation != self.config._attn_implementation:
-                mask_config = copy.copy(self.config)
-                mask_config._attn_implementation = implementation
+            if implementation != configured:
+                mask_config = with_attn_implementation(self.config, implementation)
             mask_functions = {"full_attention": create_causal_mask,
                               "sliding_attention": create_sliding_window_causal_mask}
             masks = {kind: mask_functions[kind](config=mask_config, inputs_embeds=inputs_embeds,

@@ -9,6 +9,7 @@ import sys
 
 from transformers.utils.import_utils import is_serve_available
 
+from ..compat import served_model, stop_generation
 from ..loading import check_saved_model, resolve_device
 from ..ops import DEPTH_IMPLS
 from ..serve import RequestChecks, build_server
@@ -48,7 +49,7 @@ def run(args) -> int:
     signal.signal(signal.SIGTERM, _exit_cleanly)
     serve = build_server(args.model, continuous_batching=args.continuous_batching, compile=args.compile,
                          device=args.device, cb_num_blocks=args.cb_num_blocks, host=args.host, port=args.port)
-    served = serve._model_manager.loaded_models[args.model]
+    served = served_model(serve, args.model)
     if args.depth_impl is not None:
         served.model.set_depth_impl(args.depth_impl)
         print(f"depthattn serve: depth mixing through depth_impl={args.depth_impl!r}", file=sys.stderr, flush=True)
@@ -60,7 +61,7 @@ def run(args) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        serve._generation_state.shutdown()
+        stop_generation(serve)
         serve.reset_loaded_models()
     return 0
 
