@@ -37,7 +37,7 @@ from .bench import DEFAULT_SIZE, QUICK_SIZE, machine_info
 from .measure import paired_ratio, summary
 
 GOAL = 0.98  # Depth-Attention / vanilla throughput, at every number of clients
-TWINS = {"depth_attention": dict(cross_layer="depth_attention"), "vanilla": dict(cross_layer="none")}
+TWINS = {"depth_attention": dict(cross_layer="depth_attention"), "vanilla": dict(cross_layer="vanilla")}
 PAGE_TOKENS = 256  # transformers' ContinuousBatchingConfig.page_size: tokens per paged-cache block
 
 
@@ -88,7 +88,8 @@ def save_twins(root: Path, size: dict, words: list[str], context: int, dtype: to
 class Server:
     """A `depthattn serve` process on a free port (the tests use it too)."""
 
-    def __init__(self, folder: str, options: list[str], log: Path, threads: int):
+    def __init__(self, folder: str, options: list[str], log: Path, threads: int,
+                 launcher: tuple[str, ...] = ("-m", "depthattn")):
         with socket.socket() as sock:
             sock.bind(("localhost", 0))
             self.port = sock.getsockname()[1]
@@ -96,7 +97,7 @@ class Server:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads)}
         with open(log, "w") as out:  # a file, not a pipe that would fill up and block the server
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "depthattn", "serve", folder, "--port", str(self.port), *options],
+                [sys.executable, *launcher, "serve", folder, "--port", str(self.port), *options],
                 env=env, stdout=out, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float = 600):

@@ -8,13 +8,14 @@ import random
 import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import PreTrainedTokenizerFast
 
 import benchmarks.serving
-from depthattn.data.tokenizer import word_level_tokenizer
+from depthattn.data.tokenizer import start_token_id, word_level_tokenizer
 from depthattn.loading import load_model
 from tests.helpers import tiny_model
 
@@ -28,8 +29,10 @@ CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% en
 CONTEXT = 64
 PROMPTS = ["the cat sat on", "when we see them", "a", "it was the first time that he"]
 MAX_TOKENS = 8
+SERVED_NAME = "tiny-depth-attention"
 SERVERS = {"depth_attention": (dict(depth_stride=1, depth_impl="compiled"),
-                               ["--continuous-batching", "--cb-num-blocks", "16", "--depth-impl", "reference"]),
+                               ["--continuous-batching", "--depth-impl", "reference",
+                                "--served-model-name", SERVED_NAME]),
            "vanilla": (dict(cross_layer="vanilla"), [])}
 
 
@@ -87,10 +90,30 @@ def greedy_text(server, prompt, max_new_tokens=MAX_TOKENS):
     return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
 
 
+def test_models_lists_the_name_clients_send(servers):
+    for name, listed in (("vanilla", servers["vanilla"].folder), ("depth_attention", SERVED_NAME)):
+        status, answer = servers[name].request("/v1/models")
+        assert status == 200 and [m["id"] for m in json.loads(answer)["data"]] == [listed]
+
+
+def test_requests_may_name_the_served_name_the_folder_or_its_resolved_path(servers):
+    server = servers["depth_attention"]
+    for model in (SERVED_NAME, server.folder, str(Path(server.folder).resolve())):
+        answer = server.completion(PROMPTS[0], max_tokens=2, model=model)
+        assert answer["choices"][0]["text"] == greedy_text(server, PROMPTS[0], 2)
+
+
 @pytest.mark.parametrize("name", SERVERS)
-def test_models_lists_the_folder(servers, name):
-    status, answer = servers[name].request("/v1/models")
-    assert status == 200 and [m["id"] for m in json.loads(answer)["data"]] == [servers[name].folder]
+@pytest.mark.parametrize("prompt", ["", "   "])
+def test_an_empty_prompt_starts_a_new_document_as_generate_does(servers, name, prompt):
+    server = servers[name]
+    model, tokenizer = reference(server.folder)
+    start = torch.tensor([[start_token_id(tokenizer)]])
+    with torch.no_grad():
+        out = model.generate(start, max_new_tokens=MAX_TOKENS, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    expected = tokenizer.decode(out[0, 1:], skip_special_tokens=True)
+    assert server.completion(prompt, max_tokens=MAX_TOKENS)["choices"][0]["text"] == expected
+    assert server.request("/health")[0] == 200  # and the worker goes on
 
 
 def test_depth_impl_option_switches_the_served_model(servers):

@@ -49,6 +49,21 @@ def served_model(serve, name: str):
     return serve._model_manager.loaded_models[name]
 
 
+def start_cb_worker(serve, model_id: str, model) -> None:
+    """Start the continuous-batching worker now, allocating its paged cache, instead of at the first request; its
+    generation state is private. The worker's shared sampling settings are then the model's generation config."""
+    manager = serve._generation_state.get_manager(model_id, use_cb=True)
+    manager.init_cb(model, copy.deepcopy(model.generation_config))
+
+
+def cb_worker_error(serve) -> str | None:
+    """Why the continuous-batching worker died, or None while it runs (or before it starts)."""
+    manager = serve._generation_state._cb_manager
+    if manager is None or manager.is_alive():
+        return None
+    return str(manager._cb.background_thread_status.fatal_error)
+
+
 def stop_generation(serve) -> None:
     """Stop the server's generation worker (continuous batching's thread); its state object is private."""
     serve._generation_state.shutdown()
@@ -56,5 +71,5 @@ def stop_generation(serve) -> None:
 
 __all__ = [
     "attn_implementation", "compile_on_any_device", "config_generation_keys", "register_for_transformers_serve",
-    "served_model", "stop_generation", "with_attn_implementation",
+    "served_model", "start_cb_worker", "cb_worker_error", "stop_generation", "with_attn_implementation",
 ]

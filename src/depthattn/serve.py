@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 
+from .data.tokenizer import start_token_id
+
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
 
@@ -28,6 +30,8 @@ def build_server(model: str, *, continuous_batching: bool, compile: bool, device
 
 
 class BadRequest(ValueError):
+    """A request answered with an OpenAI-style error: 4xx for bad input, 500 for an internal failure."""
+
     def __init__(self, message: str, param: str | None = None, status: int = 400):
         super().__init__(message)
         self.param, self.status = param, status
@@ -36,12 +40,18 @@ class BadRequest(ValueError):
 class RequestChecks:
     """ASGI middleware in front of transformers' app: checks the JSON body of each generation request, answers a
     bad one with an OpenAI-style error, and passes a good one on, with `max_tokens` set to the room left in the
-    model's context when the request leaves it out (as vLLM does)."""
+    model's context when the request leaves it out (as vLLM does) and an empty prompt starting a new document (as
+    `depthattn generate` does). Requests may name the model by any of `model_names`; /v1/models lists
+    `listed_name`; transformers' app sees `model_id`, the folder it loaded."""
 
-    def __init__(self, app, model_name: str, tokenizer, context_length: int):
-        self.app, self.model_name, self.tokenizer, self.context_length = app, model_name, tokenizer, context_length
+    def __init__(self, app, model_id: str, model_names: set[str], listed_name: str, tokenizer, context_length: int):
+        self.app, self.model_id, self.model_names, self.listed_name = app, model_id, model_names, listed_name
+        self.tokenizer, self.context_length = tokenizer, context_length
+        self.start_text = tokenizer.convert_ids_to_tokens(start_token_id(tokenizer))
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == "/v1/models":
+            return await self.models()(scope, receive, send)
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in GENERATION_ROUTES:
             return await self.app(scope, receive, send)
         raw, more = b"", True
@@ -55,7 +65,7 @@ class RequestChecks:
         except BadRequest as error:
             return await _error_response(error)(scope, receive, send)
 
-        replayed = False
+        replayed, started = False, False
 
         async def replay():  # the checked body once, then the client's own messages (a disconnect)
             nonlocal replayed
@@ -64,7 +74,18 @@ class RequestChecks:
             replayed = True
             return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
 
-        await self.app(scope, replay, send)
+        async def tracked_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, replay, tracked_send)
+        except Exception as error:  # an internal failure: its own 500 with the message, if nothing was sent yet
+            if started:
+                raise
+            failure = BadRequest(f"generation failed: {type(error).__name__}: {error}", status=500)
+            await _error_response(failure)(scope, receive, send)
 
     def checked(self, route: str, raw: bytes) -> dict:
         try:
@@ -73,9 +94,10 @@ class RequestChecks:
             raise BadRequest(f"the request body is not valid JSON: {error}") from None
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a JSON object")
-        if body.get("model", self.model_name) != self.model_name:
-            raise BadRequest(f"model {body['model']!r} is not served here; this server serves {self.model_name!r} "
+        if body.get("model", self.model_id) not in self.model_names:
+            raise BadRequest(f"model {body['model']!r} is not served here; this server serves {self.listed_name!r} "
                              "(GET /v1/models)", "model", status=404)
+        body["model"] = self.model_id
         for name in ("max_tokens", "max_completion_tokens"):
             _check_number(body, name, low=1, integer=True)
         _check_number(body, "temperature", low=0, hint=" (0: greedy)")
@@ -104,7 +126,10 @@ class RequestChecks:
             prompt = body.get("prompt", "")
             if not isinstance(prompt, str):
                 raise BadRequest("prompt must be a string (one prompt per request)", "prompt")
-            return len(self.tokenizer(prompt).input_ids)
+            tokens = len(self.tokenizer(prompt).input_ids)
+            if tokens == 0:  # nothing to continue: a new document, from its start token
+                body["prompt"], tokens = self.start_text + prompt, 1
+            return tokens
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(
                 isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
@@ -124,6 +149,14 @@ class RequestChecks:
         return len(ids)
 
 
+    def models(self):
+        """GET /v1/models: the one model this server serves, under the name clients send."""
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"object": "list", "data": [
+            {"id": self.listed_name, "object": "model", "created": 0, "owned_by": "depthattn"}]})
+
+
 def _check_number(body: dict, name: str, low: float, high: float = math.inf, integer: bool = False,
                   open_low: bool = False, hint: str = ""):
     value = body.get(name)
@@ -139,6 +172,6 @@ def _check_number(body: dict, name: str, low: float, high: float = math.inf, int
 def _error_response(error: BadRequest):
     from starlette.responses import JSONResponse
 
-    kind = "not_found_error" if error.status == 404 else "invalid_request_error"
+    kind = {404: "not_found_error", 500: "server_error"}.get(error.status, "invalid_request_error")
     return JSONResponse({"error": {"message": str(error), "type": kind, "param": error.param, "code": None}},
                         status_code=error.status)

@@ -13,6 +13,7 @@ from tests.helpers import METHOD_SETTINGS, tiny_model
 CASES = {"vanilla": dict(cross_layer="vanilla"), "depth_attention": dict(depth_stride=2),
          "depth_bias": dict(depth_stride=1, depth_score_bias=True),
          "value_residual": METHOD_SETTINGS["value_residual"], "mhc": METHOD_SETTINGS["mhc"],
+         "value_embeddings": METHOD_SETTINGS["value_embeddings"], "mudd": METHOD_SETTINGS["mudd"],
          "looped_vanilla": dict(cross_layer="vanilla", num_hidden_layers=2, num_loops=2),
          "looped_depth_attention": dict(num_hidden_layers=2, num_loops=3, depth_stride=2, depth_window=1)}
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
+from pathlib import Path
 
 from transformers.utils.import_utils import is_serve_available
 
-from ..compat import served_model, stop_generation
+from ..compat import cb_worker_error, served_model, start_cb_worker, stop_generation
+from ..config import DepthAttentionConfig
+from ..inference import paged_cache_bytes, paged_cache_config
 from ..loading import check_saved_model, resolve_device
 from ..ops import DEPTH_IMPLS
 from ..serve import RequestChecks, build_server
@@ -20,17 +24,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                       "(e.g. runs/demo/depth_attention/final)")
     parser.add_argument("--host", default="localhost", help="address to listen on (default %(default)s)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default %(default)s)")
+    parser.add_argument("--served-model-name", metavar="NAME",
+                        help="the model name /v1/models lists and requests may send (default: the folder as given; "
+                             "the folder as given and its resolved path are accepted too)")
     parser.add_argument("--continuous-batching", action="store_true",
                         help="serve concurrent requests together from a paged KV cache (transformers' continuous "
-                             "batching); sampling settings are those of the first request")
+                             "batching); sampling settings are the model's generation config")
+    parser.add_argument("--cb-max-sequences", type=int, default=8, metavar="N",
+                        help="continuous batching: sequences the paged cache holds at once, each of the model's "
+                             "whole context (default %(default)s)")
     parser.add_argument("--cb-num-blocks", type=int, metavar="N",
-                        help="KV cache blocks for continuous batching (default: sized from free memory)")
+                        help="continuous batching: paged cache blocks of 256 tokens (default: from --cb-max-sequences)")
+    parser.add_argument("--cb-memory-gb", type=float, default=2.0, metavar="GB",
+                        help="continuous batching: the most memory the paged cache may take (default %(default)s)")
+    parser.add_argument("--shutdown-grace", type=float, default=10.0, metavar="SECONDS",
+                        help="on SIGTERM: how long running requests may go on before they are ended "
+                             "(default %(default)s)")
     parser.add_argument("--compile", action="store_true",
                         help="a static KV cache per request, whose decoding steps transformers compiles on a GPU")
     parser.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: auto)")
     parser.add_argument("--depth-impl", choices=DEPTH_IMPLS,
                         help="the depth mixing implementation, over the saved config's (e.g. cpu: the C++ kernel, "
                              "for CPU serving)")
+
+
+def paged_cache_blocks(args, config: DepthAttentionConfig) -> int:
+    """The paged cache's blocks, from --cb-num-blocks or --cb-max-sequences, within --cb-memory-gb."""
+    if args.cb_max_sequences < 1 or (args.cb_num_blocks is not None and args.cb_num_blocks < 1):
+        raise ValueError(f"--cb-max-sequences and --cb-num-blocks must be >= 1, got {args.cb_max_sequences} and "
+                         f"{args.cb_num_blocks}")
+    paged = paged_cache_config(config, args.cb_max_sequences)
+    if args.cb_num_blocks is not None:
+        paged.num_blocks = args.cb_num_blocks
+    gigabytes = paged_cache_bytes(config, paged) / 2**30
+    if gigabytes > args.cb_memory_gb:
+        raise ValueError(f"a paged KV cache of {paged.num_blocks} blocks takes {gigabytes:.2f} GB, over "
+                         f"--cb-memory-gb {args.cb_memory_gb:g}: lower --cb-max-sequences or --cb-num-blocks, or "
+                         "raise --cb-memory-gb")
+    return paged.num_blocks
 
 
 def run(args) -> int:
@@ -40,33 +71,64 @@ def run(args) -> int:
                                 "prepared dataset the model was trained on (its tokenizer/ folder) into it")
     if args.device != "auto":
         resolve_device(args.device)
-    if args.cb_num_blocks is not None and args.cb_num_blocks < 1:
-        raise ValueError(f"--cb-num-blocks must be >= 1, got {args.cb_num_blocks}")
+    if args.shutdown_grace < 0:
+        raise ValueError(f"--shutdown-grace must be >= 0 seconds, got {args.shutdown_grace}")
     if not is_serve_available():
         raise ImportError('depthattn serve needs the serve extra: pip install "depthattn[serve]"')
+    config = DepthAttentionConfig.from_pretrained(path)
+    blocks = paged_cache_blocks(args, config) if args.continuous_batching else None
 
     # uvicorn ends gracefully on SIGTERM and then raises the signal again with the handler it found: this one
     signal.signal(signal.SIGTERM, _exit_cleanly)
     serve = build_server(args.model, continuous_batching=args.continuous_batching, compile=args.compile,
-                         device=args.device, cb_num_blocks=args.cb_num_blocks, host=args.host, port=args.port)
+                         device=args.device, cb_num_blocks=blocks, host=args.host, port=args.port)
     served = served_model(serve, args.model)
     if args.depth_impl is not None:
         served.model.set_depth_impl(args.depth_impl)
         print(f"depthattn serve: depth mixing through depth_impl={args.depth_impl!r}", file=sys.stderr, flush=True)
-    app = serve.server.config.app
-    app.add_middleware(RequestChecks, model_name=args.model, tokenizer=served.processor,
-                       context_length=served.model.config.max_position_embeddings)
     try:
+        if args.continuous_batching:  # the paged cache now: a failure is a startup error, not a broken server
+            try:
+                start_cb_worker(serve, args.model, served.model)
+            except (RuntimeError, MemoryError) as error:
+                raise RuntimeError(f"could not allocate the paged KV cache of {blocks} blocks: {error}; lower "
+                                   "--cb-max-sequences or --cb-num-blocks") from None
+        names = {args.served_model_name or args.model, args.model, str(Path(args.model).resolve())}
+        app = serve.server.config.app
+        app.add_middleware(RequestChecks, model_id=args.model, model_names=names,
+                           listed_name=args.served_model_name or args.model, tokenizer=served.processor,
+                           context_length=served.model.config.max_position_embeddings)
+        serve.server.config.timeout_graceful_shutdown = args.shutdown_grace
+        died = _watch_generation_worker(serve) if args.continuous_batching else threading.Event()
         serve.server.run()
     except KeyboardInterrupt:
         return 130
     finally:
         stop_generation(serve)
         serve.reset_loaded_models()
-    return 0
+    return 1 if died.is_set() else 0
+
+
+def _watch_generation_worker(serve, every_s: float = 0.5) -> threading.Event:
+    """If the continuous-batching worker dies, say so and stop the server, which then exits with status 1 (a
+    supervisor restarts it); meanwhile /health answers 503. Never a server that lists models while every
+    generation fails."""
+    died = threading.Event()
+
+    def watch():
+        while not serve.server.should_exit:
+            error = cb_worker_error(serve)
+            if error is not None:
+                print(f"depthattn serve: the generation worker died ({error}); stopping, exit status 1",
+                      file=sys.stderr, flush=True)
+                died.set()
+                serve.server.should_exit = True
+                return
+            died.wait(every_s)
+
+    threading.Thread(target=watch, name="generation-watchdog", daemon=True).start()
+    return died
 
 
 def _exit_cleanly(signum, frame):
     raise SystemExit(0)
-
-
