@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
+from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, PreTrainedConfig
 
 from .config import DepthAttentionConfig
-from .files import checksum_problems
+from .files import check_checksums, read_json_object
 
 FAMILIES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM", "depth_attention": "DepthAttentionForCausalLM"}
@@ -41,6 +43,22 @@ REFERENCE_UNUSED = {"lm_head_layernorm.weight"}
 
 TOKENIZER_FILES = {"special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
                    "chat_template.jinja", "chat_template.json"}
+
+# the config fields behind each dimension of a decoder's tensors, by how the tensor's name ends (q_norm before norm)
+_Q, _KV, _HIDDEN, _MLP = ("num_attention_heads", "head_dim"), ("num_key_value_heads", "head_dim"), \
+    ("hidden_size",), ("intermediate_size",)
+SHAPE_FIELDS = {
+    "embed_tokens.weight": (("vocab_size",), _HIDDEN), "lm_head.weight": (("vocab_size",), _HIDDEN),
+    "q_proj.weight": (_Q, _HIDDEN), "k_proj.weight": (_KV, _HIDDEN), "v_proj.weight": (_KV, _HIDDEN),
+    "o_proj.weight": (_HIDDEN, _Q), "q_proj.bias": (_Q,), "k_proj.bias": (_KV,), "v_proj.bias": (_KV,),
+    "o_proj.bias": (_HIDDEN,), "gate_proj.weight": (_MLP, _HIDDEN), "up_proj.weight": (_MLP, _HIDDEN),
+    "down_proj.weight": (_HIDDEN, _MLP), "gate_proj.bias": (_MLP,), "up_proj.bias": (_MLP,),
+    "down_proj.bias": (_HIDDEN,), "q_norm.weight": (("head_dim",),), "k_norm.weight": (("head_dim",),),
+    "norm.weight": (_HIDDEN,),
+}
+CONFIG_FIX = "fix config.json (hidden_size, num_attention_heads, head_dim, ...)"
+WEIGHTS_NAMES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
 
 
 def is_reference_config(source: PreTrainedConfig) -> bool:
@@ -92,13 +110,17 @@ def reference_settings(source: PreTrainedConfig) -> dict:
     }
 
 
+def check_family(model_type, families=tuple(FAMILIES)) -> None:
+    if model_type not in families:
+        supported = ", ".join(FAMILIES[f] for f in families) + (
+            " and Depth-Attention reference-implementation folders" if "llama" in families else "")
+        raise ValueError(f"cannot convert model_type {model_type!r}; supported: {supported}")
+
+
 def config_from_decoder(source: PreTrainedConfig, families=tuple(FAMILIES), **depth_settings) -> DepthAttentionConfig:
     """The config of `source`'s decoder with Depth-Attention settings: a reference-implementation folder's own,
     else ours (DepthAttentionConfig's defaults), then `depth_settings` over either."""
-    if source.model_type not in families:
-        supported = ", ".join(FAMILIES[f] for f in families) + (
-            " and Depth-Attention reference-implementation folders" if "llama" in families else "")
-        raise ValueError(f"cannot convert model_type {source.model_type!r}; supported: {supported}")
+    check_family(source.model_type, families)
     fields = backbone_settings(source)
     if is_reference_config(source):
         fields.update(reference_settings(source))
@@ -112,22 +134,134 @@ def config_from_decoder(source: PreTrainedConfig, families=tuple(FAMILIES), **de
 def decoder_to_depth_attention(model_class, model_or_dir, families=tuple(FAMILIES), **depth_settings):
     """`model_class` (DepthAttentionForCausalLM) with every tensor of a decoder model or saved folder."""
     if isinstance(model_or_dir, (str, os.PathLike)):
-        folder = Path(model_or_dir)
-        if not (folder / "config.json").is_file():
-            raise FileNotFoundError(f"{folder} is not a directory holding a saved model (config.json)")
-        source = AutoConfig.from_pretrained(folder, local_files_only=True)
-        config = config_from_decoder(source, families, **depth_settings)
-        model, info = model_class.from_pretrained(folder, config=config, local_files_only=True,
-                                                  output_loading_info=True)
-        unused = REFERENCE_UNUSED if is_reference_config(source) else set()
-        _check_tensors(folder, info["missing_keys"], set(info["unexpected_keys"]) - unused)
-        return model
+        return _from_folder(model_class, Path(model_or_dir), families, depth_settings)
     source_model = model_or_dir
     config = config_from_decoder(source_model.config, families, **depth_settings)
     model = model_class(config).to(device=source_model.device, dtype=source_model.dtype)
+    saved = {name: tuple(tensor.shape) for name, tensor in source_model.state_dict().items()}
+    check_shapes(saved, tensor_shapes(model), source_model.config, "its config")
     result = model.load_state_dict(source_model.state_dict(), strict=False)
     _check_tensors(type(source_model).__name__, result.missing_keys, result.unexpected_keys)
     return model.train(source_model.training)
+
+
+def _from_folder(model_class, folder: Path, families, depth_settings):
+    source = read_decoder_config(folder, families)
+    config = config_from_decoder(source, families, **depth_settings)
+    saved = saved_shapes(folder)
+    if saved is not None:  # safetensors: checked before anything is loaded
+        check_shapes(saved, meta_shapes(model_class, config), source, f"{folder / 'config.json'}")
+    model, info = model_class.from_pretrained(folder, config=config, local_files_only=True,
+                                              output_loading_info=True, ignore_mismatched_sizes=True)
+    check_shapes({key: tuple(s) for key, s, _ in info["mismatched_keys"]},
+                 {key: tuple(n) for key, _, n in info["mismatched_keys"]}, source, f"{folder / 'config.json'}")
+    unused = REFERENCE_UNUSED if is_reference_config(source) else set()
+    _check_tensors(folder, info["missing_keys"], set(info["unexpected_keys"]) - unused)
+    return model
+
+
+def read_decoder_config(folder: Path, families=tuple(FAMILIES)) -> PreTrainedConfig:
+    """The config of the model saved in `folder`, with a one-line error for a missing folder or a config.json that
+    is missing, empty, not JSON or not a supported family's."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} does not exist; pass the folder of a saved model (config.json and "
+                                "model.safetensors)")
+    path = folder / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} is not a directory holding a saved model (config.json); pass the folder "
+                                "of a saved model")
+    model_type = read_json_object(path).get("model_type")
+    if model_type is None:
+        raise ValueError(f"{path} names no model_type; add it (llama, mistral, qwen2 or qwen3) or restore the "
+                         "original file")
+    check_family(model_type, families)
+    try:
+        return AutoConfig.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
+        raise ValueError(f"{path} is not a valid {model_type} config ({_first_line(error)}); "
+                         f"{CONFIG_FIX}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def weights_files(folder: Path) -> list[Path]:
+    """The files holding the weights of the model saved in `folder` (one, or the shards an index names)."""
+    present = [name for name in WEIGHTS_NAMES if (folder / name).is_file()]
+    if not present:
+        raise FileNotFoundError(f"{folder} holds no weights ({', '.join(WEIGHTS_NAMES[:3])}); copy the model's "
+                                "weights files into it")
+    name = present[0]
+    if not name.endswith(".index.json"):
+        return [folder / name]
+    weight_map = read_json_object(folder / name).get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise ValueError(f"{folder / name} has no weight_map; restore the original file")
+    shards = [folder / shard for shard in sorted(set(map(str, weight_map.values())))]
+    missing = [shard.name for shard in shards if not shard.is_file()]
+    if missing:
+        raise FileNotFoundError(f"{folder} lacks {', '.join(missing)}, named in {name}; copy the missing shards "
+                                "into it")
+    return shards
+
+
+def saved_shapes(folder: str | os.PathLike) -> dict[str, tuple[int, ...]] | None:
+    """Name -> shape of every tensor saved in `folder`, from the safetensors headers (nothing is loaded); None for
+    weights in another format. A missing, truncated or garbled file is a one-line error naming it."""
+    files = weights_files(Path(folder))
+    if any(file.suffix != ".safetensors" for file in files):
+        return None
+    shapes = {}
+    for file in files:
+        try:
+            with safe_open(file, framework="pt") as weights:
+                shapes.update({name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()})
+        except (SafetensorError, OSError) as error:
+            raise ValueError(f"{file} is not a readable safetensors file ({_first_line(error)}): it is damaged or "
+                             "cut short; copy it again") from None
+    return shapes
+
+
+def tensor_shapes(model) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+def meta_shapes(model_class, config) -> dict[str, tuple[int, ...]]:
+    """tensor_shapes of `model_class(config)`, built on the meta device (no memory, no initialisation)."""
+    with torch.device("meta"):
+        return tensor_shapes(model_class(config))
+
+
+def check_shapes(saved: dict, needed: dict, config, config_name: str) -> None:
+    """A one-line error naming the first tensor whose saved shape differs from the one `config` gives, both shapes
+    and the config fields behind the dimensions that differ."""
+    wrong = [name for name in needed if name in saved and tuple(saved[name]) != tuple(needed[name])]
+    if not wrong:
+        return
+    name = wrong[0]
+    fields = ", ".join(f"{field}={config_value(config, field)}" for field in
+                       fields_behind(name, saved[name], needed[name]))
+    more = f" ({len(wrong) - 1} more tensors differ too)" if len(wrong) > 1 else ""
+    raise ValueError(f"{name} has shape {tuple(saved[name])} in the checkpoint but {tuple(needed[name])} from "
+                     f"{config_name}{' ' + fields if fields else ''}{more}: the config does not describe these "
+                     f"weights; {CONFIG_FIX}")
+
+
+def fields_behind(name: str, saved, needed) -> list[str]:
+    """The config fields that give the dimensions of tensor `name` where `saved` and `needed` differ (all of them
+    when the number of dimensions differs); empty for a tensor of unknown role."""
+    dims = next((dims for ending, dims in SHAPE_FIELDS.items() if name.endswith(ending)), ())
+    differ = [fields for dim, fields in enumerate(dims) if len(saved) == len(needed) == len(dims)
+              and saved[dim] != needed[dim]] or dims
+    return list(dict.fromkeys(field for fields in differ for field in fields))
+
+
+def config_value(config, field: str):
+    value = getattr(config, field, None)
+    if value is None and field == "head_dim":
+        return config.hidden_size // config.num_attention_heads
+    return value
 
 
 def _check_tensors(source, missing, unexpected):
@@ -152,9 +286,7 @@ def load_backbone(model, folder):
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"model.init_from: {folder} holds no saved model (config.json); train that model "
                                 "first or correct the path")
-    damaged = checksum_problems(folder)
-    if damaged:
-        raise ValueError(f"model.init_from: {folder} is damaged: {'; '.join(damaged)} (checksums.json)")
+    check_checksums(folder, "model.init_from: ")
     source = decoder_to_depth_attention(type(model), folder, **model.config.cross_layer_settings())
     ours, theirs = model.config.backbone_settings(), source.config.backbone_settings()
     differ = [f"{name} is {theirs[name]!r} there, {ours[name]!r} here" for name in ours if ours[name] != theirs[name]]

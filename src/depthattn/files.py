@@ -162,6 +162,16 @@ def sha256_file(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+# files whose bytes are tensors: a checksum mismatch there is damage; any other file (config, tokenizer, chat
+# template) is text that people edit
+WEIGHTS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".npy", ".npz")
+_warned: set[tuple[Path, tuple[str, ...]]] = set()  # the edited-files warnings given, each once per process
+
+
+def is_weights_file(name: str) -> bool:
+    return name.endswith(WEIGHTS_SUFFIXES)
+
+
 def write_checksums(folder: str | os.PathLike) -> None:
     """checksums.json in `folder`: the sha256 of every other file in it, written last."""
     folder = Path(folder)
@@ -169,18 +179,91 @@ def write_checksums(folder: str | os.PathLike) -> None:
     atomic_write_json(folder / CHECKSUMS, {"sha256": {name: sha256_file(folder / name) for name in files}})
 
 
-def checksum_problems(folder: str | os.PathLike) -> list[str]:
-    """The files of `folder` that are missing or differ from checksums.json (empty without one)."""
-    folder = Path(folder)
-    if not (folder / CHECKSUMS).is_file():
-        return []
+def recorded_checksums(folder: str | os.PathLike) -> dict[str, str] | None:
+    """The sha256 per file that checksums.json in `folder` records; None without one."""
+    path = Path(folder) / CHECKSUMS
+    if not path.is_file():
+        return None
     try:
-        expected = json.loads((folder / CHECKSUMS).read_text())["sha256"]
-    except (ValueError, KeyError, TypeError) as error:
-        return [f"{CHECKSUMS} is unreadable ({error})"]
+        expected = json.loads(path.read_text())["sha256"]
+        if not all(isinstance(name, str) and isinstance(digest, str) for name, digest in expected.items()):
+            raise TypeError("names and digests must be strings")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"{CHECKSUMS} is unreadable ({error})") from None
+    return expected
+
+
+def checksum_problems(folder: str | os.PathLike, which=None) -> list[str]:
+    """The files of `folder` that are missing or differ from checksums.json (empty without one); `which(name)`,
+    when given, picks the recorded files to check."""
+    folder = Path(folder)
+    try:
+        expected = recorded_checksums(folder) or {}
+    except ValueError as error:
+        return [str(error)]
     return [f"{name} is missing" if not (folder / name).is_file() else f"{name} differs from its sha256"
-            for name, digest in expected.items()
+            for name, digest in expected.items() if which is None or which(name)
             if not (folder / name).is_file() or sha256_file(folder / name) != digest]
+
+
+def damaged_weights(folder: str | os.PathLike) -> list[str]:
+    """checksum_problems of the weights files alone (and of an unreadable checksums.json)."""
+    return checksum_problems(folder, is_weights_file)
+
+
+def edited_files(folder: str | os.PathLike) -> list[str]:
+    """How the text files of `folder` (all but weights) changed since checksums.json was written: each one that
+    differs from its sha256, is missing, or is new. Empty without a readable checksums.json."""
+    folder = Path(folder)
+    try:
+        expected = recorded_checksums(folder)
+    except ValueError:
+        return []
+    if expected is None:
+        return []
+    changed = [problem.replace(" from its sha256", "") for problem in
+               checksum_problems(folder, lambda name: not is_weights_file(name))]
+    new = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name not in expected
+                 and p.name != CHECKSUMS and not p.name.startswith("."))
+    return changed + [f"{name} is new" for name in new]
+
+
+def check_checksums(folder: str | os.PathLike, label: str = "") -> None:
+    """Refuse `folder` when its weights are missing or differ from checksums.json (damage); when only its text
+    files changed (an added chat template, an edited config), say so once on stderr and go on."""
+    damaged = damaged_weights(folder)
+    if damaged:
+        raise ValueError(f"{label}{folder} is damaged: {'; '.join(damaged)} ({CHECKSUMS}); use an intact copy")
+    edited = tuple(edited_files(folder))
+    key = (Path(folder).resolve(), edited)
+    if edited and key not in _warned:
+        _warned.add(key)
+        print(f"warning: {folder}: {', '.join(edited)} since {CHECKSUMS} was recorded (the weights match theirs); "
+              f"to record the files as they are now: depthattn checksums {folder}", file=sys.stderr)
+
+
+def read_json_object(path: str | os.PathLike) -> dict:
+    """The JSON object in `path`, with a one-line error naming the file and what is wrong with it."""
+    path = Path(path)
+    fix = "fix it or restore the original file"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; restore the original file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ValueError(f"{path} cannot be read ({error.strerror or error}); check its permissions") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text; {fix}") from None
+    if not text.strip():
+        raise ValueError(f"{path} is empty; {fix}")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); "
+                         f"{fix}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not an object; {fix}")
+    return data
 
 
 def read_records(path: str | os.PathLike) -> list[dict]:

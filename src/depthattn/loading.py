@@ -16,8 +16,9 @@ import transformers
 
 import depthattn  # the package itself: registered with the Auto classes, and its version
 
+from .convert import CONFIG_FIX, config_value, fields_behind
 from .data.tokenizer import load_tokenizer
-from .files import checksum_problems
+from .files import check_checksums, read_json_object
 from .train.checkpoint import nonfinite_tensors
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -59,18 +60,20 @@ def _listed(names) -> str:
 
 
 def check_saved_model(model_dir: str | os.PathLike) -> Path:
-    """`model_dir` as a Path, after checking that it holds a depthattn model whose files match their checksums
-    (where the folder records them)."""
+    """`model_dir` as a Path, after checking that it holds a depthattn model whose weights match their checksums
+    (where the folder records them); text files edited since (a chat template added) get one warning."""
     path = check_model_dir(model_dir)
-    model_type = _read_json(path / "config.json").get("model_type")
+    check_model_type(path)
+    check_checksums(path)
+    return path
+
+
+def check_model_type(path: Path) -> None:
+    model_type = read_json_object(path / "config.json").get("model_type")
     if model_type != depthattn.DepthAttentionConfig.model_type:
         raise ValueError(f"{path} holds a {model_type!r} model, not a depthattn one (model_type "
                          f"{depthattn.DepthAttentionConfig.model_type!r}); convert a Llama, Mistral, Qwen2 or "
                          "Qwen3 model first: depthattn convert SRC_DIR OUT_DIR")
-    damaged = checksum_problems(path)
-    if damaged:
-        raise ValueError(f"{path} is damaged: {'; '.join(damaged)} (checksums.json); use an intact copy")
-    return path
 
 
 def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str | None = None,
@@ -99,7 +102,7 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
                                 for key, saved, needed in info["mismatched_keys"]])) if names]
     if problems:
         raise ValueError(f"the weights in {path} do not fit its config.json, tensors {'; '.join(problems)}: "
-                         "pass a folder written by train or by save_pretrained, unchanged")
+                         f"{_mismatch_fix(model.config, info['mismatched_keys'])}")
     nonfinite = nonfinite_tensors(model.state_dict())
     if nonfinite:
         raise ValueError(f"{path} holds NaN or infinite weights in {_listed(nonfinite)}: the run that wrote it "
@@ -107,14 +110,14 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
     return model.to(device).eval()
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ValueError(f"cannot read {path}: {error}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} is not a JSON object")
-    return data
+def _mismatch_fix(config, mismatched) -> str:
+    """What to do about tensors that do not fit the config: when shapes differ, the config fields behind them."""
+    if not mismatched:
+        return "pass a folder written by train or by save_pretrained, unchanged"
+    key, saved, needed = sorted(mismatched)[0]
+    fields = ", ".join(f"{f}={config_value(config, f)}" for f in fields_behind(key, tuple(saved), tuple(needed)))
+    return (f"config.json{' ' + fields if fields else ''} does not describe these weights; {CONFIG_FIX}, or pass "
+            "a folder written by train or by save_pretrained, unchanged")
 
 
 def check_data_vocab(shards, model, data) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..config import METHODS
 from ..convert import TOKENIZER_FILES
-from ..files import atomic_directory
+from ..files import atomic_directory, check_checksums, write_checksums
 from ..methods.depth_attention import DEPTH_MIX_RULES
 from ..modeling import DepthAttentionForCausalLM
 
@@ -36,12 +36,14 @@ def run(args: argparse.Namespace) -> int:
         raise FileExistsError(f"{out} already exists; remove it or choose another OUT_DIR")
     names = ("cross_layer", "depth_stride", "depth_window", "depth_mix", "depth_score_bias", "depth_self_bias_init")
     settings = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    check_checksums(src)  # where SRC_DIR records them (a depthattn folder)
     model = DepthAttentionForCausalLM.from_pretrained_decoder(src, **settings)
     with atomic_directory(out) as tmp:
         model.save_pretrained(tmp)
         for item in src.iterdir():
             if item.is_file() and (item.name.startswith("tokenizer") or item.name in TOKENIZER_FILES):
                 shutil.copy(item, tmp / item.name)
+        write_checksums(tmp)
     config = model.config
     print(f"{out}: cross_layer={config.cross_layer}" + (
         f", depth_stride={config.resolved_depth_stride}, depth_window={config.depth_window}"

@@ -1,11 +1,17 @@
-"""`depthattn train`: train (or resume) a model from a TOML config and `--section.key value` overrides."""
+"""`depthattn train`: train (or resume) a model from a TOML config and `--section.key value` overrides.
+
+Ctrl-C or SIGTERM stops it after the current step with a checkpoint there, one line on stderr naming it and the
+command that resumes, and the signal's exit status (130, 143); a second one stops it at once
+(depthattn/train/interrupt.py)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import sys
 
-from ..train import TrainConfig, train
+from ..train import TrainConfig, TrainingInterrupted, train
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,7 +22,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`depthattn train`; `args.overrides` are the command line's --section.key value pairs."""
-    summary = train(TrainConfig.load(args.config, args.overrides), resume=args.resume)
-    if os.environ.get("RANK", "0") == "0":
+    main = os.environ.get("RANK", "0") == "0"
+    try:
+        summary = train(TrainConfig.load(args.config, args.overrides), resume=args.resume)
+    except TrainingInterrupted as stopped:
+        if main:
+            resume = "" if stopped.complete else f"; resume with: {resume_command(args)}"
+            print(f"depthattn train: {stopped}{resume}", file=sys.stderr, flush=True)
+        return stopped.exit_status
+    if main:
         print({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()})
     return 0
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """This command line with --resume (under torchrun: its launch, which only it knows, then this)."""
+    command = shlex.join(["depthattn", "train", *(["--config", args.config] if args.config else []),
+                          *args.overrides, "--resume"])
+    return f"torchrun <the same options> -m {command}" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else command

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import shutil
 import sys
@@ -37,6 +38,7 @@ from ..files import (
     make_folder,
     remove_temporaries,
     sha256_file,
+    temporary_sibling,
     write_checksums,
 )
 from .config import TrainConfig
@@ -86,6 +88,11 @@ def save_model_files(folder: Path, unwrapped, state: dict, tokenizer_path: Path 
     if tokenizer_path and Path(tokenizer_path).is_dir():
         for item in Path(tokenizer_path).iterdir():
             shutil.copy(item, folder / item.name)
+
+
+def step_name(step: int) -> str:
+    """The folder name of the checkpoint written after `step`."""
+    return f"step_{step:08d}"
 
 
 def list_checkpoints(out_dir: Path) -> list[Path]:
@@ -244,13 +251,16 @@ class CheckpointManager:
     def due(self, step: int) -> bool:
         return step % self.every == 0 or step == self.last_step
 
+    def folder(self, step: int) -> Path:
+        return self.out_dir / "checkpoints" / step_name(step)
+
     def save(self, step: int, model, unwrapped, optimizer, scheduler, batches, extra: dict) -> Path | None:
         """checkpoints/step_XXXXXXXX, then the older ones beyond the newest `keep` go."""
         model_state = full_model_state(model)
         optim_state = get_optimizer_state_dict(model, optimizer, options=_options())
         if not is_main_process():
             return None
-        path = self.out_dir / "checkpoints" / f"step_{step:08d}"
+        path = self.folder(step)
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_directory(path) as tmp:
             save_model_files(tmp, unwrapped, model_state, self.tokenizer_path)
@@ -259,7 +269,10 @@ class CheckpointManager:
             atomic_write_json(tmp / SETTINGS, self.settings)
             write_checksums(tmp)
         for old in list_checkpoints(self.out_dir)[:-self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            # renamed first: a run stopped midway leaves a temporary folder, not a half-deleted checkpoint
+            doomed = temporary_sibling(old)
+            os.replace(old, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
         return path
 
     def export(self, model, unwrapped):

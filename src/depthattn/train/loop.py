@@ -20,9 +20,10 @@ from ..files import atomic_write_json
 from .checkpoint import CheckpointManager
 from .config import MODEL_PRESETS, TrainConfig
 from .distributed import World, close_world, init_world, parallelize
+from .interrupt import StopNow, StopSignals, TrainingInterrupted, signal_name
 from .metrics import Metrics
 from .optim import build_optimizer, build_scheduler, follow_config
-from .step import autocast_dtype, check_weights_finite, evaluate, train_step
+from .step import TrainingDiverged, autocast_dtype, check_weights_finite, evaluate, train_step
 
 
 def build_model_config(cfg: TrainConfig, vocab_size: int, eos_id: int | None) -> DepthAttentionConfig:
@@ -58,18 +59,25 @@ def build_model(cfg: TrainConfig, shards: TokenShards, world: World, checkpoints
 
 
 def train(cfg: TrainConfig, resume: bool = False) -> dict:
-    """Run (or resume) one training run described by `cfg`; returns a summary of the final metrics."""
+    """Run (or resume) one training run described by `cfg`; returns a summary of the final metrics.
+
+    SIGINT or SIGTERM (in the main thread) stops it after the current step with a checkpoint there, raising
+    TrainingInterrupted; a second signal stops it at once (interrupt.py has the rules)."""
     hf_logging.disable_progress_bar()  # checkpoint writes would print a bar each
-    world = init_world()
-    try:
-        return _train(cfg, resume, world)
-    finally:
-        close_world()
+    with StopSignals() as stop:
+        try:
+            try:
+                return _train(cfg, resume, init_world(), stop)
+            finally:
+                close_world()
+        except StopNow as second:
+            raise stop.stopped_at_once(second.signum) from None
 
 
-def _train(cfg: TrainConfig, resume: bool, world: World) -> dict:
+def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals) -> dict:
     t = cfg.train
     checkpoints = CheckpointManager(cfg, resume, world.is_main)
+    stop.newest = checkpoints.resume_from
     torch.manual_seed(t.seed)
     train_shards = TokenShards(cfg.data.path, "train")
     val_shards = TokenShards(cfg.data.path, "val")
@@ -90,21 +98,60 @@ def _train(cfg: TrainConfig, resume: bool, world: World) -> dict:
     amp = autocast_dtype(t.dtype, world.device)
     metrics = Metrics(cfg, world, sum(p.numel() for p in model.parameters()), start, resumed)
 
+    def save(step: int, loss: float):
+        stop.saving = checkpoints.folder(step)
+        checkpoints.save(step, wrapped, model, optimizer, scheduler, batches, {"loss": loss})
+        stop.newest, stop.saving = checkpoints.folder(step), None
+
+    def stop_if_asked(step: int):
+        """At a step boundary: on a stop request (any process's), a checkpoint of `step`, then TrainingInterrupted."""
+        signum = stop.agreed(world)
+        if signum is None:
+            return
+        metrics.close()
+        stopped = f"stopped by {signal_name(signum)}"
+        newest = f"the newest whole checkpoint is {stop.newest}" if stop.newest else "the run has no checkpoint yet"
+        if step == start:
+            raise TrainingInterrupted(signum, f"{stopped} before the first step: nothing new to save; {newest}",
+                                      stop.newest)
+        if stop.newest != checkpoints.folder(step):  # not written as a periodic checkpoint
+            try:
+                check_weights_finite(model, step, checkpoints.out_dir)
+            except TrainingDiverged:
+                raise TrainingInterrupted(signum, f"{stopped} after step {step}, whose weights are NaN or infinite: "
+                                          f"no checkpoint was written for it; {newest}" + (
+                                              " (resume from it with a lower --optim.lr)" if stop.newest else ""),
+                                          stop.newest) from None
+            save(step, metrics.last["loss"])
+        raise TrainingInterrupted(signum, f"{stopped} after step {step}, checkpoint saved in {stop.newest}",
+                                  stop.newest)
+
     if cfg.model.init_from and start == 0:  # where a converted model starts (docs/method.md#retrofitting)
         metrics.write_start(evaluate(wrapped, val_shards, t.batch_size, cfg.data.seq_len, t.eval_batches, world, amp))
     wrapped.train()
-    for step in range(start + 1, t.steps + 1):
-        step_metrics = train_step(step, wrapped, batches, optimizer, scheduler, cfg, world, amp)
-        if checkpoints.due(step):
-            check_weights_finite(model, step, checkpoints.out_dir)
-        record = metrics.record(step, step_metrics)
-        if step % t.eval_every == 0 or step == t.steps:
-            val_loss = evaluate(wrapped, val_shards, t.batch_size, cfg.data.seq_len, t.eval_batches, world, amp)
-            record.update(val_loss=val_loss, val_ppl=math.exp(val_loss))
-        metrics.write(record)
-        if checkpoints.due(step):
-            checkpoints.save(step, wrapped, model, optimizer, scheduler, batches, {"loss": record["loss"]})
-    metrics.close()
+    try:
+        stop.step = start
+        stop_if_asked(start)
+        for step in range(start + 1, t.steps + 1):
+            step_metrics = train_step(step, wrapped, batches, optimizer, scheduler, cfg, world, amp)
+            stop.step = step
+            if checkpoints.due(step):
+                check_weights_finite(model, step, checkpoints.out_dir)
+            record = metrics.record(step, step_metrics)
+            if step % t.eval_every == 0 or step == t.steps:
+                val_loss = evaluate(wrapped, val_shards, t.batch_size, cfg.data.seq_len, t.eval_batches, world, amp)
+                record.update(val_loss=val_loss, val_ppl=math.exp(val_loss))
+            metrics.write(record)
+            if checkpoints.due(step):
+                save(step, record["loss"])
+            stop_if_asked(step)
+    finally:
+        metrics.close()
     # the weights were checked before the last step's checkpoint (or, with no step left, are a checked checkpoint's)
     checkpoints.export(wrapped, model)
+    signum = stop.agreed(world)
+    if signum:  # it came during the export, which it let finish
+        raise TrainingInterrupted(signum, f"stopped by {signal_name(signum)} during the export, which was finished: "
+                                  f"the run is complete, its model is {checkpoints.out_dir / 'final'}", stop.newest,
+                                  complete=True)
     return metrics.last
