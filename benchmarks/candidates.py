@@ -22,7 +22,7 @@ def all_candidates(depth_impl: str) -> list[str]:
     names = [QWEN3, VANILLA, "depth_attention"]
     if depth_impl != "reference":
         names.append("depth_attention:reference")
-    names += [m for m in METHODS if m not in ("none", "depth_attention")]
+    names += [m for m in METHODS if m not in (VANILLA, "depth_attention")]
     return names
 
 
@@ -31,10 +31,9 @@ def parse_candidate(name: str, depth_impl: str) -> tuple[str, str | None]:
     if name == QWEN3:
         return QWEN3, None
     method, _, impl = name.partition(":")
-    method = "none" if method == VANILLA else method
     if method not in METHODS:
-        raise ValueError(f"unknown candidate {name!r}; choose among {QWEN3!r}, {VANILLA!r}, "
-                         f"{', '.join(repr(m) for m in METHODS if m != 'none')} "
+        raise ValueError(f"unknown candidate {name!r}; choose among {QWEN3!r}, "
+                         f"{', '.join(repr(m) for m in METHODS)} "
                          "(and 'depth_attention:IMPL' with IMPL in " + ", ".join(DEPTH_IMPLS) + ")")
     if impl and method != "depth_attention":
         raise ValueError(f"only depth_attention takes an implementation suffix, got {name!r}")

@@ -65,7 +65,7 @@ class RequestChecks:
         except BadRequest as error:
             return await _error_response(error)(scope, receive, send)
 
-        replayed, started = False, False
+        replayed, started, error_status, error_body = False, False, None, b""
 
         async def replay():  # the checked body once, then the client's own messages (a disconnect)
             nonlocal replayed
@@ -74,10 +74,18 @@ class RequestChecks:
             replayed = True
             return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
 
-        async def tracked_send(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+        async def tracked_send(message):  # transformers' own errors, e.g. {"error": "..."} with 503, in OpenAI's shape
+            nonlocal started, error_status, error_body
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                error_status = message["status"]
+            elif error_status is None:
+                started = True
+                await send(message)
+            elif message["type"] == "http.response.body":
+                error_body += message.get("body", b"")
+                if not message.get("more_body"):
+                    started = True
+                    await _openai_error(error_status, error_body)(scope, receive, send)
 
         try:
             await self.app(scope, replay, tracked_send)
@@ -169,9 +177,22 @@ def _check_number(body: dict, name: str, low: float, high: float = math.inf, int
                          name)
 
 
+def _openai_error(status: int, body: bytes):
+    """An error response from transformers' app, with its message in OpenAI's shape."""
+    try:
+        error = json.loads(body)["error"]
+        if isinstance(error, dict) and "message" in error:
+            return _error_response(BadRequest(error["message"], error.get("param"), status))
+        message = error if isinstance(error, str) else json.dumps(error)
+    except (ValueError, KeyError, TypeError):
+        message = body.decode(errors="replace")
+    return _error_response(BadRequest(message, status=status))
+
+
 def _error_response(error: BadRequest):
     from starlette.responses import JSONResponse
 
-    kind = {404: "not_found_error", 500: "server_error"}.get(error.status, "invalid_request_error")
+    kind = "server_error" if error.status >= 500 else "invalid_request_error"
+    kind = "not_found_error" if error.status == 404 else kind
     return JSONResponse({"error": {"message": str(error), "type": kind, "param": error.param, "code": None}},
                         status_code=error.status)

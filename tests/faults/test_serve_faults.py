@@ -64,7 +64,7 @@ def test_a_dead_generation_worker_stops_the_server_with_status_1(folder, tmp_pat
                           if line.startswith("VmRSS")).split()[1])
         assert rss_kb < 2 * 2**20
         status, answer = server.completion(f"the {FAULT_WORD}", max_tokens=3)
-        assert status in (500, 503) and "injected fault" in answer["error"]["message"]
+        assert status in (500, 503) and "injected fault" in answer["error"]["message"], (status, answer)
         assert server.process.wait(timeout=60) == 1  # never a server that lists models while generation is dead
         assert "the generation worker died (injected fault" in server.log.read_text()
     finally:
@@ -92,3 +92,33 @@ def test_sigterm_ends_a_running_stream_within_the_grace_period(folder, tmp_path)
     server.process.send_signal(signal.SIGTERM)
     assert server.process.wait(timeout=60) == 0 and time.monotonic() - start < 30
     assert "Traceback" not in server.log.read_text()
+
+
+@pytest.mark.parametrize("chunks", [[b'{"error": "the CB worker died"}'], [b'{"error": "the CB ', b'worker died"}']])
+def test_transformers_own_errors_reach_the_client_in_openais_shape(chunks):
+    """transformers' app answers some failures itself, e.g. 503 {"error": "..."} once its worker died."""
+    import asyncio
+
+    from depthattn.serve import RequestChecks
+
+    async def failing_app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"application/json")]})
+        for i, chunk in enumerate(chunks):
+            await send({"type": "http.response.body", "body": chunk, "more_body": i < len(chunks) - 1})
+
+    checks = RequestChecks(failing_app, model_id="m", model_names={"m"}, listed_name="m",
+                           tokenizer=word_level_tokenizer(("the", "a")), context_length=16)
+    body = json.dumps({"prompt": "the", "max_tokens": 1}).encode()
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(checks({"type": "http", "method": "POST", "path": "/v1/completions", "headers": []}, receive, send))
+    assert sent[0]["status"] == 503
+    answer = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    assert answer["error"] == {"message": "the CB worker died", "type": "server_error", "param": None, "code": None}
