@@ -25,6 +25,8 @@ COMMANDS = {  # name: (its module in depthattn.commands, its help line)
                            "model"),
     "serve": ("serve", "an OpenAI-compatible HTTP server for a model folder (transformers serve)"),
     "demo": ("demo", "train Depth-Attention and its vanilla twin on the embedded corpus"),
+    "checksums": ("checksums", "record a model folder's checksums again after its text files (config, tokenizer, "
+                               "chat template) were edited"),
 }
 TAKES_OVERRIDES = {"train"}  # commands that accept any config value as --section.key value
 

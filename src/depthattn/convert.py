@@ -10,6 +10,7 @@ The backbone switches of `DepthAttentionConfig` reproduce each one exactly; ever
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -56,6 +57,7 @@ SHAPE_FIELDS = {
     "down_proj.bias": (_HIDDEN,), "q_norm.weight": (("head_dim",),), "k_norm.weight": (("head_dim",),),
     "norm.weight": (_HIDDEN,),
 }
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 CONFIG_FIX = "fix config.json (hidden_size, num_attention_heads, head_dim, ...)"
 WEIGHTS_NAMES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
@@ -150,6 +152,7 @@ def _from_folder(model_class, folder: Path, families, depth_settings):
     config = config_from_decoder(source, families, **depth_settings)
     saved = saved_shapes(folder)
     if saved is not None:  # safetensors: checked before anything is loaded
+        check_layers(saved, source, f"{folder / 'config.json'}")
         check_shapes(saved, meta_shapes(model_class, config), source, f"{folder / 'config.json'}")
     model, info = model_class.from_pretrained(folder, config=config, local_files_only=True,
                                               output_loading_info=True, ignore_mismatched_sizes=True)
@@ -164,8 +167,8 @@ def read_decoder_config(folder: Path, families=tuple(FAMILIES)) -> PreTrainedCon
     """The config of the model saved in `folder`, with a one-line error for a missing folder or a config.json that
     is missing, empty, not JSON or not a supported family's."""
     if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} does not exist; pass the folder of a saved model (config.json and "
-                                "model.safetensors)")
+        raise FileNotFoundError(f"{folder} is not a directory: it does not exist; pass the folder of a saved model "
+                                "(config.json and model.safetensors)")
     path = folder / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{folder} is not a directory holding a saved model (config.json); pass the folder "
@@ -231,6 +234,15 @@ def meta_shapes(model_class, config) -> dict[str, tuple[int, ...]]:
     """tensor_shapes of `model_class(config)`, built on the meta device (no memory, no initialisation)."""
     with torch.device("meta"):
         return tensor_shapes(model_class(config))
+
+
+def check_layers(saved: dict, config, config_name: str) -> None:
+    """A one-line error when the weights hold another number of layers than the config's num_hidden_layers."""
+    layers = {int(match.group(1)) for name in saved if (match := _LAYER.match(name))}
+    if layers and len(layers) != config.num_hidden_layers:
+        raise ValueError(f"the checkpoint holds {len(layers)} layers but {config_name} has num_hidden_layers="
+                         f"{config.num_hidden_layers}: the config does not describe these weights; fix config.json "
+                         "(num_hidden_layers)")
 
 
 def check_shapes(saved: dict, needed: dict, config, config_name: str) -> None:

@@ -212,8 +212,8 @@ def damaged_weights(folder: str | os.PathLike) -> list[str]:
 
 
 def edited_files(folder: str | os.PathLike) -> list[str]:
-    """How the text files of `folder` (all but weights) changed since checksums.json was written: each one that
-    differs from its sha256, is missing, or is new. Empty without a readable checksums.json."""
+    """The text files of `folder` (all but weights) changed since checksums.json was written, each with how:
+    "name (differs)", "name (missing)" or "name (new)". Empty without a readable checksums.json."""
     folder = Path(folder)
     try:
         expected = recorded_checksums(folder)
@@ -221,11 +221,12 @@ def edited_files(folder: str | os.PathLike) -> list[str]:
         return []
     if expected is None:
         return []
-    changed = [problem.replace(" from its sha256", "") for problem in
-               checksum_problems(folder, lambda name: not is_weights_file(name))]
+    changed = [f"{name} ({'differs' if (folder / name).is_file() else 'missing'})"
+               for name, digest in expected.items() if not is_weights_file(name)
+               if not (folder / name).is_file() or sha256_file(folder / name) != digest]
     new = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name not in expected
                  and p.name != CHECKSUMS and not p.name.startswith("."))
-    return changed + [f"{name} is new" for name in new]
+    return changed + [f"{name} (new)" for name in new]
 
 
 def check_checksums(folder: str | os.PathLike, label: str = "") -> None:
@@ -238,8 +239,9 @@ def check_checksums(folder: str | os.PathLike, label: str = "") -> None:
     key = (Path(folder).resolve(), edited)
     if edited and key not in _warned:
         _warned.add(key)
-        print(f"warning: {folder}: {', '.join(edited)} since {CHECKSUMS} was recorded (the weights match theirs); "
-              f"to record the files as they are now: depthattn checksums {folder}", file=sys.stderr)
+        print(f"warning: {folder}: text files changed since {CHECKSUMS} was recorded: {', '.join(edited)}; the "
+              f"weights match theirs and load as usual; to record the files as they are now: depthattn checksums "
+              f"{folder}", file=sys.stderr)
 
 
 def read_json_object(path: str | os.PathLike) -> dict:

@@ -16,7 +16,7 @@ import transformers
 
 import depthattn  # the package itself: registered with the Auto classes, and its version
 
-from .convert import CONFIG_FIX, config_value, fields_behind
+from .convert import CONFIG_FIX, config_value, fields_behind, meta_shapes, saved_shapes
 from .data.tokenizer import load_tokenizer
 from .files import check_checksums, read_json_object
 from .train.checkpoint import nonfinite_tensors
@@ -89,6 +89,7 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
     if dtype not in DTYPE_CHOICES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_CHOICES)}")
     device = resolve_device(device)
+    check_shapes_fit(path)
     try:
         overrides = {} if depth_impl is None else {"depth_impl": depth_impl}
         model, info = transformers.AutoModelForCausalLM.from_pretrained(
@@ -96,18 +97,38 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
             ignore_mismatched_sizes=True, **overrides)
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(f"could not load a causal language model from {path}: {error}") from error
-    problems = [f"{what}: {_listed(names)}" for what, names in (
-        ("missing", info["missing_keys"]), ("unexpected", info["unexpected_keys"]),
-        ("of the wrong shape", [f"{key} {tuple(saved)} (needs {tuple(needed)})"
-                                for key, saved, needed in info["mismatched_keys"]])) if names]
-    if problems:
-        raise ValueError(f"the weights in {path} do not fit its config.json, tensors {'; '.join(problems)}: "
-                         f"{_mismatch_fix(model.config, info['mismatched_keys'])}")
+    _check_fit(path, model.config, info["missing_keys"], info["unexpected_keys"], info["mismatched_keys"])
     nonfinite = nonfinite_tensors(model.state_dict())
     if nonfinite:
         raise ValueError(f"{path} holds NaN or infinite weights in {_listed(nonfinite)}: the run that wrote it "
                          "diverged; use an earlier checkpoint")
     return model.to(device).eval()
+
+
+def check_shapes_fit(path: Path) -> None:
+    """Before anything is loaded: every safetensors tensor of the model in `path` has the shape its config.json
+    gives (read from the files' headers), and the weights files are there and readable."""
+    saved = saved_shapes(path)
+    if saved is None:  # weights in another format: checked once loaded
+        return
+    try:
+        config = depthattn.DepthAttentionConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"{path / 'config.json'} is not a valid depthattn config ({error}); fix it or restore "
+                         "the original file") from None
+    needed = meta_shapes(depthattn.DepthAttentionForCausalLM, config)
+    _check_fit(path, config, [], [], [(name, saved[name], shape) for name, shape in needed.items()
+                                      if name in saved and tuple(saved[name]) != shape])
+
+
+def _check_fit(path: Path, config, missing, unexpected, mismatched) -> None:
+    problems = [f"{what}: {_listed(names)}" for what, names in (
+        ("missing", missing), ("unexpected", unexpected),
+        ("of the wrong shape", [f"{key} {tuple(saved)} (needs {tuple(needed)})"
+                                for key, saved, needed in mismatched])) if names]
+    if problems:
+        raise ValueError(f"the weights in {path} do not fit its config.json, tensors {'; '.join(problems)}: "
+                         f"{_mismatch_fix(config, mismatched)}")
 
 
 def _mismatch_fix(config, mismatched) -> str:
@@ -140,6 +161,8 @@ def find_tokenizer(model_dir: str | os.PathLike | None, tokenizer: str | os.Path
     candidates = ([Path(model_dir)] if model_dir is not None else []) + [Path(f) for f in fallbacks]
     for candidate in candidates:
         if any((candidate / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+            if (candidate / "config.json").is_file():  # transformers reads it too: a broken one named clearly
+                read_json_object(candidate / "config.json")
             return load_tokenizer(candidate)
     raise FileNotFoundError(
         f"no tokenizer in {', '.join(map(str, candidates)) or 'the model folder'}; pass --tokenizer DIR "

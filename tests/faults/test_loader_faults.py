@@ -2,26 +2,14 @@
 model types, naming them."""
 
 import json
-import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from depthattn.cli import main
-from tests.helpers import tiny_model
 
 Q_PROJ = "model.layers.0.self_attn.q_proj.weight"
-
-
-@pytest.fixture
-def model_dir(tmp_path, tiny_data):
-    """A tiny saved model with the tiny dataset's tokenizer, and no checksums.json (as save_pretrained writes it)."""
-    folder = tmp_path / "model"
-    tiny_model(vocab_size=384, max_position_embeddings=64, depth_stride=2).save_pretrained(folder)
-    for item in (tiny_data / "tokenizer").iterdir():
-        shutil.copy(item, folder / item.name)
-    return folder
 
 
 def edit_weights(folder, edit):

@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 
 from depthattn.cli import main
 from depthattn.train.optim import lr_factor
+from tests.faults.conftest import damage as damage_weights
 from tests.faults.conftest import train_args
 
 
@@ -93,12 +94,7 @@ def test_resume_falls_back_from_a_damaged_checkpoint(tiny_run, tmp_path, tiny_da
     out_dir = tmp_path / "run"
     shutil.copytree(tiny_run, out_dir)
     weights = out_dir / "checkpoints" / "step_00000004" / "model.safetensors"
-    data = bytearray(weights.read_bytes())
-    if damage == "truncate":
-        del data[len(data) // 2:]
-    else:
-        data[-100] ^= 1
-    weights.write_bytes(bytes(data))
+    damage_weights(weights, damage)
     assert main(["eval", str(weights.parent), "--data", str(tiny_data), "--no-progress"]) == 1
     assert "model.safetensors differs from its sha256" in capsys.readouterr().err
 
