@@ -87,6 +87,10 @@ def test_demo_quotes_the_study_from_its_committed_results():
     da = rows["depth_attention"]
     assert quote[0] == (f"Depth-Attention − vanilla: {da['diff_mean']:+.4f} nats, 95% CI [{da['diff_low']:+.4f}, "
                         f"{da['diff_high']:+.4f}], p = {da['p_value']:.3g}, lower in {da['wins']}/{da['n']} seeds")
+    search = Study.load(STUDY_CONFIG.parent / "search.toml")  # value embeddings in the same setting: another study
+    ve = next(r for r in summarize(search, search.read_results())[""]["rows"] if r["method"] == "value_embeddings")
+    assert f"value embeddings − vanilla: {ve['diff_mean']:+.4f} nats, 95% CI [{ve['diff_low']:+.4f}, " \
+           f"{ve['diff_high']:+.4f}], p = {ve['p_value']:.3g}, lower in {ve['wins']}/{ve['n']} seeds" in quote
     depth = Study.load(STUDY_CONFIG.parent / "depth.toml")
     sixteen = next(r for r in summarize(depth, depth.read_results())["layers=16"]["rows"]
                    if r["method"] == "depth_attention")

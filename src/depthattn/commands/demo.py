@@ -22,7 +22,7 @@ from ..evaluate.perplexity import TokenStream, compute_perplexity
 from ..evaluate.plots import plot_loss_curves, read_metrics
 from ..generate import sample
 from ..inference import cached_decoding_error, kv_cache_bytes
-from ..study import Study, format_interval, setting_differences, summarize, verdict
+from ..study import Study, format_interval, setting_differences, verdict
 from ..train import TrainConfig, train
 
 METHODS = {"Depth-Attention": "depth_attention", "vanilla": "vanilla"}
@@ -56,25 +56,25 @@ def study_quote(steps: int) -> list[str]:
     if not STUDY_CONFIG.is_file():
         return ["(run from the repository root to see the study's result: docs/results/study.md)"]
     study = Study.load(STUDY_CONFIG)
-    table = summarize(study, study.read_results())[""]
-    rows = {r["method"]: r for r in table["rows"]}
+    others = [Study.load(path) for path in sorted(STUDY_CONFIG.parent.glob("*.toml")) if path != STUDY_CONFIG]
+    others.sort(key=lambda other: bool(other.confirm))  # a setting is named by the study that varies it first
+    entries = setting_differences([study, *[other for other in others if not other.start_from]])
+    here = next((entry for entry in entries if entry["study"] == study.name and entry["label"] == "base"), None)
     lines = []
-    for method, label in (("depth_attention", "Depth-Attention − vanilla"),
-                          ("value_residual", "value residual − vanilla")):
-        row = rows.get(method)
+    for column, label in (("DA − vanilla", "Depth-Attention − vanilla"), ("VR − vanilla", "value residual − vanilla"),
+                          ("VE − vanilla", "value embeddings − vanilla"), ("MUDD − vanilla", "MUDDFormer − vanilla")):
+        row = here and here[column]
         if row and row.get("n", 0) > 1:
             lines.append(f"{label}: {row['diff_mean']:+.4f} nats, 95% CI [{row['diff_low']:+.4f}, "
                          f"{row['diff_high']:+.4f}], p = {row['p_value']:.3g}, lower in {row['wins']}/{row['n']} seeds")
-    for c in table["contrasts"]:
-        if c["pair"] == ["depth_attention", "value_residual"] and c["n"] > 1:
-            lines.append(f"Depth-Attention − value residual: {c['diff_mean']:+.4f} nats, 95% CI "
-                         f"[{c['diff_low']:+.4f}, {c['diff_high']:+.4f}], lower in {c['wins']}/{c['n']} seeds")
+    contrast = here and here["DA − VR"]
+    if contrast and contrast["n"] > 1:
+        lines.append(f"Depth-Attention − value residual: {contrast['diff_mean']:+.4f} nats, 95% CI "
+                     f"[{contrast['diff_low']:+.4f}, {contrast['diff_high']:+.4f}], lower in "
+                     f"{contrast['wins']}/{contrast['n']} seeds")
     if not lines:
         return ["(the study has fewer than two seeds of this setting so far: docs/results/study.md)"]
-    others = [Study.load(path) for path in sorted(STUDY_CONFIG.parent.glob("*.toml")) if path != STUDY_CONFIG]
-    others.sort(key=lambda other: bool(other.confirm))  # a setting is named by the study that varies it first
-    elsewhere = [entry for entry in setting_differences([study, *[other for other in others if not other.start_from]])
-                 if entry["study"] != study.name and entry["DA − vanilla"].get("n", 0) > 1]
+    elsewhere = [entry for entry in entries if entry["study"] != study.name and entry["DA − vanilla"].get("n", 0) > 1]
     if elsewhere:
         lines.append("Depth-Attention − vanilla where the study changes one thing from this setting:")
         for entry in elsewhere:

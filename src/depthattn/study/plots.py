@@ -92,16 +92,15 @@ def plot_curve_differences(study: Study, results: list[dict], out_png: Path) -> 
     return save_figure(fig, out_png)
 
 
-def plot_overview(entries: list[dict], out_png: Path) -> Path:
-    """The index's table (`setting_differences`) as one figure: per setting, each paired difference with its
-    95% interval."""
+def plot_overview(entries: list[dict], columns: list[str], out_png: Path) -> Path:
+    """The index's table (`setting_differences`) as one figure: per setting, each paired difference of `columns`
+    with its 95% interval."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-
-    names = ["DA − vanilla", "VR − vanilla", "DA − VR"]
+    names = [name for name in columns if any(entry[name] for entry in entries)]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(entries)), 4.5))
     for i, name in enumerate(names):
         shown = [(j, entry[name]) for j, entry in enumerate(entries)
@@ -110,12 +109,14 @@ def plot_overview(entries: list[dict], out_png: Path) -> Path:
             means = [row["diff_mean"] for _, row in shown]
             errors = [[m - row["diff_low"] for m, (_, row) in zip(means, shown)],
                       [row["diff_high"] - m for m, (_, row) in zip(means, shown)]]
-            ax.errorbar([j + (i - 1) * 0.2 for j, _ in shown], means, yerr=errors, fmt="o", capsize=3, color=f"C{i}",
+            offset = (i - (len(names) - 1) / 2) * 0.15
+            ax.errorbar([j + offset for j, _ in shown], means, yerr=errors, fmt="o", capsize=3, color=f"C{i}",
                         label=name)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(range(len(entries)), [f"{e['label']}\n({e['study']})" for e in entries], fontsize=8)
     ax.set_ylabel("Δ val loss (nats), 95% CI; below 0: the first is better")
-    ax.set_title("Depth-Attention (DA) and value residual (VR) against vanilla, every setting", fontsize=9)
+    ax.set_title("Depth-Attention (DA), value residual (VR), value embeddings (VE) and MUDDFormer against vanilla, "
+                 "every setting", fontsize=9)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:  # nothing to show before two seeds of a setting
         ax.legend(fontsize=8)

@@ -145,25 +145,36 @@ def _progress(studies: list[Study]) -> str:
     return line + "."
 
 
+# the index's columns: each method's paired difference from vanilla, then Depth-Attention's from value residual
+AGAINST_VANILLA = {"depth_attention": "DA − vanilla", "value_residual": "VR − vanilla",
+                   "value_embeddings": "VE − vanilla", "mudd": "MUDD − vanilla"}
+DA_VR = "DA − VR"
+COLUMNS = [*AGAINST_VANILLA.values(), DA_VR]
+
+
 def setting_differences(studies: list[Study]) -> list[dict]:
-    """Per distinct setting with Depth-Attention results (the first study to hold it names it): its label,
-    study, train tokens, and the paired rows "DA − vanilla", "VR − vanilla" and "DA − VR" (None when not run)."""
-    seen, entries = set(), []
+    """Per distinct setting with Depth-Attention results: its label and study (the first study to hold it), train
+    tokens, seeds, and the paired rows of COLUMNS (None where not run), from every study that holds the setting
+    (the search runs value embeddings and MUDDFormer in the core study's base setting)."""
+    entries = {}
     for study in studies:
         results = study.read_results()
         for label, table in summarize(study, results).items():
             key = study.cell_path(table["setting"], study.baseline, 0).parts[0]
             rows = {r["method"]: r for r in table["rows"]}
-            if key in seen or "depth_attention" not in rows:
-                continue
-            seen.add(key)
-            entries.append({
-                "label": label or "base", "study": study.name,
-                "train_tokens": next(r["train_tokens"] for r in results if r["setting"] == table["setting"]),
-                "DA − vanilla": rows["depth_attention"], "VR − vanilla": rows.get("value_residual"),
-                "DA − VR": next((c for c in table["contrasts"] if c["pair"] == ["depth_attention", "value_residual"]),
-                                None)})
-    return entries
+            entry = entries.get(key)
+            if entry is None:
+                if "depth_attention" not in rows:
+                    continue
+                entry = entries[key] = {
+                    "label": label or "base", "study": study.name, "seeds": rows["depth_attention"]["seeds"],
+                    "train_tokens": next(r["train_tokens"] for r in results if r["setting"] == table["setting"]),
+                    **dict.fromkeys(COLUMNS)}
+            for method, column in AGAINST_VANILLA.items():
+                entry[column] = entry[column] or rows.get(method)
+            entry[DA_VR] = entry[DA_VR] or next(
+                (c for c in table["contrasts"] if c["pair"] == ["depth_attention", "value_residual"]), None)
+    return list(entries.values())
 
 
 def write_index(studies: list[Study], path: Path) -> Path:
@@ -177,15 +188,14 @@ def write_index(studies: list[Study], path: Path) -> Path:
              "of the embedded corpus. Δ: the paired difference with its 95% t-interval; "
              "'better' / 'worse' only where that interval excludes zero.", "",
              _progress(studies), "",
-             "## Depth-Attention against vanilla and value residual, every setting", "",
-             "| setting | study | train tokens | seeds | DA − vanilla | VR − vanilla | DA − VR |",
-             "|---|---|---|---|---|---|---|"]
+             "## Depth-Attention, value residual and the relatives against vanilla, every setting", "",
+             f"| setting | study | train tokens | seeds | {' | '.join(COLUMNS)} |",
+             "|---" * (4 + len(COLUMNS)) + "|"]
     entries = setting_differences(studies)
     for entry in entries:
-        da, vr, contrast = entry["DA − vanilla"], entry["VR − vanilla"], entry["DA − VR"]
-        lines.append(f"| {entry['label']} | {entry['study']} | {entry['train_tokens']:,} | {da['seeds']} | "
-                     f"{_cell(da)} | {_cell(vr)} | {_cell(contrast)} |")
-    figure = plot_overview(entries, Path(studies[0].results) / "overview.png")
+        lines.append(f"| {entry['label']} | {entry['study']} | {entry['train_tokens']:,} | {entry['seeds']} | "
+                     + " | ".join(_cell(entry[column]) for column in COLUMNS) + " |")
+    figure = plot_overview(entries, COLUMNS, Path(studies[0].results) / "overview.png")
     lines += ["", f"![every setting]({Path(studies[0].results).name}/{figure.name})"]
     for study in studies:
         text = markdown_report(study, study.read_results()).replace("](", f"]({Path(study.results).name}/")
