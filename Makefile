@@ -17,8 +17,13 @@ $(VENV)/.installed: pyproject.toml
 $(VENV)/transformers-tests/.done: $(VENV)/.installed
 	$(PY) -m tests.native.sdist
 
+# the lowest transformers release pyproject.toml allows, beside the venv's, for tests/test_transformers_range.py;
+# likewise without a registry: no stamp, and that test skips with the reason
+$(VENV)/transformers-lower/.done: $(VENV)/.installed
+	$(PY) -m tests.test_transformers_range
+
 # one pytest-xdist worker per CPU; a module's tests stay on one worker (they share its fixtures)
-test: $(VENV)/.installed $(VENV)/transformers-tests/.done
+test: $(VENV)/.installed $(VENV)/transformers-tests/.done $(VENV)/transformers-lower/.done
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n logical --dist loadscope
 

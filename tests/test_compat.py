@@ -1,6 +1,11 @@
 """The private transformers names depthattn uses, all in depthattn/compat.py, still mean what it relies on in the
 installed transformers (each is also exercised end to end: generate --compile, depthattn serve, the masks)."""
 
+import copy
+import warnings
+
+import pytest
+import torch
 import transformers
 from transformers import CompileConfig
 
@@ -36,6 +41,57 @@ def test_transformers_serve_finds_the_class_by_its_architecture_name():
 
 def test_the_server_internals_exist():
     from transformers.cli.serve import Serve
+    from transformers.cli.serving.model_manager import ModelManager
 
     names = Serve.__init__.__code__.co_names
     assert "_model_manager" in names and "_generation_state" in names
+    assert ModelManager.process_model_name("org/model") == "org/model@main"  # the key of loaded models
+
+
+# what differs between the supported releases: the same surface at both ends of the range
+
+
+def test_the_cache_is_the_output_field_generate_reads_and_forward_takes_either_name():
+    from transformers.modeling_outputs import BaseModelOutputWithPast
+
+    assert compat.CACHE_NAME in BaseModelOutputWithPast.__dataclass_fields__
+    model, ids = tiny_model(), torch.randint(0, 97, (1, 6))
+    with torch.no_grad():
+        out = model(ids[:, :5], use_cache=True)
+        assert out.cache is getattr(out, compat.CACHE_NAME) is not None
+        by_new_name = model(ids[:, 5:], cache=copy.deepcopy(out.cache), use_cache=True).logits
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # deprecated where transformers says `cache`
+            by_old_name = model(ids[:, 5:], past_key_values=out.cache, use_cache=True).logits
+    torch.testing.assert_close(by_old_name, by_new_name, rtol=0, atol=0)
+
+
+def test_slice_logits_to_keep():
+    hidden = torch.arange(24.0).view(2, 4, 3)
+    assert torch.equal(compat.slice_logits_to_keep(hidden, 0), hidden)
+    assert torch.equal(compat.slice_logits_to_keep(hidden, 1), hidden[:, -1:])
+    assert torch.equal(compat.slice_logits_to_keep(hidden, torch.tensor([0, 2])), hidden[:, [0, 2]])
+    per_row = torch.tensor([[3], [1]])
+    assert torch.equal(compat.slice_logits_to_keep(hidden, per_row), torch.stack([hidden[0, 3:], hidden[1, 1:2]]))
+    mask = torch.tensor([[True, False, False, True], [False, False, False, True]])  # packed rows: flattened
+    assert torch.equal(compat.slice_logits_to_keep(hidden, mask), hidden[[0, 0, 1], [0, 3, 3]])
+
+
+def test_output_recorder_keeps_the_fields_transformers_has():
+    from transformers.utils.output_capturing import OutputRecorder
+
+    recorder = compat.output_recorder(torch.nn.Linear, index=1, num_hidden_layers_key="unrolled_depth")
+    assert recorder.index == 1
+    has_key = "num_hidden_layers_key" in OutputRecorder.__dataclass_fields__
+    assert getattr(recorder, "num_hidden_layers_key", None) == ("unrolled_depth" if has_key else None)
+
+
+def test_both_checkpointing_entry_points_reach_the_models_checks():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # gradient_checkpointing_enable is deprecated since 5.23
+        for enable in ("activation_checkpointing_enable", "gradient_checkpointing_enable"):
+            model = tiny_model()
+            with pytest.raises(ValueError, match="use_reentrant=True"):
+                getattr(model, enable)({"use_reentrant": True})
+            getattr(model, enable)()
+            assert all(layer.gradient_checkpointing for layer in model.model.layers)

@@ -210,7 +210,7 @@ def test_transformers_server_loads_a_depthattn_folder(tmp_path):
     save_model_folder(tmp_path)
     manager = ModelManager(device="cpu", force_model=str(tmp_path))
     try:
-        model, _ = manager.load_model_and_processor(str(tmp_path))
+        model, _ = manager.load_model_and_processor(manager.process_model_name(str(tmp_path)))
         assert type(model).__name__ == "DepthAttentionForCausalLM" and model.config.cross_layer == "depth_attention"
     finally:
         manager.shutdown()

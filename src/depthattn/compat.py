@@ -1,13 +1,21 @@
 """Every use of a private transformers name, in one place: each says which public API is missing. A transformers
-upgrade that moves one of them breaks a test here (tests/test_compat.py), not a command at run time."""
+upgrade that moves one of them breaks a test here (tests/test_compat.py), not a command at run time.
+
+Below them, what differs between the supported releases (5.19 to 5.24): depthattn is written against the newest API,
+and each shim gives an older release the same surface, detecting the feature, not the version number."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import sys
 
+import torch
 import transformers.processing_utils  # noqa: F401  (see register_for_transformers_serve)
-from transformers import CompileConfig, GenerationConfig, PreTrainedConfig
+from transformers import CompileConfig, GenerationConfig, PreTrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.output_capturing import OutputRecorder
 
 
 def config_generation_keys() -> set[str]:
@@ -45,13 +53,18 @@ def register_for_transformers_serve(model_class: type) -> None:
 
 
 def served_model(serve, name: str):
-    """The (model, processor) entry `transformers serve` loaded for `name`; its model manager is private."""
-    return serve._model_manager.loaded_models[name]
+    """The (model, processor) entry `transformers serve` loaded for `name`; its model manager is private. Its key
+    is the name as `process_model_name` spells it: a local folder `folder@main` in 5.19, `folder` in 5.24."""
+    manager = serve._model_manager
+    return manager.loaded_models[manager.process_model_name(name)]
 
 
 def start_cb_worker(serve, model_id: str, model) -> None:
     """Start the continuous-batching worker now, allocating its paged cache, instead of at the first request; its
-    generation state is private. The worker's shared sampling settings are then the model's generation config."""
+    generation state is private. The worker's shared sampling settings are then the model's generation config. It
+    goes under the name the requests' handlers use (`process_model_name`): under another, the first request would
+    replace it."""
+    model_id = serve._model_manager.process_model_name(model_id)
     manager = serve._generation_state.get_manager(model_id, use_cb=True)
     manager.init_cb(model, copy.deepcopy(model.generation_config))
 
@@ -69,7 +82,87 @@ def stop_generation(serve) -> None:
     serve._generation_state.shutdown()
 
 
+# The KV cache's name in model outputs, in the keyword `generate` passes to `forward` and in the masking functions'
+# parameter: `cache`, before 5.24 `past_key_values`.
+CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def cache_kwarg(forward):
+    """`forward(cache=...)` that also takes `past_key_values=`: deprecated where transformers says `cache`, renamed
+    silently where it still says `past_key_values` (what `generate` passes there at every step)."""
+    if CACHE_NAME == "cache":
+        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
+
+    @functools.wraps(forward)
+    def renamed(*args, **kwargs):
+        if (cache := kwargs.pop("past_key_values", None)) is not None and kwargs.get("cache") is None:
+            kwargs["cache"] = cache
+        return forward(*args, **kwargs)
+
+    return renamed
+
+
+def cache_output(cls):
+    """A model output dataclass (a transformers `...WithPast` output) that takes `cache=` and has `.cache`. Where
+    transformers still says `past_key_values`, that stays the field (`generate` reads it) and `cache` is its alias."""
+    if CACHE_NAME == "cache":
+        return cls
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, cache=None, **kwargs):
+        if cache is not None:
+            kwargs["past_key_values"] = cache
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    cls.cache = property(lambda self: self.past_key_values)
+    return cls
+
+
+try:
+    from transformers.modeling_utils import slice_logits_to_keep
+except ImportError:  # before 5.21 each model sliced by an int or a 1D tensor itself; this slices as 5.24 does
+
+    def slice_logits_to_keep(hidden_states: torch.Tensor, logits_to_keep: int | torch.Tensor) -> torch.Tensor:
+        if isinstance(logits_to_keep, torch.Tensor) and logits_to_keep.ndim == 2:
+            if logits_to_keep.dtype == torch.bool:
+                return hidden_states[logits_to_keep]
+            return torch.take_along_dim(hidden_states, logits_to_keep[..., None], dim=1)
+        if isinstance(logits_to_keep, int):
+            logits_to_keep = slice(-logits_to_keep, None)
+        return hidden_states[:, logits_to_keep, :]
+
+
+def output_recorder(target_class: type, **fields) -> OutputRecorder:
+    """`OutputRecorder` without the fields a release lacks: `num_hidden_layers_key` came in 5.23 (before, a negative
+    index in `output_hidden_states=[...]` selects nothing)."""
+    known = OutputRecorder.__dataclass_fields__
+    return OutputRecorder(target_class, **{name: value for name, value in fields.items() if name in known})
+
+
+class ModelBackports:
+    """A base of depthattn's models, before `PreTrainedModel`: the newest API where the installed release lacks it."""
+
+    if not hasattr(PreTrainedModel, "activation_checkpointing_enable"):  # before 5.23: gradient_checkpointing_enable
+
+        def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers=1,
+                                            offload=False):
+            self._activation_checkpointing_enable(activation_checkpointing_kwargs, every_n_layers, offload)
+
+        def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, every_n_layers=1, offload=False):
+            """What transformers' Trainer calls: through the overridable hook as well."""
+            self._activation_checkpointing_enable(gradient_checkpointing_kwargs, every_n_layers, offload)
+
+        def _activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers=1,
+                                             offload=False):
+            """The hook a model overrides (to check the kwargs), as in 5.23."""
+            PreTrainedModel.gradient_checkpointing_enable(self, activation_checkpointing_kwargs, every_n_layers,
+                                                          offload)
+
+
 __all__ = [
     "attn_implementation", "compile_on_any_device", "config_generation_keys", "register_for_transformers_serve",
     "served_model", "start_cb_worker", "cb_worker_error", "stop_generation", "with_attn_implementation",
+    "CACHE_NAME", "ModelBackports", "cache_kwarg", "cache_output", "output_recorder", "slice_logits_to_keep",
 ]

@@ -9,7 +9,7 @@ import math
 
 from transformers import PreTrainedConfig
 
-from .compat import config_generation_keys
+from .compat import CACHE_NAME, config_generation_keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +82,7 @@ class DepthAttentionConfig(PreTrainedConfig):
     """
 
     model_type = "depth_attention"
-    keys_to_ignore_at_inference = ["cache"]
+    keys_to_ignore_at_inference = [CACHE_NAME]
     # tensor parallelism by heads as Qwen3's (`from_pretrained(..., tp_plan="auto")` under torchrun): depth mixing
     # works within each KV-head group, so it shards with the heads; a method's own parameters are replicated
     base_model_tp_plan = {

@@ -22,12 +22,19 @@ from transformers.masking_utils import create_causal_mask, create_sliding_window
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import TransformersKwargs, can_return_tuple
-from transformers.utils.deprecation import deprecate_kwarg
-from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+from transformers.utils.output_capturing import capture_outputs
 
-from .compat import attn_implementation, with_attn_implementation
+from .compat import (
+    ModelBackports,
+    attn_implementation,
+    cache_kwarg,
+    cache_output,
+    output_recorder,
+    slice_logits_to_keep,
+    with_attn_implementation,
+)
 from .config import DepthAttentionConfig
 from .convert import decoder_to_depth_attention
 from .depth import DepthState, DepthStates
@@ -36,6 +43,7 @@ from .methods.base import rms_normalize
 from .ops import DEPTH_IMPLS
 
 
+@cache_output
 @dataclass
 class DepthAttentionModelOutput(BaseModelOutputWithPast):
     """`depth_weights`: per unrolled step with depth sources, in order, (B, Hkv, T, |sources| + 1) float32 weights
@@ -44,6 +52,7 @@ class DepthAttentionModelOutput(BaseModelOutputWithPast):
     depth_weights: tuple[torch.Tensor | None, ...] | None = None
 
 
+@cache_output
 @dataclass
 class DepthAttentionCausalLMOutput(CausalLMOutputWithPast):
     depth_weights: tuple[torch.Tensor | None, ...] | None = None
@@ -219,7 +228,7 @@ class DepthAttentionDecoderLayer(GradientCheckpointingLayer):
         return method.write(hidden_states, sublayer + 1, self.mlp(self.post_attention_layernorm(x)))
 
 
-class DepthAttentionPreTrainedModel(PreTrainedModel):
+class DepthAttentionPreTrainedModel(ModelBackports, PreTrainedModel):
     config: DepthAttentionConfig
     config_class = DepthAttentionConfig
     base_model_prefix = "model"
@@ -230,9 +239,9 @@ class DepthAttentionPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     _can_compile_fullgraph = True
     _can_record_outputs = {
-        "hidden_states": OutputRecorder(DepthAttentionDecoderLayer, num_hidden_layers_key="unrolled_depth"),
-        "attentions": OutputRecorder(DepthAttentionAttention, index=1),
-        "depth_weights": OutputRecorder(CrossLayerMethod, index=1),  # steps with sources, in order
+        "hidden_states": output_recorder(DepthAttentionDecoderLayer, num_hidden_layers_key="unrolled_depth"),
+        "attentions": output_recorder(DepthAttentionAttention, index=1),
+        "depth_weights": output_recorder(CrossLayerMethod, index=1),  # steps with sources, in order
     }
 
     def _activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers=1, offload=False):
@@ -283,7 +292,7 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         self.cross_layer = build_method(config)  # the method's parameters: none for vanilla and Depth-Attention
         self.post_init()
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @cache_kwarg
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -351,8 +360,8 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
                 mask_config = with_attn_implementation(self.config, implementation)
             mask_functions = {"full_attention": create_causal_mask,
                               "sliding_attention": create_sliding_window_causal_mask}
-            masks = {kind: mask_functions[kind](config=mask_config, inputs_embeds=inputs_embeds,
-                                                attention_mask=attention_mask, cache=cache, position_ids=position_ids)
+            # positional: the cache's parameter is `cache`, before 5.24 `past_key_values` (compat.CACHE_NAME)
+            masks = {kind: mask_functions[kind](mask_config, inputs_embeds, attention_mask, cache, position_ids)
                      for kind in set(self.config.layer_types)}
 
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
@@ -384,7 +393,7 @@ class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @cache_kwarg
     @can_return_tuple
     def forward(
         self,
