@@ -41,8 +41,9 @@ TWINS = {"depth_attention": dict(cross_layer="depth_attention"), "vanilla": dict
 PAGE_TOKENS = 256  # transformers' ContinuousBatchingConfig.page_size: tokens per paged-cache block
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.serving", description=__doc__)
+def workload_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The options of the clients' workload, which every serving benchmark has (`workload` reads them)."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--quick", action="store_true", help="a tiny model and few rounds (smoke runs)")
     p.add_argument("--clients", default="1,4,16", help="comma-separated numbers of concurrent clients")
     p.add_argument("--prompt-tokens", type=int, help="tokens per prompt (default 128; quick 16)")
@@ -50,6 +51,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=2, help="requests per client per round (default 2)")
     p.add_argument("--rounds", type=int, help="timed rounds per server and N (default 5; quick 2)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first, per server and N (default 1)")
+    return p
+
+
+def workload(args: argparse.Namespace) -> tuple[list[int], dict]:
+    """The numbers of clients and the workload of `workload_parser`'s options."""
+    clients = [int(n) for n in args.clients.split(",") if n.strip()]
+    if not clients or min(clients) < 1:
+        raise SystemExit(f"--clients must list numbers >= 1, got {args.clients!r}")
+    return clients, dict(prompt_tokens=args.prompt_tokens or (16 if args.quick else 128),
+                         max_tokens=args.max_tokens or (8 if args.quick else 64), requests=args.requests,
+                         rounds=args.rounds or (2 if args.quick else 5), warmup=args.warmup)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = workload_parser("python -m benchmarks.serving", __doc__)
     p.add_argument("--no-continuous-batching", action="store_true",
                    help="serve requests one at a time (default: continuous batching)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -86,10 +102,11 @@ def save_twins(root: Path, size: dict, words: list[str], context: int, dtype: to
 
 
 class Server:
-    """A `depthattn serve` process on a free port (the tests use it too)."""
+    """A `depthattn serve` process on a free port (the tests use it too); another server with its own `python` and
+    `launcher` (`vllm serve`: benchmarks/vllm.py)."""
 
     def __init__(self, folder: str, options: list[str], log: Path, threads: int,
-                 launcher: tuple[str, ...] = ("-m", "depthattn")):
+                 launcher: tuple[str, ...] = ("-m", "depthattn"), python: str = sys.executable):
         with socket.socket() as sock:
             sock.bind(("localhost", 0))
             self.port = sock.getsockname()[1]
@@ -97,7 +114,7 @@ class Server:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads)}
         with open(log, "w") as out:  # a file, not a pipe that would fill up and block the server
             self.process = subprocess.Popen(
-                [sys.executable, *launcher, "serve", folder, "--port", str(self.port), *options],
+                [python, *launcher, "serve", folder, "--port", str(self.port), *options],
                 env=env, stdout=out, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float = 600):
@@ -184,6 +201,32 @@ def measure(servers: dict[str, Server], clients: int, work: dict, words: list[st
     return result
 
 
+def measure_clients(servers: dict[str, Server], clients: list[int], work: dict, words: list[str],
+                    seed: int) -> dict:
+    """`measure` at each number of clients in turn, once the servers are up; the servers are stopped after."""
+    try:
+        for server in servers.values():
+            server.wait_ready()
+        rng = random.Random(seed)
+        results = {}
+        for n in clients:
+            results[n] = measure(servers, n, work, words, rng)
+            print(f"{n} clients: DA / vanilla throughput {results[n]['ratio']['median']:.3f}", file=sys.stderr,
+                  flush=True)
+        return results
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def write_report(report: dict, stem: Path):
+    """`stem`.json and the table, `stem`.md, also printed."""
+    atomic_write_json(stem.with_suffix(".json"), report)
+    table = markdown(report)
+    atomic_write_bytes(stem.with_suffix(".md"), table.encode("utf-8"))
+    print(table)
+
+
 def markdown(report: dict) -> str:
     lines = [f"Serving: `{report['command']}`", "",
              "| clients | Depth-Attention tok/s | vanilla tok/s | DA / vanilla (median [p25, p75]) | "
@@ -202,14 +245,9 @@ def markdown(report: dict) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    clients = [int(n) for n in args.clients.split(",") if n.strip()]
-    if not clients or min(clients) < 1:
-        raise SystemExit(f"--clients must list numbers >= 1, got {args.clients!r}")
+    clients, work = workload(args)
     size = dict(QUICK_SIZE if args.quick else DEFAULT_SIZE)
-    work = dict(prompt_tokens=args.prompt_tokens or (16 if args.quick else 128),
-                max_tokens=args.max_tokens or (8 if args.quick else 64), requests=args.requests,
-                rounds=args.rounds or (2 if args.quick else 5), warmup=args.warmup,
-                continuous_batching=not args.no_continuous_batching, device=args.device, depth_impl=args.depth_impl,
+    work.update(continuous_batching=not args.no_continuous_batching, device=args.device, depth_impl=args.depth_impl,
                 dtype=args.dtype or ("float32" if args.device == "cpu" else "bfloat16"), threads=args.threads)
     request_tokens = work["prompt_tokens"] + work["max_tokens"]
     # room for every client's request at once, twice over (transformers keeps a safety margin of free blocks)
@@ -227,18 +265,7 @@ def main(argv=None) -> int:
             ["--depth-impl", args.depth_impl] if args.depth_impl else [])
         servers = {name: Server(folder, options, out / f"serving-{name}.log", args.threads)
                    for name, folder in folders.items()}
-        try:
-            for server in servers.values():
-                server.wait_ready()
-            rng = random.Random(args.seed)
-            results = {}
-            for n in clients:
-                results[n] = measure(servers, n, work, words, rng)
-                print(f"{n} clients: DA / vanilla throughput {results[n]['ratio']['median']:.3f}", file=sys.stderr,
-                      flush=True)
-        finally:
-            for server in servers.values():
-                server.stop()
+        results = measure_clients(servers, clients, work, words, args.seed)
     if hasattr(os, "getloadavg"):
         info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report = {
@@ -250,10 +277,7 @@ def main(argv=None) -> int:
                   "each round, the same prompts for both); ratios are medians of per-round ratios",
         "results": results, "elapsed_s": time.perf_counter() - start,
     }
-    atomic_write_json(out / "serving.json", report)
-    table = markdown(report)
-    atomic_write_bytes(out / "serving.md", table.encode("utf-8"))
-    print(table)
+    write_report(report, out / "serving")
     return 0
 
 

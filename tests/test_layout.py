@@ -8,7 +8,7 @@ import pytest
 
 SRC = Path(__file__).parents[1] / "src" / "depthattn"
 # what a function may import lazily: optional extras, and the parts of torch and transformers that need one
-OPTIONAL = ("matplotlib", "lm_eval", "datasets", "pyarrow", "wandb", "huggingface_hub", "submitit", "scipy",
+OPTIONAL = ("vllm", "matplotlib", "lm_eval", "datasets", "pyarrow", "wandb", "huggingface_hub", "submitit", "scipy",
             "triton", "starlette", "transformers.cli", "torch.utils.tensorboard", "torch.utils.cpp_extension",
             "torch.utils")
 

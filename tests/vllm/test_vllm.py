@@ -1,0 +1,159 @@
+"""Serving depthattn models with vLLM (`depthattn.vllm`): vLLM's greedy tokens equal depthattn's `generate` for
+every method the plugin serves, over mixed prompt lengths, more requests than one batch holds, chunked prefill and
+prefix caching on and off; a method it cannot serve is refused with the reason.
+
+vLLM lives in its own venv, `.venv-vllm/`, which the first test here makes when it is missing (tests/vllm/setup_env.py:
+about 3 minutes from a warm package cache; tests/conftest.py runs this module first, so the other xdist worker goes
+on meanwhile). One driver process (tests/vllm/driver.py) starts one engine per case, one after the other; these
+tests compare its tokens with `generate` here.
+"""
+
+import json
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import PreTrainedTokenizerFast
+
+from benchmarks.vllm import vllm_server
+from depthattn.data.tokenizer import word_level_tokenizer
+from depthattn.loading import load_model
+from tests.helpers import perturb_method, tiny_model
+from tests.vllm import setup_env
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = setup_env.PYTHON
+pytestmark = pytest.mark.timeout(1200)  # making the venv, then one engine start per case
+
+WORDS = ("the a of and to in is it that was he for on are as with his they at be this from have or by one had not "
+         "but what all were when we there can an your which their said if do will each about how up out").split()
+MAX_TOKENS = 8
+# head_dim 32 (vLLM's CPU attention takes 32 and 64), grouped-query attention (4 query heads, 2 KV heads)
+SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=32, max_position_embeddings=128)
+# each case one engine start: the options are combined to keep them few
+CASES = {
+    "vanilla": dict(cross_layer="vanilla"),
+    "depth_attention": dict(),  # the default: sources every L // 2 layers, softmax, values
+    "value_residual": dict(cross_layer="value_residual"),
+    "bias_kv_window": dict(depth_score_bias=True, depth_mix_states="kv", depth_stride=2, depth_window=1,
+                           k_norm_after_rope=True),
+    "uniform_k_every_sliding": dict(depth_mix="uniform", depth_mix_states="k", depth_stride=1,
+                                    use_sliding_window=True, sliding_window=24, max_window_layers=2),
+    "linear_qkv_bias": dict(depth_mix="linear", depth_stride=1, qkv_bias=True),
+    "static_mlp_bias": dict(depth_mix="uniform", depth_score_bias=True, mlp_bias=True),
+    "looped": dict(num_loops=2),  # 8 unrolled steps, sources every 4, one cache slot per step
+    "value_embeddings": dict(cross_layer="value_embeddings"),
+}
+PREFIX_CACHING_OFF = "depth_attention"  # run a second time without prefix caching
+REFUSED = "mhc"
+
+
+def prompts(vocab_size: int) -> list[list[int]]:
+    """Mixed lengths around vLLM's 32-token blocks; two share a 40-token prefix (a cached block with prefix
+    caching on)."""
+    rng = random.Random(0)
+    words = range(4, vocab_size)  # after the special tokens and the unknown-word token
+    shared = rng.choices(words, k=40)
+    return [rng.choices(words, k=n) for n in (1, 5, 33, 70)] + [shared + rng.choices(words, k=3), shared + [9]]
+
+
+def save_case(folder: Path, settings: dict):
+    tokenizer = word_level_tokenizer(WORDS)
+    tokenizer.save_pretrained(folder)
+    # no end-of-sequence token: both sides generate MAX_TOKENS tokens
+    model = tiny_model(vocab_size=len(tokenizer), **SHAPE, **settings)
+    if list(model.model.cross_layer.parameters()):
+        perturb_method(model)  # away from the initialisation, as after training
+    model.save_pretrained(folder)
+    return model
+
+
+def greedy(model, ids: list[int]) -> list[int]:
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False)
+    return out[0, len(ids):].tolist()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def vllm_venv():
+    """`.venv-vllm/`, made if missing; without a package registry the tests skip with the reason."""
+    setup_env.main()
+    if not setup_env.STAMP.is_file():
+        pytest.skip("vLLM's venv could not be made (no package registry?): python tests/vllm/setup_env.py says why")
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    """Per case: its folder, its requests and its model."""
+    root = tmp_path_factory.mktemp("vllm")
+    made = {}
+    for name, settings in {**CASES, REFUSED: dict(cross_layer=REFUSED)}.items():
+        model = save_case(root / name, settings)
+        made[name] = (root / name, prompts(model.config.vocab_size), model)
+    return made
+
+
+@pytest.fixture(scope="module")
+def server(cases):
+    """`vllm serve` of the default Depth-Attention case, started first so that it starts while the driver runs."""
+    folder = cases["depth_attention"][0]
+    started = vllm_server(str(folder), folder / "server.log", threads=1,
+                          options=["--enforce-eager", "--max-model-len", "128"])
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def served(cases, server):
+    """Per run name, the driver's answer and `generate`'s tokens for the same requests (computed while the driver
+    runs)."""
+    runs = {name: dict(folder=str(folder), prompts=requests, max_tokens=MAX_TOKENS, max_num_seqs=2,
+                       max_num_batched_tokens=32, prefix_caching=True)  # 2 sequences, prefills of 32 tokens a step
+            for name, (folder, requests, _) in cases.items()}
+    no_caching = f"{PREFIX_CACHING_OFF}-no-prefix-caching"
+    runs[no_caching] = dict(runs[PREFIX_CACHING_OFF], prefix_caching=False)
+    root = cases[PREFIX_CACHING_OFF][0].parent
+    job, out, log = root / "job.json", root / "out.json", root / "driver.log"
+    job.write_text(json.dumps({"runs": list(runs.values())}))
+    with log.open("w") as stream:
+        driver = subprocess.Popen([str(VLLM_PYTHON), str(ROOT / "tests" / "vllm" / "driver.py"), str(job), str(out)],
+                                  stdout=stream, stderr=subprocess.STDOUT)
+        try:
+            expected = {name: [greedy(model, ids) for ids in requests] for name, (_, requests, model) in cases.items()}
+            assert driver.wait(timeout=840) == 0, log.read_text()[-5000:]
+        finally:
+            driver.kill()
+    expected[no_caching] = expected[PREFIX_CACHING_OFF]
+    answers = dict(zip(runs, json.loads(out.read_text())))
+    return {name: (answers[name], expected[name]) for name in runs}
+
+
+@pytest.mark.parametrize("name", [*CASES, f"{PREFIX_CACHING_OFF}-no-prefix-caching"])
+def test_vllm_greedy_tokens_equal_generate(served, name):
+    answer, expected = served[name]
+    assert "error" not in answer, answer["error"]
+    assert answer["tokens"] == expected
+
+
+def test_a_method_that_changes_the_residual_stream_is_refused_with_the_reason(served):
+    answer, _ = served[REFUSED]
+    assert "cross_layer='mhc' cannot be served by vLLM" in answer.get("error", ""), answer
+    assert "residual stream" in answer["error"]
+
+
+def test_vllm_serve_answers_completions_as_generate(server, served):
+    server.wait_ready(timeout=300)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(server.folder)
+    model = load_model(server.folder, device="cpu")
+    for prompt in ("the one of", "when", " ".join(WORDS[:40])):
+        status, answer = server.post("/v1/completions", json.dumps(dict(
+            model=server.folder, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True,
+            return_token_ids=True)).encode())
+        assert status == 200, answer
+        choice, ids = json.loads(answer)["choices"][0], tokenizer(prompt).input_ids
+        assert choice["prompt_token_ids"] == ids and choice["token_ids"] == greedy(model, ids)
+        # the text continues the prompt's: the words after it, each with its space
+        assert prompt + choice["text"] == tokenizer.decode(ids + choice["token_ids"], skip_special_tokens=True)
