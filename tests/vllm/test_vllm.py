@@ -1,6 +1,7 @@
 """Serving depthattn models with vLLM (`depthattn.vllm`): vLLM's greedy tokens equal depthattn's `generate` for
 every method the plugin serves, over mixed prompt lengths, more requests than one batch holds, chunked prefill and
-prefix caching on and off; a method it cannot serve is refused with the reason.
+prefix caching on and off, and on two tensor-parallel ranks (on CPU); a method it cannot serve is refused with
+the reason.
 
 vLLM lives in its own venv, `.venv-vllm/`, which the first test here makes when it is missing (tests/vllm/setup_env.py:
 about 3 minutes from a warm package cache; tests/conftest.py runs this module first, so the other xdist worker goes
@@ -48,6 +49,7 @@ CASES = {
     "value_embeddings": dict(cross_layer="value_embeddings"),
 }
 PREFIX_CACHING_OFF = "depth_attention"  # run a second time without prefix caching
+TENSOR_PARALLEL = ("depth_attention", "value_residual")  # and again on 2 ranks: heads and depth mixing sharded
 REFUSED = "mhc"
 
 
@@ -115,6 +117,8 @@ def served(cases, server):
             for name, (folder, requests, _) in cases.items()}
     no_caching = f"{PREFIX_CACHING_OFF}-no-prefix-caching"
     runs[no_caching] = dict(runs[PREFIX_CACHING_OFF], prefix_caching=False)
+    for name in TENSOR_PARALLEL:
+        runs[f"{name}-tp2"] = dict(runs[name], tensor_parallel_size=2)
     root = cases[PREFIX_CACHING_OFF][0].parent
     job, out, log = root / "job.json", root / "out.json", root / "driver.log"
     job.write_text(json.dumps({"runs": list(runs.values())}))
@@ -127,11 +131,13 @@ def served(cases, server):
         finally:
             driver.kill()
     expected[no_caching] = expected[PREFIX_CACHING_OFF]
+    expected.update({f"{name}-tp2": expected[name] for name in TENSOR_PARALLEL})
     answers = dict(zip(runs, json.loads(out.read_text())))
     return {name: (answers[name], expected[name]) for name in runs}
 
 
-@pytest.mark.parametrize("name", [*CASES, f"{PREFIX_CACHING_OFF}-no-prefix-caching"])
+@pytest.mark.parametrize("name", [*CASES, f"{PREFIX_CACHING_OFF}-no-prefix-caching",
+                                  *(f"{name}-tp2" for name in TENSOR_PARALLEL)])
 def test_vllm_greedy_tokens_equal_generate(served, name):
     answer, expected = served[name]
     assert "error" not in answer, answer["error"]
