@@ -301,6 +301,42 @@ def test_a_search_picks_only_when_every_candidate_cell_is_in_and_then_by_mean(ti
     assert study.methods == ["vanilla", "value_residual"] and "1 candidate cells to go" in study.waiting
 
 
+def test_a_confirmation_names_a_preset_only_when_better_in_every_setting(tiny_data, tmp_path):
+    axes = '[axes.setting.values.a]\n"train.steps" = 4\n[axes.setting.values.b]\n"train.steps" = 5\n'
+    study = Study.load(write_study(tmp_path, tiny_data, axes=axes, seeds=(0, 1, 2),
+                                   methods=("vanilla", "value_residual", "depth_static"),
+                                   head='more_seeds = [3, 4]\ncontrasts = [["depth_static", "value_residual"]]'))
+    study.confirm = {"from": "search.toml", "against": "value_residual"}  # as if its search had picked
+
+    def finish(setting, method, losses):
+        for seed, loss in enumerate(losses):
+            path = study.result_path({"setting": setting}, method, seed)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"method": method, "seed": seed, "val_loss": loss, "val_bits_per_byte": loss,
+                                        "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "train_tokens": 10,
+                                        "curve": [[10, loss]]}))
+
+    def outcome():
+        report = markdown_report(study, study.read_results())
+        row = next(line for line in report.splitlines() if line.startswith("| depth_static |") and "[" in line)
+        return row.rsplit("|", 2)[-2].strip(), next(line for line in report.splitlines() if line.startswith("Outcome"))
+
+    for setting in ("a", "b"):
+        finish(setting, "vanilla", [2.0, 2.1, 2.2, 2.0, 2.1])
+        finish(setting, "value_residual", [1.9, 2.0, 2.1, 1.9, 2.0])
+    finish("a", "depth_static", [1.8, 1.91, 2.0])
+    finish("b", "depth_static", [1.85, 1.94, 2.06])
+    assert outcome() == ("yes", "Outcome: **depth_static** better than value_residual in every setting: a named "
+                                "preset.")
+    finish("b", "depth_static", [1.85, 2.04, 2.06])  # spans zero with 3 of 5 seeds: more seeds decide
+    assert outcome() == ("not decided", "Outcome: not decided yet (depth_static still open).")
+    finish("b", "depth_static", [1.85, 2.04, 2.06, 1.95, 1.98])  # spans zero with every seed in
+    assert outcome() == ("no", "Outcome: no method is better than value_residual in every setting; closest: "
+                               "**depth_static** (mean difference over the settings it ran in: -0.0503).")
+    finish("b", "depth_static", [2.0, 2.1, 2.2])  # worse in one setting
+    assert outcome()[0] == "no"
+
+
 @pytest.mark.parametrize("search, message", [
     ('[study.search]\ncandidates = ["mudd"]\npick = 1\n', "must be some of the study's methods"),
     ('[study.search]\ncandidates = ["depth_attention"]\npick = 2\n', "picks 1 .. len"),

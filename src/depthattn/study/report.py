@@ -24,6 +24,8 @@ def markdown_report(study: Study, results: list[dict]) -> str:
         lines += [f"Waiting: {study.waiting}.", ""]
     if study.search:
         lines += [*_search_table(study), ""]
+    if study.confirm and not study.waiting:
+        lines += [*_confirm_table(study, loss), ""]
     for label, table in loss.items():
         if not table["rows"]:
             continue
@@ -75,6 +77,44 @@ def _search_table(study: Study) -> list[str]:
     else:
         lines += ["", f"Picked: **{'**, **'.join(result['picked'])}**."]
     return lines
+
+
+def _confirm_table(study: Study, tables: dict) -> list[str]:
+    """A confirmation: each method's paired difference from `against` in every setting, and the rule's outcome (a
+    method better than `against` in every setting becomes a named preset). A method is out once a setting shows
+    it worse, or shows no difference with every seed in; it is in once every setting shows it better."""
+    against = study.confirm["against"]
+    labels = [label for label, table in tables.items() if table["rows"]]
+    methods = [a for a, b in study.contrasts if b == against]
+    all_seeds = len(study.seeds) + len(study.more_seeds)
+    lines = [f"Against {against}, setting by setting (the rule written in the config: a method better than "
+             f"{against} in every setting becomes a named preset):", "",
+             f"| method − {against} | " + " | ".join(labels) + " | better in every setting |",
+             "|---|" + "---|" * (len(labels) + 1)]
+    status, mean_diff = {}, {}
+    for method in methods:
+        found = [next((c for c in tables[label]["contrasts"] if c["pair"] == [method, against]), None)
+                 for label in labels]
+        verdicts = [verdict(c) if c else "not run" for c in found]
+        if verdicts and all(v == "better" for v in verdicts):
+            status[method] = "yes"
+        elif any(v == "worse" or (v == "no difference shown" and c["n"] >= all_seeds)
+                 for v, c in zip(verdicts, found)):
+            status[method] = "no"
+        else:
+            status[method] = "not decided"
+        mean_diff[method] = statistics.fmean([c["diff_mean"] for c in found if c and "diff_mean" in c] or [math.inf])
+        lines.append(f"| {method} | " + " | ".join(_cell(c) for c in found) + f" | {status[method]} |")
+    winners = [m for m, s in status.items() if s == "yes"]
+    if winners:
+        outcome = f"**{'**, **'.join(winners)}** better than {against} in every setting: a named preset"
+    elif methods and all(s == "no" for s in status.values()):
+        closest = min(mean_diff, key=mean_diff.get)
+        outcome = (f"no method is better than {against} in every setting; closest: **{closest}** (mean difference "
+                   f"over the settings it ran in: {mean_diff[closest]:+.4f})")
+    else:
+        outcome = f"not decided yet ({', '.join(m for m, s in status.items() if s == 'not decided')} still open)"
+    return [*lines, "", f"Outcome: {outcome}."]
 
 
 def _last_quarter(method: str, cells: list[dict]) -> str:
