@@ -14,7 +14,10 @@ from depthattn.evaluate import harness  # noqa: E402
 from depthattn.evaluate.tasks import LOCAL_TASKS, TASKS_DIR  # noqa: E402
 
 
-def test_harness_runs_the_local_tasks_offline(trained_model, tmp_path, capsys):
+def test_harness_runs_the_local_tasks_offline(trained_model, tmp_path, capsys, monkeypatch):
+    # lm-eval forks a process pool for the perplexity bootstrap; forked from this test worker (execnet's, torch's
+    # and tqdm's threads) a child once hung the whole run (Python 3.11.2). Its single-process path draws the same.
+    monkeypatch.setenv("DISABLE_MULTIPROC", "1")
     parser = argparse.ArgumentParser()
     harness_command.add_arguments(parser)
     out = tmp_path / "harness.json"
