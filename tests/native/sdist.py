@@ -56,7 +56,8 @@ def fetch():
                 members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
                 if unsafe := unsafe_members(members):
                     return warn(f"the transformers {version} sdist has entries that would leave its folder: {unsafe}")
-                tar.extractall(tmp, members)
+                # and the stdlib's own filter where Python has it (3.11.4+; 3.12 and 3.13 warn without it)
+                tar.extractall(tmp, members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
             # transformers' repository has an empty tests/__init__.py; the sdist leaves it out, yet
             # test_configuration_common.py loads it (`direct_transformers_import`)
             Path(tmp, prefix, "__init__.py").touch()
