@@ -69,6 +69,22 @@ def wait_for(condition, process, seconds=180):
         time.sleep(0.02)
 
 
+@pytest.fixture(autouse=True)
+def signals_delivered():
+    """Ctrl-C and SIGTERM reach the run, as at a terminal, also where `make test` inherited them ignored (nohup, a
+    shell's background job): train() keeps an ignored signal ignored, and a child inherits SIG_IGN across exec."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    ignored = [signum for signum in defaults if signal.getsignal(signum) == signal.SIG_IGN]
+    for signum in ignored:
+        signal.signal(signum, defaults[signum])
+    yield
+    for signum in ignored:
+        signal.signal(signum, signal.SIG_IGN)
+
+
 @pytest.fixture
 def launcher(tmp_path):
     path = tmp_path / "launch.py"
