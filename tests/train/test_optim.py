@@ -9,12 +9,13 @@ from tests.helpers import tiny_model
 
 
 def test_schedule_warmup_cosine_floor():
-    assert lr_factor(0, 100, 10, 0.1) == pytest.approx(0.1)
-    assert lr_factor(9, 100, 10, 0.1) == pytest.approx(1.0)
-    assert lr_factor(10, 100, 10, 0.1) == pytest.approx(1.0)
-    assert lr_factor(55, 100, 10, 0.1) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
-    assert lr_factor(100, 100, 10, 0.1) == pytest.approx(0.1)
-    assert lr_factor(500, 100, 10, 0.1) == pytest.approx(0.1)
+    optim = OptimSection(warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_factor(0, 100, optim) == pytest.approx(0.1)
+    assert lr_factor(9, 100, optim) == pytest.approx(1.0)
+    assert lr_factor(10, 100, optim) == pytest.approx(1.0)
+    assert lr_factor(55, 100, optim) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lr_factor(100, 100, optim) == pytest.approx(0.1)
+    assert lr_factor(500, 100, optim) == pytest.approx(0.1)
 
 
 def test_no_weight_decay_on_norms_and_vectors():

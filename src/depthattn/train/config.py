@@ -71,6 +71,9 @@ class OptimSection:
     warmup_steps: int = 20
     min_lr_ratio: float = 0.1
     grad_clip: float = 1.0
+    schedule: str = "cosine"  # or "wsd": warmup, stable, decay (train/optim.py)
+    decay_fraction: float = 0.2  # wsd: the decay's length as a fraction of the run
+    decay_shape: str = "1-sqrt"  # wsd: "linear", "1-sqrt" or "cosine"
 
     def check(self):
         _positive("optim.lr", self.lr)
@@ -82,6 +85,14 @@ class OptimSection:
             raise ValueError("optim.weight_decay, optim.warmup_steps and optim.grad_clip must be finite and >= 0")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"optim.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
+        check_choice("optim.schedule", self.schedule, ("cosine", "wsd"))
+        check_choice("optim.decay_shape", self.decay_shape, ("linear", "1-sqrt", "cosine"))
+        if not 0 < self.decay_fraction <= 1:
+            raise ValueError(f"optim.decay_fraction must lie in (0, 1], got {self.decay_fraction}")
+
+    def decay_start(self, total_steps: int) -> int:
+        """WSD: how many steps a run of `total_steps` takes, warmup included, before its decay."""
+        return total_steps - round(self.decay_fraction * total_steps)
 
 
 @dataclass
@@ -101,6 +112,9 @@ class TrainSection:
     checkpoint_every: int = 50
     keep_checkpoints: int = 2
     progress: bool = True
+    # with optim.schedule = "wsd": shorter budgets whose decay branches off this run's stable phase, each equal to a
+    # run of that many steps (train/branches.py); train.steps is the longest budget, the run itself
+    branch_steps: list = field(default_factory=list)
 
     def check(self):
         for name in ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every",
@@ -108,6 +122,11 @@ class TrainSection:
             _positive(f"train.{name}", getattr(self, name))
         check_choice("train.dtype", self.dtype, ("auto", "float32", "bfloat16"))
         check_choice("train.parallel", self.parallel, ("ddp", "fsdp"))
+        if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in self.branch_steps):
+            raise ValueError(f"train.branch_steps must be a list of step counts > 0, got {self.branch_steps}")
+        if any(b > self.steps for b in self.branch_steps):
+            raise ValueError(f"train.branch_steps {self.branch_steps} must not exceed train.steps ({self.steps}), "
+                             "the run they branch off")
 
 
 @dataclass
@@ -130,7 +149,26 @@ class TrainConfig:
             check = getattr(getattr(self, section.name), "check", None)
             if check:
                 check()
+        self._check_schedule()
         return self
+
+    def _check_schedule(self):
+        """Every run, and every branch, keeps its warmup before its decay."""
+        o, t = self.optim, self.train
+        if o.schedule != "wsd":
+            if t.branch_steps:
+                raise ValueError('train.branch_steps needs optim.schedule = "wsd" (a cosine run has no stable phase '
+                                 "to branch off)")
+            return
+        for budget in sorted({*t.branch_steps, t.steps}):
+            start = o.decay_start(budget)
+            if budget != t.steps and start < 1:
+                raise ValueError(f"the branch of {budget} steps would decay from its first step: lower "
+                                 "optim.decay_fraction or drop that branch")
+            if o.warmup_steps > start:
+                raise ValueError(f"a WSD run of {budget} steps decays from step {start}, before its "
+                                 f"{o.warmup_steps} warmup steps end: lower optim.warmup_steps or optim.decay_fraction"
+                                 + (", or drop the shortest branch" if budget != t.steps else ", or train longer"))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -216,7 +254,7 @@ def _apply_override(cls, data: dict, key: str, text: str):
             if text.lower() not in ("true", "false", "1", "0"):
                 raise ValueError
             section[name] = text.lower() in ("true", "1")
-        elif expected is dict:
+        elif expected in (dict, list):  # --train.branch_steps "[200, 800]"
             section[name] = tomllib.loads(f"x = {text}")["x"]
         else:
             section[name] = expected(text)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 import torch
 from transformers.utils import logging as hf_logging
@@ -17,7 +18,8 @@ from .. import DepthAttentionConfig, DepthAttentionForCausalLM, method_settings
 from ..convert import load_backbone
 from ..data.shards import TokenBatches, TokenShards
 from ..files import atomic_write_json
-from .checkpoint import CheckpointManager
+from .branches import Branches
+from .checkpoint import CheckpointManager, rng_state, set_rng_state
 from .config import MODEL_PRESETS, TrainConfig
 from .distributed import World, close_world, init_world, parallelize
 from .interrupt import StopNow, StopSignals, TrainingInterrupted, signal_name
@@ -58,8 +60,11 @@ def build_model(cfg: TrainConfig, shards: TokenShards, world: World, checkpoints
     return model, parallelize(model, t.parallel, world)
 
 
-def train(cfg: TrainConfig, resume: bool = False) -> dict:
+def train(cfg: TrainConfig, resume: bool = False, on_budget=None) -> dict:
     """Run (or resume) one training run described by `cfg`; returns a summary of the final metrics.
+
+    With `train.branch_steps`, each shorter budget is a cooldown branch of this run (branches.py), and
+    `on_budget(steps, folder)` hears of each budget, the run's own last, once its folder is final and recorded.
 
     SIGINT or SIGTERM (in the main thread) stops it after the current step with a checkpoint there, raising
     TrainingInterrupted; a second signal stops it at once (interrupt.py has the rules)."""
@@ -67,15 +72,17 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
     with StopSignals() as stop:
         try:
             try:
-                return _train(cfg, resume, init_world(), stop)
+                return _train(cfg, resume, init_world(), stop, on_budget)
             finally:
                 close_world()
         except StopNow as second:
             raise stop.stopped_at_once(second.signum) from None
 
 
-def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals) -> dict:
+def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_budget=None,
+           score_whole_split: bool = False) -> dict:
     t = cfg.train
+    branches = Branches(cfg, resume, world.is_main) if t.branch_steps else None
     checkpoints = CheckpointManager(cfg, resume, world.is_main)
     stop.newest = checkpoints.resume_from
     torch.manual_seed(t.seed)
@@ -126,12 +133,30 @@ def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals) -> d
         raise TrainingInterrupted(signum, f"{stopped} after step {step}, checkpoint saved in {stop.newest}",
                                   stop.newest)
 
+    def branch_off(step: int):
+        """Train the branches that leave the run at `step` (from its checkpoint there), then go on unchanged."""
+        for budget in branches.due(step):
+            if stop.newest != checkpoints.folder(step):
+                check_weights_finite(model, step, checkpoints.out_dir)
+                save(step, metrics.last["loss"])
+            rng = rng_state()
+            branch = branches.start(budget, checkpoints.folder(step))
+            summary = _train(branch, True, world, stop, score_whole_split=True)
+            set_rng_state(rng)
+            stop.newest, stop.step = checkpoints.folder(step), step
+            branches.record(budget, summary, summary["val_loss_whole_split"])
+            if on_budget:
+                on_budget(budget, Path(branch.train.out_dir))
+            metrics.restart_clock()
+
     if cfg.model.init_from and start == 0:  # where a converted model starts (docs/method.md#retrofitting)
         metrics.write_start(evaluate(wrapped, val_shards, t.batch_size, cfg.data.seq_len, t.eval_batches, world, amp))
     wrapped.train()
     try:
         stop.step = start
         stop_if_asked(start)
+        if branches:
+            branch_off(start)
         for step in range(start + 1, t.steps + 1):
             step_metrics = train_step(step, wrapped, batches, optimizer, scheduler, cfg, world, amp)
             stop.step = step
@@ -144,11 +169,20 @@ def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals) -> d
             metrics.write(record)
             if checkpoints.due(step):
                 save(step, record["loss"])
+            if branches:
+                branch_off(step)
             stop_if_asked(step)
     finally:
         metrics.close()
     # the weights were checked before the last step's checkpoint (or, with no step left, are a checked checkpoint's)
     checkpoints.export(wrapped, model)
+    if branches or score_whole_split:  # every budget is scored alike
+        whole = evaluate(wrapped, val_shards, t.batch_size, cfg.data.seq_len, None, world, amp)
+        metrics.last["val_loss_whole_split"] = whole
+        if branches:
+            branches.record(t.steps, metrics.last, whole)
+            if on_budget:
+                on_budget(t.steps, checkpoints.out_dir)
     signum = stop.agreed(world)
     if signum:  # it came during the export, which it let finish
         raise TrainingInterrupted(signum, f"stopped by {signal_name(signum)} during the export, which was finished: "

@@ -103,6 +103,10 @@ class Metrics:
             print(f"{self.cfg.model.method} step {step}/{t.steps}: loss {loss:.4f}, lr {lr:.2e}, "
                   f"{tok_s:,.0f} tok/s" + (f", val {val:.4f}" if val is not None else ""), flush=True)
 
+    def restart_clock(self):
+        """After a pause that is not training (a cooldown branch), so the next throughput is the step's own."""
+        self.clock = time.perf_counter()
+
     def write_start(self, val_loss: float):
         """The validation loss before the first step, of a run that starts from another model's weights."""
         self.log.write({"step": 0, "tokens": 0, "val_loss": val_loss, "val_ppl": math.exp(val_loss)})

@@ -1,4 +1,12 @@
-"""AdamW with decoupled weight decay on matrices only, and a cosine schedule with warmup."""
+"""AdamW with decoupled weight decay on matrices only, and the learning-rate schedules: cosine, and
+warmup-stable-decay (WSD), whose constant phase lets one run branch a short decay off at any budget.
+
+WSD follows Hu et al. 2024 (MiniCPM, arXiv 2404.06395) and Hägele et al. 2024 ("Scaling Laws and Compute-Optimal
+Training Beyond Fixed Training Durations", arXiv 2405.18392): linear warmup, then the peak rate, then a decay over
+the last `decay_fraction` of the run, shaped `linear`, `1-sqrt` (their best) or `cosine`, down to `min_lr_ratio`.
+The rate of a step before the decay does not depend on the run's length, so a run of B steps equals a longer run
+up to B's decay start (`OptimSection.decay_start`), followed by B's own decay: a cooldown branch (train/branches.py).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,12 @@ import math
 import torch
 
 from .config import OptimSection
+
+DECAY_SHAPES = {
+    "linear": lambda progress: 1 - progress,
+    "1-sqrt": lambda progress: 1 - math.sqrt(progress),
+    "cosine": lambda progress: 0.5 * (1 + math.cos(math.pi * progress)),
+}
 
 
 def build_optimizer(model: torch.nn.Module, optim: OptimSection) -> torch.optim.AdamW:
@@ -20,22 +34,31 @@ def build_optimizer(model: torch.nn.Module, optim: OptimSection) -> torch.optim.
                              fused=torch.cuda.is_available() and next(model.parameters()).is_cuda)
 
 
-def lr_factor(step: int, total_steps: int, warmup_steps: int, min_lr_ratio: float) -> float:
-    """Linear warmup to 1, then cosine decay to min_lr_ratio at total_steps."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+def lr_factor(step: int, total_steps: int, optim: OptimSection) -> float:
+    """The learning rate of optimizer step `step` (0-based) of a run of `total_steps`, as a fraction of the peak:
+    linear warmup to 1, then cosine decay to min_lr_ratio at total_steps, or for WSD 1 until the decay starts and
+    then the decay shape, reaching min_lr_ratio at the last step."""
+    if step < optim.warmup_steps:
+        return (step + 1) / optim.warmup_steps
+    low = optim.min_lr_ratio
+    if optim.schedule == "wsd":
+        start = optim.decay_start(total_steps)
+        if step < start:
+            return 1.0
+        progress = min(1.0, (step - start + 1) / (total_steps - start))
+        return low + (1 - low) * DECAY_SHAPES[optim.decay_shape](progress)
+    progress = min(1.0, (step - optim.warmup_steps) / max(1, total_steps - optim.warmup_steps))
+    return low + (1 - low) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def build_scheduler(optimizer, optim: OptimSection, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, total_steps, optim.warmup_steps, optim.min_lr_ratio))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, total_steps, optim))
 
 
 def follow_config(optimizer, scheduler, optim: OptimSection):
     """After loading a checkpoint: this config's AdamW settings and peak lr replace the saved ones (they may
-    change on resume, e.g. a lower lr after a divergence); the position in the schedule is kept."""
+    change on resume, e.g. a lower lr after a divergence); the position in the schedule is kept, and the rate is
+    this run's schedule there (a cooldown branch resumes a longer run's checkpoint with its own, shorter one)."""
     for group, weight_decay in zip(optimizer.param_groups, (optim.weight_decay, 0.0)):
         group.update(betas=(optim.beta1, optim.beta2), eps=optim.eps, weight_decay=weight_decay)
         group["lr"] = optim.lr * scheduler.lr_lambdas[0](scheduler.last_epoch)
