@@ -435,3 +435,42 @@ def test_bad_slurm_settings_name_the_problem(table, overrides, message):
 
     with pytest.raises(ValueError, match=message):
         SlurmSettings.from_table(table, overrides)
+
+
+WSD_BUDGETS = """
+[base.optim]
+schedule = "wsd"
+warmup_steps = 1
+decay_fraction = 0.34
+[axes.budget]
+key = "train.steps"
+values = { short = 3, long = 6 }
+branches = true
+"""
+
+
+def test_a_branched_budget_axis_trains_one_run_per_method_and_seed(tiny_data, tmp_path):
+    study = Study.load(write_study(tmp_path, tiny_data, axes=WSD_BUDGETS, methods=["vanilla"], seeds=[0]))
+    long, short = {"budget": "long"}, {"budget": "short"}
+    assert pending_cells(study) == [(long, "vanilla", 0)]  # one run, named by its longest budget
+    run_study(study)
+    results = {s["budget"]: json.loads(study.result_path(s, "vanilla", 0).read_text()) for s in (short, long)}
+    assert results["short"]["branched_from_steps"] == 6 and "branched_from_steps" not in results["long"]
+    assert [results[b]["train_tokens"] for b in ("short", "long")] == [3 * 128, 6 * 128]
+    short_train = results["short"]["config"]["train"]
+    assert short_train["steps"] == 3 and short_train["branch_steps"] == []
+
+    # the short budget's result equals a standalone WSD run of 3 steps, stored under the same cell key
+    plain = Study.load(write_study(tmp_path, tiny_data, axes=WSD_BUDGETS.replace("branches = true", ""),
+                                   methods=["vanilla"], seeds=[0], name="plain.toml"))
+    assert plain.result_path(short, "vanilla", 0) == study.result_path(short, "vanilla", 0)
+    alone = tmp_path / "alone"
+    plain.results = str(alone)
+    run_study(plain, seeds=[0])
+    assert json.loads(plain.result_path(short, "vanilla", 0).read_text())["val_loss"] == results["short"]["val_loss"]
+
+    # a lost result of a recorded branch is written again from its folder, without training
+    study.result_path(short, "vanilla", 0).unlink()
+    assert pending_cells(study) == [(long, "vanilla", 0)]
+    run_study(study)
+    assert json.loads(study.result_path(short, "vanilla", 0).read_text())["val_loss"] == results["short"]["val_loss"]

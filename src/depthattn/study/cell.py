@@ -17,10 +17,11 @@ from ..data.shards import TokenShards
 from ..data.tokenizer import load_tokenizer
 from ..evaluate.perplexity import compute_perplexity
 from ..evaluate.plots import read_metrics
-from ..files import atomic_write_json
+from ..files import atomic_write_json, read_json_object
 from ..loading import load_model, run_metadata
 from ..methods import count_parameters
 from ..train import train
+from ..train.branches import RECORD as BRANCHES
 from .spec import Study
 
 
@@ -35,32 +36,56 @@ def ensure_dataset(study: Study, path: str) -> None:
 
 
 def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int | None = None) -> dict | None:
-    """Train (or resume) one cell, score the whole validation split, and write the cell's result file.
+    """Train (or resume) one cell, score the whole validation split, and write the cell's result file. With a
+    branched budget axis the cell is the run of its longest budget, and it writes the result of every budget
+    still missing as its branch finishes.
 
     Under torch.distributed (torchrun, a Slurm job of several tasks) every process trains its share of each
     global batch, the study's `train.batch_size` split over the world; the first process then scores and writes
-    the result, which records the world size, and the others return None."""
-    path = study.result_path(setting, method, seed)
-    if path.exists():
-        return json.loads(path.read_text())
+    the results, which record the world size, and the others return None."""
+    budgets = [s for s in study.budget_settings(setting) if not study.result_path(s, method, seed).exists()]
+    if not budgets:
+        return json.loads(study.result_path(setting, method, seed).read_text())
     if threads:
         torch.set_num_threads(threads)
     cfg = study.cell_config(setting, method, seed)
     world_size, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     check_split(study, [(setting, method, seed)], world_size)
     cfg.train.batch_size //= world_size  # per process; the global batch stays the study's
+    if study.branch_axis:
+        cfg.train.branch_steps = [study.cell_config(s, method, seed).train.steps for s in budgets]
     started = time.perf_counter()
-    train(cfg, resume=True)
+    by_steps = {study.cell_config(s, method, seed).train.steps: s for s in budgets}
+
+    def write(steps: int, folder: Path):
+        if rank == 0 and steps in by_steps:
+            write_result(study, by_steps[steps], method, seed, folder, Path(cfg.train.out_dir), started, world_size)
+
+    train(cfg, resume=True, on_budget=write)
     if rank:
         return None
-    cell = Path(cfg.train.out_dir)
-    records = read_metrics(cell / "metrics.jsonl")
+    run = Path(cfg.train.out_dir)
+    # each budget was written as it finished; one recorded by an earlier, interrupted process is written here
+    recorded = read_json_object(run / BRANCHES) if study.branch_axis else {str(cfg.train.steps): {"folder": "."}}
+    for steps, budget in by_steps.items():
+        if not study.result_path(budget, method, seed).exists():
+            write(steps, run / recorded[str(steps)]["folder"])
+    return json.loads(study.result_path(setting, method, seed).read_text())
+
+
+def write_result(study: Study, setting: dict, method: str, seed: int, folder: Path, run: Path, started: float,
+                 world_size: int) -> dict:
+    """Score the model in `folder` (trained for `setting`: the run in `run`, or a branch of it) on the whole
+    validation split, and write the cell's result file."""
+    cfg = study.cell_config(setting, method, seed)
+    records = read_metrics(folder / "metrics.jsonl")
+    if folder != run:  # a branch: the run's records up to where it branched off, then its own
+        records = [r for r in read_metrics(run / "metrics.jsonl") if r["step"] < records[0]["step"]] + records
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = load_model(cell / "final", device=device)
+    model = load_model(folder / "final", device=device)
     val = TokenShards(cfg.data.path, "val")
     scored = compute_perplexity(model, val, block_size=cfg.data.seq_len,
                                 tokenizer=load_tokenizer(Path(cfg.data.path) / TOKENIZER_DIR))
-    cfg.train.batch_size *= world_size
     result = {
         "method": method, "seed": seed,
         "val_loss": scored["loss"], "val_bits_per_byte": scored["bits_per_byte"],
@@ -71,10 +96,12 @@ def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int |
         **{f"params_{k}": v for k, v in count_parameters(model).items()},
         "seconds": time.perf_counter() - started, "threads": torch.get_num_threads(),
         **({"world_size": world_size, "parallel": cfg.train.parallel} if world_size > 1 else {}),
+        **({"branched_from_steps": study.cell_config(study.run_setting(setting), method, seed).train.steps}
+           if folder != run else {}),
         "device": device, "config": cfg.to_dict(), **run_metadata(),
     }
     result["config"]["train"].pop("out_dir")
-    atomic_write_json(path, result)
+    atomic_write_json(study.result_path(setting, method, seed), result)
     return result
 
 

@@ -9,12 +9,25 @@ from .spec import Study, setting_label
 from .stats import summarize
 
 
+def runs_of(study: Study, cells: list[tuple]) -> list[tuple]:
+    """The runs that train `cells`: with a branched budget axis one run per (other settings, method, seed), named
+    by its longest budget's cell, whose run branches off the shorter ones; else the cells themselves."""
+    if not study.branch_axis:
+        return cells
+    runs = []
+    for setting, method, seed in cells:
+        run = (study.run_setting(setting), method, seed)
+        if run not in runs:
+            runs.append(run)
+    return runs
+
+
 def pending_cells(study: Study, seeds: list[int] | None = None, methods: list[str] | None = None) -> list[tuple]:
-    """Cells without a result file, seed-major so early results cover every method of every setting."""
+    """Cells (runs) without a result file, seed-major so early results cover every method of every setting."""
     seeds = seeds or study.seeds
     methods = methods or study.methods
-    return [(setting, method, seed) for seed in seeds for setting in study.settings() for method in methods
-            if not study.result_path(setting, method, seed).exists()]
+    return runs_of(study, [(setting, method, seed) for seed in seeds for setting in study.settings()
+                           for method in methods if not study.result_path(setting, method, seed).exists()])
 
 
 def uncertain_cells(study: Study) -> list[tuple]:
@@ -31,7 +44,7 @@ def uncertain_cells(study: Study) -> list[tuple]:
         for method in dict.fromkeys([study.baseline, *unsure] if unsure else []):
             wanted += [(setting, method, s) for s in study.more_seeds
                        if not study.result_path(setting, method, s).exists()]
-    return wanted
+    return runs_of(study, wanted)
 
 
 def run_study(study: Study, executor=None, methods=None, seeds=None) -> bool:

@@ -20,6 +20,10 @@ class Axis:
     name: str
     key: str | None  # "section.key" or "model.overrides.field"; None: each value is a table {key: value}
     values: dict  # label -> value
+    branches: bool = False  # train.steps only, with WSD: every value is a cooldown branch of one run (train/)
+
+    def label_of(self, value) -> str:
+        return next(label for label, v in self.values.items() if v == value)
 
     def apply(self, data: dict, label: str) -> None:
         """Set this axis's key(s) to the values of `label` in a training config."""
@@ -104,9 +108,9 @@ class Study:
             raise ValueError(f"{path}: [study] needs {', '.join(sorted(missing))}")
         axes = []
         for name, axis in data.get("axes", {}).items():
-            if set(axis) not in ({"key", "values"}, {"values"}):
+            if set(axis) not in ({"key", "values"}, {"values"}, {"key", "values", "branches"}):
                 raise ValueError(f"{path}: [axes.{name}] needs key and values, or values only (each a table of keys), "
-                                 f"got {sorted(axis)}")
+                                 f"and may set branches; got {sorted(axis)}")
             values = axis["values"]
             if not isinstance(values, dict):
                 values = {str(v): v for v in values}
@@ -115,7 +119,10 @@ class Study:
             if "key" not in axis and not all(isinstance(v, dict) and v for v in values.values()):
                 raise ValueError(f"{path}: [axes.{name}] has no key, so each value must be a table of "
                                  'training-config keys, e.g. {"train.steps" = 800}')
-            axes.append(Axis(name, axis.get("key"), values))
+            branches = axis.get("branches", False)
+            if branches and (axis["key"] != "train.steps" or not all(isinstance(v, int) for v in values.values())):
+                raise ValueError(f"{path}: [axes.{name}] branches = true takes key = \"train.steps\" and step counts")
+            axes.append(Axis(name, axis.get("key"), values, branches))
         datasets = {}
         for name, spec in data.get("datasets", {}).items():
             if set(spec) - {"path", "vocab_size"} or "path" not in spec:
@@ -183,6 +190,8 @@ class Study:
             if set(self.search.seeds) - set(self.seeds):
                 raise ValueError(f"[study.search] seeds {self.search.seeds} must be among the study's seeds "
                                  f"{self.seeds}")
+        if sum(axis.branches for axis in self.axes) > 1:
+            raise ValueError("one axis at most may set branches = true")
         seeds = self.seeds + self.more_seeds
         if not self.seeds or len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds and more_seeds must be distinct and seeds non-empty, got {seeds}")
@@ -203,6 +212,25 @@ class Study:
             start = Path(self.parent.out_dir) / self.parent.cell_path({}, self.start_from, "{seed}") / "final"
             data.setdefault("model", {})["init_from"] = str(start)
         return data
+
+    @property
+    def branch_axis(self) -> Axis | None:
+        return next((axis for axis in self.axes if axis.branches), None)
+
+    def run_setting(self, setting: dict) -> dict:
+        """The setting of the run that trains `setting`'s cell: itself, or with a branched axis its longest budget,
+        whose run branches off every shorter one."""
+        axis = self.branch_axis
+        if axis is None:
+            return setting
+        return {**setting, axis.name: axis.label_of(max(axis.values.values()))}
+
+    def budget_settings(self, setting: dict) -> list[dict]:
+        """The settings a run trains: `setting`, or with a branched axis one per budget, shortest first."""
+        axis = self.branch_axis
+        if axis is None:
+            return [setting]
+        return [{**setting, axis.name: label} for label, _ in sorted(axis.values.items(), key=lambda lv: lv[1])]
 
     def cell_path(self, setting: dict, method: str, seed: int) -> Path:
         return Path(cell_key(self.setting_config(setting))) / method / f"seed_{seed}"
@@ -240,7 +268,9 @@ class Study:
 
 
 # settings that change neither the model nor its training, so they do not enter a cell's key
-_NOT_IN_KEY = {"train": {"out_dir", "progress", "log_every", "checkpoint_every", "keep_checkpoints"}, "logging": "*"}
+# (nor do the branches a run trains besides its own budget: the run is the same with or without them)
+_NOT_IN_KEY = {"train": {"out_dir", "progress", "log_every", "checkpoint_every", "keep_checkpoints", "branch_steps"},
+               "logging": "*"}
 
 
 def cell_key(config: dict) -> str:

@@ -76,8 +76,8 @@ class Branches:
             dist.barrier()
         return cfg
 
-    def record(self, budget: int, summary: dict, val_loss: float) -> dict:
-        entry = {"steps": budget, "decay_start": self.cfg.optim.decay_start(budget), "tokens": summary["tokens"],
+    def record(self, budget: int, tokens: int, val_loss: float) -> dict:
+        entry = {"steps": budget, "decay_start": self.cfg.optim.decay_start(budget), "tokens": tokens,
                  "val_loss": val_loss, "folder": str(branch_folder(".", budget)) if budget in self.forks else "."}
         self.recorded[str(budget)] = entry
         if self.is_main:

@@ -144,7 +144,7 @@ def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_b
             summary = _train(branch, True, world, stop, score_whole_split=True)
             set_rng_state(rng)
             stop.newest, stop.step = checkpoints.folder(step), step
-            branches.record(budget, summary, summary["val_loss_whole_split"])
+            branches.record(budget, budget * metrics.tokens_per_step, summary["val_loss_whole_split"])
             if on_budget:
                 on_budget(budget, Path(branch.train.out_dir))
             metrics.restart_clock()
@@ -180,7 +180,7 @@ def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_b
         whole = evaluate(wrapped, val_shards, t.batch_size, cfg.data.seq_len, None, world, amp)
         metrics.last["val_loss_whole_split"] = whole
         if branches:
-            branches.record(t.steps, metrics.last, whole)
+            branches.record(t.steps, t.steps * metrics.tokens_per_step, whole)
             if on_budget:
                 on_budget(t.steps, checkpoints.out_dir)
     signum = stop.agreed(world)
