@@ -474,3 +474,76 @@ def test_a_branched_budget_axis_trains_one_run_per_method_and_seed(tiny_data, tm
     assert pending_cells(study) == [(long, "vanilla", 0)]
     run_study(study)
     assert json.loads(study.result_path(short, "vanilla", 0).read_text())["val_loss"] == results["short"]["val_loss"]
+
+
+def synthetic_budget_results(study, gain_of, seeds=(0, 1, 2), noise=0.0):
+    """Cell results of a branched budget study whose `depth_attention` gain over vanilla is gain_of(tokens per
+    parameter), the same in every seed but for +-noise."""
+    results = []
+    for label, steps in study.branch_axis.values.items():
+        for seed in seeds:
+            base = 3.0 - 0.1 * seed
+            tokens = steps * 1000
+            for method, loss in (("vanilla", base), ("depth_attention",
+                                                     base + gain_of(tokens / 100) + noise * (seed - 1))):
+                results.append({"method": method, "seed": seed, "val_loss": loss, "val_bits_per_byte": loss,
+                                "train_tokens": tokens, "params_total": 100, "params_extra_over_vanilla": 0,
+                                "tokens_per_s": 1.0, "curve": [], "setting": {"budget": label},
+                                "data_epochs": tokens / 1e6})
+    return results
+
+
+def test_the_budget_trend_fits_the_gain_and_finds_where_it_reaches_zero(tiny_data, tmp_path):
+    from depthattn.study.report import markdown_report
+    from depthattn.study.trend import trend
+
+    axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", '{ a = 1, b = 10, c = 100, d = 1000 }')
+    study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
+    # budgets of 10, 100, 1,000 and 10,000 tokens per parameter; the gain -0.1 + 0.025 log10(x) is gone at 10^4
+    results = synthetic_budget_results(study, lambda x: -0.1 + 0.025 * math.log10(x), noise=0.002)
+    fit = trend(study, results, "depth_attention", "vanilla")
+    assert fit["fit"]["slope_per_decade"] == pytest.approx(0.025, abs=1e-9)
+    assert fit["fit"]["intercept"] == pytest.approx(-0.1, abs=1e-9)
+    assert fit["fit"]["slope_low"] - 1e-9 <= 0.025 <= fit["fit"]["slope_high"] + 1e-9
+    assert 5000 < fit["zero_at"] <= 10000 and not fit["zero_is_extrapolated"] and not fit["zero_from_the_start"]
+    assert [p["tokens_per_parameter"] for p in fit["points"]] == [10, 100, 1000, 10000]
+    assert all(p["diff_high"] < 0 for p in fit["points"][:2])
+    # a gain that does not change with the budget: the band never holds zero
+    flat = trend(study, synthetic_budget_results(study, lambda x: -0.05, noise=0.001), "depth_attention", "vanilla")
+    assert flat["zero_at"] is None and flat["fit"]["slope_per_decade"] == pytest.approx(0, abs=1e-9)
+    # no gain at all: the band holds zero from the smallest budget
+    none = trend(study, synthetic_budget_results(study, lambda x: 0.0, noise=0.01), "depth_attention", "vanilla")
+    assert none["zero_from_the_start"]
+    assert trend(study, results[:4], "depth_attention", "vanilla") is None  # one budget: nothing to fit
+    text = markdown_report(study, results)
+    assert "| depth_attention − vanilla |" in text and "+0.0250 [" in text and "Epochs over the training data" in text
+
+
+def test_the_budget_report_draws_the_trend_and_compares_schedules(tiny_data, tmp_path):
+    from depthattn.study.report import markdown_report
+
+    axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", '{ a = 1, b = 10, c = 100 }')
+    study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
+    for result in synthetic_budget_results(study, lambda x: -0.1 + 0.03 * math.log10(x), noise=0.003):
+        path = study.result_path(result["setting"], result["method"], result["seed"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({k: v for k, v in result.items() if k != "setting"}))
+    report = write_report(study).read_text()
+    assert "![gains against the budget](s_trend.png)" in report and (tmp_path / "results" / "s_trend.png").exists()
+
+    # the same settings as separate runs whose losses are 0.001 higher: the rule says they reproduce
+    cosine = write_study(tmp_path, tiny_data, name="cosine.toml",
+                         axes=axes.replace("branches = true", "").replace('schedule = "wsd"', 'schedule = "cosine"'))
+    compared = write_study(tmp_path, tiny_data, axes=axes, name="compared.toml",
+                           head='[study.compare]\nwith = "cosine.toml"\ntolerance = 0.02')
+    study = Study.load(compared)
+    other = Study.load(cosine)
+    for result in study.read_results():
+        setting = result.pop("setting")
+        path = other.result_path(setting, result["method"], result["seed"])
+        assert path != study.result_path(setting, result["method"], result["seed"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**result, "val_loss": result["val_loss"] + 0.001}))
+    text = markdown_report(study, study.read_results())
+    assert "| depth_attention | +0.0010 (n=3) |" not in text  # identical shifts: no spread, so no interval
+    assert "Largest mean difference: 0.0010; intervals overlap in 3/3: **reproduces**" in text

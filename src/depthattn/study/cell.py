@@ -91,6 +91,7 @@ def write_result(study: Study, setting: dict, method: str, seed: int, folder: Pa
         "val_loss": scored["loss"], "val_bits_per_byte": scored["bits_per_byte"],
         "val_tokens": scored["tokens"], "val_bytes": scored["bytes"],
         "train_tokens": records[-1]["tokens"], "final_train_loss": records[-1]["loss"],
+        "data_epochs": records[-1]["tokens"] / len(TokenShards(cfg.data.path, "train", verify=False)),
         "curve": [[r["tokens"], r["val_loss"]] for r in records if "val_loss" in r],  # eval-subset loss
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in records if "tokens_per_s" in r),
         **{f"params_{k}": v for k, v in count_parameters(model).items()},

@@ -122,3 +122,43 @@ def plot_overview(entries: list[dict], columns: list[str], out_png: Path) -> Pat
         ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, out_png)
+
+
+def plot_trend(study: Study, fits: list[dict], out_png: Path) -> Path:
+    """Gains against tokens per parameter (log x): per pair the paired means with 95% intervals, the fitted
+    log-linear trend and its bootstrap band shaded; one panel per reference method (the baseline, then each
+    contrast's)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    references = list(dict.fromkeys(fit["against"] for fit in fits))
+    fig, axes = plt.subplots(1, len(references), figsize=(6.5 * len(references), 4.5), squeeze=False)
+    colours = {m: f"C{i}" for i, m in enumerate(study.methods)}
+    for ax, against in zip(axes[0], references):
+        for fit in (f for f in fits if f["against"] == against):
+            colour = colours[fit["method"]]
+            xs = [p["tokens_per_parameter"] for p in fit["points"]]
+            means = [p["diff_mean"] for p in fit["points"]]
+            low = [m - (p["diff_low"] if not math.isnan(p["diff_low"]) else m) for m, p in zip(means, fit["points"])]
+            high = [(p["diff_high"] if not math.isnan(p["diff_high"]) else m) - m for m, p in zip(means, fit["points"])]
+            ax.errorbar(xs, means, yerr=[low, high], fmt="o", capsize=3, color=colour,
+                        label=f"{fit['method']} ({len(fit['seeds'])} seeds)")
+            band = fit["band"]
+            line = [fit["fit"]["intercept"] + fit["fit"]["slope_per_decade"] * math.log10(x) for x in band["x"]]
+            ax.plot(band["x"], line, "-", color=colour, lw=1)
+            ax.fill_between(band["x"], band["low"], band["high"], color=colour, alpha=0.12)
+            if fit["zero_at"] and not fit["zero_from_the_start"]:
+                ax.axvline(fit["zero_at"], color=colour, ls=":", lw=1)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xscale("log")
+        measured = [p["tokens_per_parameter"] for fit in fits for p in fit["points"]]
+        ax.set_xlim(min(measured) / 2, min(1e4, max(1000, 20 * max(measured))))
+        ax.set_xlabel("training tokens per parameter (log); dotted: fitted band reaches zero")
+        ax.set_ylabel(f"Δ val loss vs {against} (nats); below 0: better")
+        ax.set_title(f"{study.title}: against {against}", fontsize=8)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, out_png)

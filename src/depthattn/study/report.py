@@ -8,10 +8,11 @@ import statistics
 from pathlib import Path
 
 from ..files import atomic_write_bytes, atomic_write_json
-from .plots import cell_curve, plot_curve_differences, plot_differences, plot_overview
+from .plots import cell_curve, plot_curve_differences, plot_differences, plot_overview, plot_trend
 from .runner import uncertain_cells
-from .spec import Study
-from .stats import format_interval, summarize, verdict
+from .spec import Study, setting_label
+from .stats import format_interval, paired_difference, summarize, verdict
+from .trend import RESAMPLES, describe_zero, paired_by_budget, tokens_per_parameter, trend
 
 
 def markdown_report(study: Study, results: list[dict]) -> str:
@@ -26,6 +27,10 @@ def markdown_report(study: Study, results: list[dict]) -> str:
         lines += [*_search_table(study), ""]
     if study.confirm and not study.waiting:
         lines += [*_confirm_table(study, loss), ""]
+    if study.compare:
+        lines += [*_compare_table(study, results), ""]
+    if study.branch_axis:
+        lines += [*_trend_table(study, results), ""]
     for label, table in loss.items():
         if not table["rows"]:
             continue
@@ -117,6 +122,94 @@ def _confirm_table(study: Study, tables: dict) -> list[str]:
     return [*lines, "", f"Outcome: {outcome}."]
 
 
+def trend_pairs(study: Study) -> list[tuple[str, str]]:
+    """The gains a budget study fits: every method against the baseline, then the study's contrasts."""
+    return [(m, study.baseline) for m in study.methods if m != study.baseline] + [tuple(c) for c in study.contrasts]
+
+
+def _trend_table(study: Study, results: list[dict]) -> list[str]:
+    """Each gain at every budget (paired by seed, 95% interval), its fitted log-linear trend and where the trend's
+    bootstrap band first holds zero."""
+    x_of = tokens_per_parameter(study, results)
+    if not x_of:
+        return []
+    axis = study.branch_axis
+    labels = sorted(x_of, key=x_of.get)
+    epochs = {r["setting"][axis.name]: r.get("data_epochs") for r in results}
+    lines = ["Against the budget (tokens per parameter of the baseline model; all budgets of a seed come from one WSD "
+             "run). Epochs over the training data: " + ", ".join(
+                 f"{x_of[label]:.3g}: {epochs[label]:.2f}" for label in labels if epochs.get(label) is not None)
+             + ".", "",
+             "| gain | " + " | ".join(f"{x_of[label]:.3g} tok/param" for label in labels)
+             + " | slope per decade [95% CI] | fitted band reaches zero at |",
+             "|---|" + "---|" * (len(labels) + 2)]
+    for method, against in trend_pairs(study):
+        fit = trend(study, results, method, against)
+        pairs = paired_by_budget(study, results, method, against)
+        cells = []
+        for label in labels:
+            if label in pairs:
+                values, base = zip(*pairs[label].values())
+                row = paired_difference(list(values), list(base))
+                cells.append(f"{format_interval(row)} {_short_verdict(row)}")
+            else:
+                cells.append("—")
+        if fit:
+            f = fit["fit"]
+            tail = (f"{f['slope_per_decade']:+.4f} [{f['slope_low']:+.4f}, {f['slope_high']:+.4f}] | "
+                    f"{describe_zero(fit)} |")
+        else:
+            tail = "— | — |"
+        lines.append(f"| {method} − {against} | " + " | ".join(cells) + f" | {tail}")
+    return [*lines, "", "Each cell: mean [95% t-interval] (n seeds in brackets where too few), ✓ better, ✗ worse, "
+                        "· no difference shown. Fit: gain = a + b log10(tokens per parameter) through the mean "
+                        f"gains; band and slope interval from {RESAMPLES:,} bootstrap resamples of the seeds."]
+
+
+def _short_verdict(row: dict) -> str:
+    return {"better": "✓", "worse": "✗", "no difference shown": "·"}.get(verdict(row), "")
+
+
+def _compare_table(study: Study, results: list[dict]) -> list[str]:
+    """This study against another of the same settings and methods (e.g. WSD branches against cosine runs): each
+    method's loss difference, and each gain over the baseline under both, paired by seed."""
+    other = study.compare["with"]
+    other.results = study.results
+    theirs = other.read_results()
+    tolerance = study.compare["tolerance"]
+    lines = [f"Against `{other.name}` (the same settings as separate runs; this − that, paired by seed):", "",
+             f"| setting | method | val loss, this − {other.name} | Δ vs {study.baseline}, this | "
+             f"Δ vs {study.baseline}, {other.name} | intervals overlap |", "|---|---|---|---|---|---|"]
+    worst, overlaps = 0.0, []
+    for setting in study.settings():
+        mine = [r for r in results if r["setting"] == setting]
+        yours = [r for r in theirs if r["setting"] == setting]
+        for method in study.methods:
+            a = {r["seed"]: r["val_loss"] for r in mine if r["method"] == method}
+            b = {r["seed"]: r["val_loss"] for r in yours if r["method"] == method}
+            seeds = sorted(set(a) & set(b))
+            if not seeds:
+                continue
+            shift = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
+            worst = max(worst, abs(shift["diff_mean"]))
+            gains = [next((r for r in summarize(study, runs)[setting_label(setting)]["rows"]
+                           if r["method"] == method and "diff_mean" in r), None) for runs in (mine, yours)]
+            overlap = "—"
+            if all(g and not math.isnan(g["diff_low"]) for g in gains):
+                overlaps.append(gains[0]["diff_low"] <= gains[1]["diff_high"] and
+                                gains[1]["diff_low"] <= gains[0]["diff_high"])
+                overlap = "yes" if overlaps[-1] else "no"
+            lines.append(f"| {setting_label(setting)} | {method} | {format_interval(shift)} | "
+                         + " | ".join(format_interval(g) if g else "—" for g in gains) + f" | {overlap} |")
+    if not overlaps:
+        return lines
+    same = all(overlaps) and worst <= tolerance
+    return [*lines, "", f"Rule (written in the config before the cells ran): reproduces when every gain's intervals "
+                        f"overlap and no method's mean loss differs by more than {tolerance} nats. Largest mean "
+                        f"difference: {worst:.4f}; intervals overlap in {sum(overlaps)}/{len(overlaps)}: "
+                        f"**{'reproduces' if same else 'does not reproduce'}**."]
+
+
 def _last_quarter(method: str, cells: list[dict]) -> str:
     """How far `method`'s eval-subset loss (mean over seeds) still fell over the last quarter of training: how
     flat the curve is where the budget ends."""
@@ -158,6 +251,10 @@ def write_report(study: Study) -> Path:
         text += f"\n![Δ along training]({study.name}_curves.png)\n"
         plot_differences(study, results, root / f"{study.name}_difference.png")
         plot_curve_differences(study, results, root / f"{study.name}_curves.png")
+        fits = [fit for pair in trend_pairs(study) if study.branch_axis and (fit := trend(study, results, *pair))]
+        if fits:
+            plot_trend(study, fits, root / f"{study.name}_trend.png")
+            text += f"\n![gains against the budget]({study.name}_trend.png)\n"
     atomic_write_bytes(root / f"{study.name}.md", text.encode())
     summary = {label: table for label, table in summarize(study, results).items()}
     atomic_write_json(root / f"{study.name}.json", {"study": study.name, "title": study.title, "summary": summary})

@@ -73,6 +73,7 @@ class Study:
     start_from: str = ""  # retrofitting: every cell starts from this method's final model, same seed, in `parent`
     search: Search | None = None  # a pre-registered search among the methods (base setting only)
     confirm: dict = field(default_factory=dict)  # from (a search study's config) and against; see the module doc
+    compare: dict = field(default_factory=dict)  # with (another study's config, same settings) and tolerance (nats)
     waiting: str = ""  # why a confirmation study has not its picks yet
     slurm: dict = field(default_factory=dict)  # the [slurm] table: how cells are submitted (study/slurm.py)
     parent: Study | None = None  # the study this one extends
@@ -99,7 +100,7 @@ class Study:
             data["base"] = _merge(inherited.get("base", {}), data.get("base", {}))
             data["slurm"] = {**inherited.get("slurm", {}), **data.get("slurm", {})}
         known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts", "paper",
-                 "describe", "start_from", "search", "confirm"}
+                 "describe", "start_from", "search", "confirm", "compare"}
         if set(head) - known:
             raise ValueError(f"{path}: unknown [study] keys {sorted(set(head) - known)}; "
                              f"known: {', '.join(sorted(known))}")
@@ -141,6 +142,11 @@ class Study:
                     parent=cls.load(parent) if parent else None, **head)
         if study.confirm:
             study.add_picks(path.parent)
+        if study.compare:
+            if set(study.compare) != {"with", "tolerance"}:
+                raise ValueError(f"{path}: [study.compare] takes with (another study config) and tolerance (nats), "
+                                 f"got {sorted(study.compare)}")
+            study.compare = {**study.compare, "with": cls.load(path.parent / study.compare["with"])}
         return study.check()
 
     def add_picks(self, folder: Path) -> None:

@@ -1,0 +1,98 @@
+"""Gains against the training budget: paired differences at each budget, a log-linear trend fitted through them with
+bootstrap intervals over the seeds, and the budget where the fitted gain's interval reaches zero.
+
+The rule is the budget sweep's, written in configs/study/budget_sweep.toml before its cells ran:
+gain(x) = a + b log10(x), x = training tokens per parameter of the baseline model, fitted by least squares to the
+mean gains; 2,000 bootstrap resamples of the seeds (with replacement, each seed keeping all its budgets, so the
+pairing holds) give the 95% band; the first budget on a grid where that band holds zero is where the gain is gone
+(an extrapolation beyond the largest budget measured).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .spec import Study
+from .stats import paired_difference
+
+RESAMPLES = 2000
+GRID = np.logspace(-1, 4, 501)  # 0.1 to 10,000 tokens per parameter
+
+
+def tokens_per_parameter(study: Study, results: list[dict]) -> dict[str, float]:
+    """Per budget label of the branched (or first) axis: training tokens per parameter of the baseline model."""
+    axis = study.branch_axis or study.axes[0]
+    out = {}
+    for label in axis.values:
+        base = [r for r in results if r["setting"][axis.name] == label and r["method"] == study.baseline]
+        if base:
+            out[label] = base[0]["train_tokens"] / base[0]["params_total"]
+    return out
+
+
+def paired_by_budget(study: Study, results: list[dict], method: str, against: str) -> dict[str, dict]:
+    """{budget label: {seed: (method's val loss, against's)}} over the seeds where both cells are in."""
+    axis = study.branch_axis or study.axes[0]
+    out = {}
+    for label in axis.values:
+        at = {m: {r["seed"]: r["val_loss"] for r in results if r["setting"][axis.name] == label and r["method"] == m}
+              for m in (method, against)}
+        seeds = sorted(set(at[method]) & set(at[against]))
+        if seeds:
+            out[label] = {seed: (at[method][seed], at[against][seed]) for seed in seeds}
+    return out
+
+
+def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least squares y = a + b log10(x): (a, b)."""
+    b, a = np.polyfit(np.log10(x), y, 1)
+    return float(a), float(b)
+
+
+def trend(study: Study, results: list[dict], method: str, against: str, seed: int = 0) -> dict | None:
+    """The paired gain of `method` over `against` at each budget, its fitted log-linear trend with a bootstrap
+    band, and where the band first holds zero; None with fewer than three budgets or two common seeds."""
+    x_of = tokens_per_parameter(study, results)
+    pairs = {label: p for label, p in paired_by_budget(study, results, method, against).items() if label in x_of}
+    seeds = sorted(set.intersection(*[set(p) for p in pairs.values()])) if pairs else []
+    if len(pairs) < 3 or len(seeds) < 2:
+        return None
+    labels = sorted(pairs, key=x_of.get)
+    x = np.array([x_of[label] for label in labels])
+    table = np.array([[pairs[label][s][0] - pairs[label][s][1] for s in seeds] for label in labels])  # (budgets, seeds)
+    a, b = fit_line(x, table.mean(axis=1))
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(seeds), size=(RESAMPLES, len(seeds)))
+    fits = np.array([fit_line(x, table[:, draw].mean(axis=1)) for draw in draws])  # (RESAMPLES, 2)
+    curves = fits[:, :1] + fits[:, 1:] * np.log10(GRID)[None, :]  # (RESAMPLES, grid)
+    low, high = np.percentile(curves, [2.5, 97.5], axis=0)
+    holds_zero = (low <= 0) & (high >= 0) & (GRID >= x.min())
+    zero = float(GRID[np.argmax(holds_zero)]) if holds_zero.any() else None
+    points = []  # at each budget every seed that has both cells, not only the seeds common to all budgets
+    for label in labels:
+        values, baseline = zip(*pairs[label].values())
+        points.append({"label": label, "tokens_per_parameter": x_of[label], **paired_difference(values, baseline)})
+    return {
+        "method": method, "against": against, "seeds": seeds, "points": points,
+        "fit": {"intercept": a, "slope_per_decade": b, "slope_low": float(np.percentile(fits[:, 1], 2.5)),
+                "slope_high": float(np.percentile(fits[:, 1], 97.5))},
+        "band": {"x": GRID.tolist(), "low": low.tolist(), "high": high.tolist()},
+        "zero_at": zero, "zero_is_extrapolated": zero is not None and zero > x.max(),
+        "zero_from_the_start": zero is not None and zero <= GRID[np.searchsorted(GRID, x.min())],
+    }
+
+
+def describe_zero(fit: dict) -> str:
+    """Where the fitted gain's 95% band first holds zero, in words."""
+    if fit["zero_from_the_start"]:
+        return "its band holds zero already at the smallest budget"
+    if fit["zero_at"] is None:
+        return f"its band excludes zero up to {GRID[-1]:,.0f} tokens per parameter"
+    where = f"{fit['zero_at']:,.3g} tokens per parameter"
+    return f"{where} (extrapolated)" if fit["zero_is_extrapolated"] else where
+
+
+def fitted_gain(fit: dict, x: float) -> float:
+    return fit["fit"]["intercept"] + fit["fit"]["slope_per_decade"] * math.log10(x)
