@@ -36,6 +36,8 @@ METHOD_SETTINGS = {
     "value_embeddings": dict(cross_layer="value_embeddings"),  # tables on steps 0, 1, 2, 3: "0101"
     "value_embeddings-pattern": dict(cross_layer="value_embeddings", value_embedding_pattern=".0.1"),
     "mudd": dict(cross_layer="mudd"),
+    "moda": dict(cross_layer="moda"),
+    "moda-merged": dict(cross_layer="moda", moda_impl="merged"),
 }
 
 

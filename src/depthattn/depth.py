@@ -26,6 +26,7 @@ class DepthStates:
         self._states: list[DepthState | None] = [None] * depth
         self.need_weights = need_weights  # whether this forward records depth weights (else mixing may skip them)
         self.token_ids = token_ids  # (B, T) the current tokens, for a method that reads them; None with inputs_embeds
+        self.more: dict = {}  # anything else a method hands from step to step within the pass, under its own keys
 
     def __getitem__(self, step: int) -> DepthState:
         return self._states[step]

@@ -41,6 +41,7 @@ from .depth import DepthState, DepthStates
 from .methods import METHODS, CrossLayerMethod, build_method
 from .methods.base import rms_normalize
 from .ops import DEPTH_IMPLS
+from .ops.rotary import apply_rotary
 
 
 @cache_output
@@ -106,14 +107,8 @@ class DepthAttentionRotaryEmbedding(nn.Module):
         return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
 def apply_rotary_pos_emb(q, k, cos, sin):
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, d)
-    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -196,8 +191,8 @@ class DepthAttentionAttention(nn.Module):
             key, value = cache.update(key, value, step, kwargs=kwargs)
 
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(attn_implementation, eager_attention_forward)
-        out, attn_weights = attention(
-            self, query, key, value, attention_mask,
+        out, attn_weights = method.attend(
+            attention, self, query, key, value, attention_mask, step, depth_states, position_embeddings,
             dropout=self.config.attention_dropout if self.training else 0.0, scaling=self.scaling,
             sliding_window=self.sliding_window, **kwargs,
         )
@@ -224,8 +219,9 @@ class DepthAttentionDecoderLayer(GradientCheckpointingLayer):
         attn_out, _ = self.self_attn(self.input_layernorm(x), method=method, loop=loop, key_value_states=key_value,
                                      **kwargs)
         hidden_states = method.write(hidden_states, sublayer, attn_out)
-        x = method.read(hidden_states, sublayer + 1)
-        return method.write(hidden_states, sublayer + 1, self.mlp(self.post_attention_layernorm(x)))
+        x = self.post_attention_layernorm(method.read(hidden_states, sublayer + 1))
+        method.mlp_input(sublayer // 2, x, kwargs["depth_states"])
+        return method.write(hidden_states, sublayer + 1, self.mlp(x))
 
 
 class DepthAttentionPreTrainedModel(ModelBackports, PreTrainedModel):

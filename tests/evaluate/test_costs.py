@@ -99,10 +99,13 @@ SETTINGS = {
                                         num_loops=2),
     "mudd": dict(cross_layer="mudd"),
     "mudd_looped": dict(cross_layer="mudd", num_hidden_layers=2, num_loops=2),
+    # MoDA's sequence part in SDPA, as vanilla's (the counter does not count CPU SDPA; the reference's matmuls it would)
+    "moda": dict(cross_layer="moda", moda_impl="merged"),
+    "moda_looped": dict(cross_layer="moda", moda_impl="merged", num_hidden_layers=2, num_loops=2),
 }
 DEPTH = [k for k, v in SETTINGS.items() if v["cross_layer"] == "depth_attention"]
 VALUE = [k for k, v in SETTINGS.items() if v["cross_layer"] in ("value_residual", "value_embeddings")]
-HIDDEN = [k for k in SETTINGS if k not in DEPTH + VALUE]
+HIDDEN = [k for k, v in SETTINGS.items() if k not in DEPTH + VALUE and v["cross_layer"] != "moda"]
 
 
 # ---------------------------------------------------------------------------------------------------------------

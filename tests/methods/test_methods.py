@@ -98,6 +98,7 @@ INIT_CHECKS = {  # the documented initialisation of each method's parameters
         and torch.equal(m.static_pre.argmax(-1), torch.arange(8) % 3) and (m.static_pre.sum(-1) == 1).all()),
     "value_residual": lambda m: bool((m.lambdas == 0.5).all() and m.lambdas.shape == (3, 2)),
     "value_embeddings": lambda m: bool((m.lambdas == 0.5).all() and 0.9 < m.tables.std() / 0.02 < 1.1),
+    "moda": lambda m: bool(0.9 < m.mlp_kv.std() / 0.02 < 1.1),
     "mudd": lambda m: all(
         (m.block_parameters(b)[1] == 0).all() and torch.equal(m.block_parameters(b)[2][:, -1], torch.ones(
             m.block_parameters(b)[2].shape[0])) and (m.block_parameters(b)[2][:, :-1] == 0).all()
@@ -251,6 +252,8 @@ PARAMETER_COUNTS = {  # tiny config: L = 4, D = 32, 8 sublayers
     "value_embeddings-pattern": 2 * 97 * 16 + 2 * 2,
     # after block i of 4: C = 4 ways (1 after the last), n = i + 1 sources, K = C n (4 C n after the last)
     "mudd": sum(32 * K + K * C * n + C * n for C, n, K in [(4, 2, 8), (4, 3, 12), (4, 4, 16), (1, 5, 20)]),
+    "moda": 3 * 2 * 16 * 32,  # the MLP-slot key and value projections of layers 0-2 (layer 3's is never read)
+    "moda-merged": 3 * 2 * 16 * 32,
 }
 
 

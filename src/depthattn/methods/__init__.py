@@ -6,7 +6,8 @@ read.
 - hidden-state baselines (a `Residual`: how sublayer outputs are combined into the stream):
   `denseformer`, `attnres`, `mhc`, `hyper_connections` (docs/method.md#baselines);
 - hidden-state relatives adopted since the paper: `mudd` (MUDDFormer);
-- inside attention, cache-free like Depth-Attention: `value_residual`, `value_embeddings`.
+- inside attention, cache-free like Depth-Attention: `value_residual`, `value_embeddings`; `moda` (Mixture-of-Depths
+  Attention: earlier layers' keys and values of the same token join the attention's softmax).
 
 Their parameters live under `DepthAttentionModel.cross_layer`; vanilla and Depth-Attention models have none.
 """
@@ -22,6 +23,7 @@ from .denseformer import DenseFormer
 from .depth_attention import DepthAttention
 from .hyper_connections import HyperConnections
 from .mhc import MHC
+from .moda import MoDA
 from .mudd import MUDD
 from .value_embeddings import ValueEmbeddings
 from .value_residual import ValueResidual
@@ -49,7 +51,7 @@ def unregister(name: str):
 
 for _name, _cls in (("vanilla", Vanilla), ("depth_attention", DepthAttention), ("value_residual", ValueResidual),
                     ("value_embeddings", ValueEmbeddings), ("denseformer", DenseFormer), ("attnres", AttnRes),
-                    ("mhc", MHC), ("hyper_connections", HyperConnections), ("mudd", MUDD)):
+                    ("mhc", MHC), ("hyper_connections", HyperConnections), ("mudd", MUDD), ("moda", MoDA)):
     register(_name, _cls)
 
 
@@ -69,6 +71,6 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
 
 __all__ = [
     "AttnRes", "CrossLayerMethod", "DenseFormer", "DepthAttention", "FlopTerm", "HyperConnections",
-    "INFERENCE_STATE", "METHODS", "MHC", "MUDD", "Residual", "ValueEmbeddings", "ValueResidual", "Vanilla",
+    "INFERENCE_STATE", "METHODS", "MHC", "MUDD", "MoDA", "Residual", "ValueEmbeddings", "ValueResidual", "Vanilla",
     "build_method", "count_parameters", "register", "unregister",
 ]

@@ -66,6 +66,7 @@ class CrossLayerMethod(nn.Module):
     reentrant_checkpointing_safe: bool = False
     config_fields: dict[str, ConfigField] = {}
     presets: dict[str, dict] = {}  # named variants: config fields over the method's defaults (depthattn.presets)
+    vllm_refusal: str = ""  # why the vLLM plugin cannot serve the method, where its own words say it best
 
     def __init__(self, config):
         super().__init__()
@@ -106,6 +107,16 @@ class CrossLayerMethod(nn.Module):
         and depth weights (B, Hkv, T, n) or None (the model records them as `depth_weights` through transformers'
         output hooks; when `states.need_weights` is False it does not record them, and a method may skip them)."""
         raise NotImplementedError(f"{type(self).__name__} acts inside attention but does not say how")
+
+    def attend(self, attention_fn, module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               mask, step: int, states: DepthStates, position_embeddings, **kwargs):
+        """Sequence attention of step `step` (query (B, Hq, T, d); key, value (B, Hkv, S, d), the cache's): by
+        default `attention_fn`, the implementation transformers dispatches to; a method whose depth part joins
+        the attention's softmax (MoDA) computes both. Returns the output (B, T, Hq, d) and the weights or None."""
+        return attention_fn(module, query, key, value, mask, **kwargs)
+
+    def mlp_input(self, step: int, hidden: torch.Tensor, states: DepthStates):
+        """Sees the normed input (B, T, D) of step `step`'s MLP; a method that hands it on keeps it in `states`."""
 
     def use_depth_impl(self, depth_impl: str):
         """Compute depth mixing with `depth_impl` (`depthattn.ops.DEPTH_IMPLS`) from now on; a method that mixes

@@ -31,7 +31,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
 from depthattn.config import DepthAttentionConfig
 from depthattn.depth import DepthState, DepthStates
-from depthattn.methods import CrossLayerMethod, build_method
+from depthattn.methods import METHODS, CrossLayerMethod, build_method
 
 SERVED_METHODS = ("vanilla", "depth_attention", "value_residual", "value_embeddings")
 # checkpoint name -> (parameter name, shard) for vLLM's fused projections
@@ -41,11 +41,12 @@ STACKED = [(".q_proj", ".qkv_proj", "q"), (".k_proj", ".qkv_proj", "k"), (".v_pr
 
 def check_servable(config: DepthAttentionConfig):
     if config.cross_layer not in SERVED_METHODS:
+        why = METHODS[config.cross_layer].vllm_refusal or (
+            "it changes the residual stream between layers, keeping earlier blocks' outputs per token "
+            "(docs/method.md#baselines), and this model keeps vLLM's plain residual stream")
         raise ValueError(
-            f"cross_layer={config.cross_layer!r} cannot be served by vLLM (depthattn.vllm): it changes the residual "
-            "stream between layers, keeping earlier blocks' outputs per token (docs/method.md#baselines), and this "
-            f"model keeps vLLM's plain residual stream; vLLM serves {', '.join(SERVED_METHODS)}. "
-            "`depthattn serve` serves every method.")
+            f"cross_layer={config.cross_layer!r} cannot be served by vLLM (depthattn.vllm): {why}; vLLM serves "
+            f"{', '.join(SERVED_METHODS)}. `depthattn serve` serves every method.")
     if config.hidden_act != "silu":
         raise ValueError(f"hidden_act={config.hidden_act!r}: the vLLM model has the SwiGLU MLP only (silu)")
     tp = get_tensor_model_parallel_world_size()
