@@ -547,3 +547,21 @@ def test_the_budget_report_draws_the_trend_and_compares_schedules(tiny_data, tmp
     text = markdown_report(study, study.read_results())
     assert "| depth_attention | +0.0010 (n=3) |" not in text  # identical shifts: no spread, so no interval
     assert "Largest mean difference: 0.0010; intervals overlap in 3/3: **reproduces**" in text
+
+
+def test_the_ladder_is_20_tokens_per_parameter_per_size_with_branches_and_priced():
+    from depthattn.study.cost import run_flops
+
+    study = Study.load("configs/study/ladder.toml")
+    assert study.branch_axis.name == "budget" and len(pending_cells(study)) == 4 * 5 * 3  # one run per size
+    for size in study.axes[0].values:
+        run = study.run_setting({"size": size, "budget": "1"})
+        cost = run_flops(study, run, "vanilla")
+        assert cost["tokens"] == pytest.approx(20 * cost["params"], rel=0.01), size
+        budgets = [study.cell_config(s, "vanilla", 0).train.steps for s in study.budget_settings(run)]
+        assert budgets == [round(f * budgets[-1]) for f in (0.05, 0.1, 0.25, 0.5, 1.0)]
+        # one run with four decays costs far less than five runs
+        assert 1.3 < cost["separate_flops"] / cost["flops"] < 2
+    smoke = Study.load("configs/study/ladder_smoke.toml")
+    assert [smoke.cell_config(s, "moda", 0).train.steps for s in smoke.budget_settings(
+        {"size": "8x256", "budget": "whole"})] == [75, 150, 300]

@@ -7,7 +7,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ..study.cost import H100_BF16_TFLOPS, cell_flops, gpu_hours
+from ..study.cost import H100_BF16_TFLOPS, gpu_hours, run_flops
 from ..study.local import LocalExecutor
 from ..study.report import write_index, write_report
 from ..study.runner import pending_cells, run_study, uncertain_cells
@@ -69,15 +69,20 @@ def dry_run(study: Study, args: argparse.Namespace) -> None:
     if args.executor == "slurm":
         settings = SlurmSettings.from_table(study.slurm, args.slurm)
         print("sbatch:", ", ".join(f"{k}={v}" for k, v in settings.submitit_parameters(study.name).items() if v))
-    total_flops = total_hours = 0.0
+    total_flops = total_hours = separate = 0.0
     for setting, method, seed in cells:
-        cost = cell_flops(study, setting, method)
+        cost = run_flops(study, setting, method)
         hours = gpu_hours(cost["flops"], args.mfu, args.peak_tflops)
         total_flops, total_hours = total_flops + cost["flops"], total_hours + hours
+        separate += cost["separate_flops"]
         print(f"  {setting_label(setting) or 'default'} {method} seed {seed}: {cost['params'] / 1e6:,.1f}M params, "
               f"{cost['tokens'] / 1e9:,.3f}B tokens, {cost['flops']:.2e} FLOPs, {hours:,.2f} GPU-h")
     print(f"study {study.name}: {total_flops:.2e} FLOPs, {total_hours:,.2f} GPU-hours at {args.mfu:.0%} MFU of "
           f"{args.peak_tflops:g} TFLOP/s")
+    if study.branch_axis and total_flops:
+        print(f"study {study.name}: every budget as a run of its own would cost {separate:.2e} FLOPs, "
+              f"{gpu_hours(separate, args.mfu, args.peak_tflops):,.2f} GPU-hours: {separate / total_flops:.2f} x "
+              "the branched runs")
 
 
 def status(study: Study, args: argparse.Namespace) -> None:

@@ -40,5 +40,19 @@ def cell_flops(study: Study, setting: dict, method: str) -> dict:
     return {"tokens": tokens, "params": costs["params_total"], "flops": 3 * forward * tokens}
 
 
+def run_flops(study: Study, setting: dict, method: str) -> dict:
+    """`cell_flops` of the run that trains `setting`'s cell: with a branched budget axis the longest budget's run
+    plus the decay of each shorter branch, beside the FLOPs of training every budget as a run of its own."""
+    run = cell_flops(study, setting, method)
+    budgets = [cell_flops(study, s, method) for s in study.budget_settings(setting)]
+    if study.branch_axis is None:
+        return {**run, "separate_flops": run["flops"]}
+    fraction = study.cell_config(setting, method, study.seeds[0]).optim.decay_fraction
+    decays = sum(b["flops"] * round(fraction * steps) / steps for b, steps in (
+        (b, study.cell_config(s, method, study.seeds[0]).train.steps)
+        for b, s in zip(budgets, study.budget_settings(setting))) if b["tokens"] < run["tokens"])
+    return {**run, "flops": run["flops"] + decays, "separate_flops": sum(b["flops"] for b in budgets)}
+
+
 def gpu_hours(flops: float, mfu: float, peak_tflops: float = H100_BF16_TFLOPS) -> float:
     return flops / (mfu * peak_tflops * 1e12) / 3600

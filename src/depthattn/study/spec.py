@@ -14,6 +14,8 @@ from ..presets import METHOD_PRESETS
 from ..train import TrainConfig
 from ..train.config import read_toml
 
+STEPS_FRACTION = "train.steps_fraction"  # an axis key: a fraction of the setting's train.steps (budget ladders)
+
 
 @dataclass
 class Axis:
@@ -26,7 +28,12 @@ class Axis:
         return next(label for label, v in self.values.items() if v == value)
 
     def apply(self, data: dict, label: str) -> None:
-        """Set this axis's key(s) to the values of `label` in a training config."""
+        """Set this axis's key(s) to the values of `label` in a training config. STEPS_FRACTION scales the
+        train.steps that the base and the axes before this one set."""
+        if self.key == STEPS_FRACTION:
+            train = data.setdefault("train", {})
+            train["steps"] = round(self.values[label] * train.get("steps", TrainConfig().train.steps))
+            return
         for key, value in ({self.key: self.values[label]} if self.key else self.values[label]).items():
             set_key(data, key, value)
 
@@ -121,8 +128,11 @@ class Study:
                 raise ValueError(f"{path}: [axes.{name}] has no key, so each value must be a table of "
                                  'training-config keys, e.g. {"train.steps" = 800}')
             branches = axis.get("branches", False)
-            if branches and (axis["key"] != "train.steps" or not all(isinstance(v, int) for v in values.values())):
-                raise ValueError(f"{path}: [axes.{name}] branches = true takes key = \"train.steps\" and step counts")
+            steps = axis.get("key") == "train.steps" and all(isinstance(v, int) for v in values.values())
+            fractions = axis.get("key") == STEPS_FRACTION and all(0 < v <= 1 for v in values.values())
+            if (branches and not (steps or fractions)) or (axis.get("key") == STEPS_FRACTION and not fractions):
+                raise ValueError(f"{path}: [axes.{name}] branches = true takes key = \"train.steps\" and step counts, "
+                                 f"or key = \"{STEPS_FRACTION}\" and fractions in (0, 1] of the setting's train.steps")
             axes.append(Axis(name, axis.get("key"), values, branches))
         datasets = {}
         for name, spec in data.get("datasets", {}).items():
