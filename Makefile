@@ -31,7 +31,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/depthattn demo
 
 # The whole study (hours on 2 cores; resumable, finished cells are skipped), then its pages in docs/results/.
-STUDIES := core retrofit budget depth tokenization ablations search confirm
+STUDIES := core retrofit budget depth tokenization ablations search confirm moda budget_wsd budget_sweep
 study: $(VENV)/.installed
 	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) --workers 2 --threads 1 --index docs/results/study.md
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import math
+import warnings
 
 from transformers import PreTrainedConfig
 
@@ -134,8 +136,6 @@ class DepthAttentionConfig(PreTrainedConfig):
     cross_layer: str = "depth_attention"
 
     def __post_init__(self, **kwargs):
-        if self.cross_layer == "none":  # the vanilla decoder's name in configs saved by earlier versions
-            self.cross_layer = "vanilla"
         fields = method_fields()
         for name, field in fields.items():  # plain attributes, which config.json holds like the dataclass fields
             setattr(self, name, kwargs.pop(name, field.default))
@@ -154,6 +154,17 @@ class DepthAttentionConfig(PreTrainedConfig):
                             else "full_attention" for i in range(self.num_hidden_layers)]
         super().__post_init__(**kwargs)
         self.rope_theta = self.rope_parameters.get("rope_theta", self.rope_theta)
+        self.validate()
+
+    def validate(self):
+        """Check every field, whatever set it: the constructor, `from_pretrained` keywords (transformers sets them on
+        the built config), `config.x = ...` or `config.update(...)`. Building a model calls it
+        (`depthattn.methods.build_method`). An old name is mapped to the current one, with a warning."""
+        for old, new in RENAMED_METHODS.items():
+            if self.cross_layer == old:
+                warnings.warn(f'cross_layer="{old}" is the old name of "{new}"; it is read as "{new}"', FutureWarning,
+                              stacklevel=2)
+                self.cross_layer = new
         self._check()
 
     @property
@@ -215,10 +226,16 @@ class DepthAttentionConfig(PreTrainedConfig):
             method.check_config(self)
 
 
+# old values of `cross_layer` that configs saved by earlier versions hold
+RENAMED_METHODS = {"none": "vanilla"}
+
+
 # checks with the same wording for the backbone's fields and the methods'
 def check_choice(name: str, value, allowed):
     if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+        close = difflib.get_close_matches(value, list(allowed), 1) if isinstance(value, str) else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}{hint}")
 
 
 def check_bool(name: str, value):

@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from depthattn.cli import main
+from depthattn.train.config import OptimSection
 from depthattn.train.optim import lr_factor
 from tests.faults.conftest import damage as damage_weights
 from tests.faults.conftest import train_args
@@ -84,8 +85,9 @@ def test_resume_takes_new_steps_and_optimizer_settings(tiny_run, tmp_path, tiny_
     assert main(train_args(tiny_data, out_dir, 6, 3, "--optim.lr", "1e-3", "--train.keep_checkpoints", "1")
                 + ["--resume"]) == 0
     lrs = [r["lr"] for r in records(out_dir)]
-    assert lrs[3] == 3e-3 * lr_factor(3, 4, 1, 0.1)  # step 4, before the resume
-    assert lrs[4:] == [1e-3 * lr_factor(step, 6, 1, 0.1) for step in (4, 5)]
+    schedule = OptimSection(warmup_steps=1, min_lr_ratio=0.1)
+    assert lrs[3] == 3e-3 * lr_factor(3, 4, schedule)  # step 4, before the resume
+    assert lrs[4:] == [1e-3 * lr_factor(step, 6, schedule) for step in (4, 5)]
     assert steps_of(out_dir) == ["step_00000006"]
 
 

@@ -110,4 +110,36 @@ def test_the_vanilla_decoder_has_one_name_and_old_configs_still_load(tmp_path):
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["cross_layer"] == "vanilla"
     (tmp_path / "config.json").write_text(json.dumps({**saved, "cross_layer": "none"}))  # as earlier versions wrote
-    assert DepthAttentionConfig.from_pretrained(tmp_path).cross_layer == "vanilla"
+    with pytest.warns(FutureWarning, match='cross_layer="none" is the old name of "vanilla"'):
+        assert DepthAttentionConfig.from_pretrained(tmp_path).cross_layer == "vanilla"
+
+
+def _set_by_keyword(folder, **fields):
+    return DepthAttentionForCausalLM.from_pretrained(folder, **fields)
+
+
+def _set_by_assignment(folder, **fields):
+    config = DepthAttentionConfig.from_pretrained(folder)
+    for name, value in fields.items():
+        setattr(config, name, value)
+    return DepthAttentionForCausalLM(config)
+
+
+def _set_by_update(folder, **fields):
+    config = DepthAttentionConfig.from_pretrained(folder)
+    config.update(fields)
+    return DepthAttentionForCausalLM(config)
+
+
+@pytest.mark.parametrize("set_fields", [_set_by_keyword, _set_by_assignment, _set_by_update])
+def test_fields_set_after_the_constructor_are_checked_when_a_model_is_built(tmp_path, set_fields):
+    tiny_model().save_pretrained(tmp_path)
+    with pytest.warns(FutureWarning, match="old name"):
+        assert set_fields(tmp_path, cross_layer="none").config.cross_layer == "vanilla"
+    with pytest.raises(ValueError, match="got 'depth_atention' \\(did you mean 'depth_attention'\\?\\)"):
+        set_fields(tmp_path, cross_layer="depth_atention")
+    with pytest.raises(ValueError, match="depth_stride must be an integer >= 1"):
+        set_fields(tmp_path, depth_stride=0)
+    with pytest.raises(ValueError, match="num_attention_heads \\(4\\) must be divisible by num_key_value_heads"):
+        set_fields(tmp_path, num_key_value_heads=3)
+    assert set_fields(tmp_path, depth_stride=1).config.depth_stride == 1

@@ -565,3 +565,31 @@ def test_the_ladder_is_20_tokens_per_parameter_per_size_with_branches_and_priced
     smoke = Study.load("configs/study/ladder_smoke.toml")
     assert [smoke.cell_config(s, "moda", 0).train.steps for s in smoke.budget_settings(
         {"size": "8x256", "budget": "whole"})] == [75, 150, 300]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda text: text[: len(text) // 2], "is not valid JSON"),  # cut short
+    (lambda text: "", "is empty"),
+    (lambda text: json.dumps({"method": "vanilla", "val_loss": None}), "seed, val_loss missing"),  # another schema
+    (lambda text: "[1, 2]", "holds a JSON list, not an object"),
+])
+def test_a_damaged_result_is_named_left_out_of_reports_and_trained_again(tiny_data, tmp_path, capsys, damage,
+                                                                         message):
+    study = Study.load(write_study(tmp_path, tiny_data, seeds=[0]))
+    run_study(study)
+    path = study.result_path({}, "vanilla", 0)
+    whole = json.loads(path.read_text())
+    path.write_text(damage(path.read_text()))
+    capsys.readouterr()
+
+    write_report(study)  # --report-only: named, left out, the rest reported
+    err = capsys.readouterr().err
+    assert str(path) in err and message in err and "left out as missing" in err
+    assert [r["method"] for r in study.read_results()] == ["depth_attention"]
+    assert pending_cells(study) == [({}, "vanilla", 0)]
+
+    run_study(study)  # a run sets it aside, says so, and trains the cell again (resumed: the same numbers)
+    err = capsys.readouterr().err
+    assert f"moved aside to {path}.damaged; the cell trains again" in err
+    assert json.loads(path.read_text())["val_loss"] == whole["val_loss"]
+    assert (path.parent / (path.name + ".damaged")).exists()

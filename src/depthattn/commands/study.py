@@ -92,7 +92,7 @@ def status(study: Study, args: argparse.Namespace) -> None:
         print_status(study, make_executor(args, study), cells)
         return
     wanted = {study.result_path(*cell) for cell in wanted_cells(study, args)}
-    done = sum(study.result_path(*cell).exists() for cell in cells)
+    done = sum(study.has_result(*cell) for cell in cells)
     for cell in cells:
         path = study.result_path(*cell)
         if path.exists() or path in wanted:

@@ -56,7 +56,9 @@ for _name, _cls in (("vanilla", Vanilla), ("depth_attention", DepthAttention), (
 
 
 def build_method(config) -> CrossLayerMethod:
-    """The module of `config.cross_layer`: its parameters (none for `none` and `depth_attention`) and hooks."""
+    """The module of `config.cross_layer`: its parameters (none for `vanilla` and `depth_attention`) and hooks.
+    The config is checked again first: fields set after it was built skipped the constructor's checks."""
+    config.validate()
     return METHODS[config.cross_layer](config)
 
 

@@ -3,7 +3,6 @@ runs cells through `run_cell`, so a cell is the same wherever it trained."""
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -43,9 +42,9 @@ def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int |
     Under torch.distributed (torchrun, a Slurm job of several tasks) every process trains its share of each
     global batch, the study's `train.batch_size` split over the world; the first process then scores and writes
     the results, which record the world size, and the others return None."""
-    budgets = [s for s in study.budget_settings(setting) if not study.result_path(s, method, seed).exists()]
+    budgets = [s for s in study.budget_settings(setting) if not study.has_result(s, method, seed)]
     if not budgets:
-        return json.loads(study.result_path(setting, method, seed).read_text())
+        return study.read_result(setting, method, seed)
     if threads:
         torch.set_num_threads(threads)
     cfg = study.cell_config(setting, method, seed)
@@ -68,9 +67,9 @@ def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int |
     # each budget was written as it finished; one recorded by an earlier, interrupted process is written here
     recorded = read_json_object(run / BRANCHES) if study.branch_axis else {str(cfg.train.steps): {"folder": "."}}
     for steps, budget in by_steps.items():
-        if not study.result_path(budget, method, seed).exists():
+        if not study.has_result(budget, method, seed):
             write(steps, run / recorded[str(steps)]["folder"])
-    return json.loads(study.result_path(setting, method, seed).read_text())
+    return study.read_result(setting, method, seed)
 
 
 def write_result(study: Study, setting: dict, method: str, seed: int, folder: Path, run: Path, started: float,

@@ -284,7 +284,7 @@ def _progress(studies: list[Study]) -> str:
 
 # the index's columns: each method's paired difference from vanilla, then Depth-Attention's from value residual
 AGAINST_VANILLA = {"depth_attention": "DA − vanilla", "value_residual": "VR − vanilla",
-                   "value_embeddings": "VE − vanilla", "mudd": "MUDD − vanilla"}
+                   "value_embeddings": "VE − vanilla", "mudd": "MUDD − vanilla", "moda": "MoDA − vanilla"}
 DA_VR = "DA − VR"
 COLUMNS = [*AGAINST_VANILLA.values(), DA_VR]
 

@@ -27,7 +27,7 @@ def pending_cells(study: Study, seeds: list[int] | None = None, methods: list[st
     seeds = seeds or study.seeds
     methods = methods or study.methods
     return runs_of(study, [(setting, method, seed) for seed in seeds for setting in study.settings()
-                           for method in methods if not study.result_path(setting, method, seed).exists()])
+                           for method in methods if not study.has_result(setting, method, seed)])
 
 
 def uncertain_cells(study: Study) -> list[tuple]:
@@ -43,7 +43,7 @@ def uncertain_cells(study: Study) -> list[tuple]:
                    if c["pair"] == pair and c.get("diff_low", 0) < 0 < c.get("diff_high", 0) for m in pair]
         for method in dict.fromkeys([study.baseline, *unsure] if unsure else []):
             wanted += [(setting, method, s) for s in study.more_seeds
-                       if not study.result_path(setting, method, s).exists()]
+                       if not study.has_result(setting, method, s)]
     return runs_of(study, wanted)
 
 
@@ -52,6 +52,7 @@ def run_study(study: Study, executor=None, methods=None, seeds=None) -> bool:
     study's seeds, then the more-seed cells where an interval spans zero. False when cells are still out (a
     detached Slurm submission), so that round two waits for round one."""
     executor = executor or LocalExecutor()
+    study.set_aside_damaged()
     for path in {study.cell_config(s, study.methods[0], study.seeds[0]).data.path for s in study.settings()}:
         ensure_dataset(study, path)
     if study.start_from:  # the starting models first: cells of a seed share theirs

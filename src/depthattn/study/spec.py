@@ -6,10 +6,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
+import os
 import statistics
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..files import read_json_object
 from ..presets import METHOD_PRESETS
 from ..train import TrainConfig
 from ..train.config import read_toml
@@ -53,8 +57,8 @@ class Search:
         (None until every candidate cell of the search seeds is finished)."""
         ranking, missing = [], 0
         for method in self.candidates:
-            values = [json.loads(path.read_text())[self.metric] for seed in self.seeds
-                      if (path := study.result_path({}, method, seed)).exists()]
+            values = [result[self.metric] for seed in self.seeds
+                      if (result := study.read_result({}, method, seed)) is not None]
             missing += len(self.seeds) - len(values)
             if values:
                 ranking.append({"method": method, "seeds": len(values), "mean": statistics.fmean(values),
@@ -271,16 +275,69 @@ class Study:
         """The training config of the parent study's base-setting cell that `start_from` names."""
         return self.parent.cell_config({}, self.start_from, seed)
 
+    def has_result(self, setting: dict, method: str, seed: int) -> bool:
+        """Whether the cell has a whole result file (a damaged one counts as none)."""
+        path = self.result_path(setting, method, seed)
+        try:
+            return path.exists() and bool(load_result(path))
+        except ValueError:
+            return False
+
+    def read_result(self, setting: dict, method: str, seed: int) -> dict | None:
+        """The cell's result, or None when it has none; a damaged result file is named and left out (the cell counts
+        as missing: `set_aside_damaged` moves it away before a run trains the cell again)."""
+        path = self.result_path(setting, method, seed)
+        if not path.exists():
+            return None
+        try:
+            return load_result(path)
+        except ValueError as error:
+            print(f"note: {error}; the cell is left out as missing (`depthattn study` sets the file aside and trains "
+                  "the cell again)", file=sys.stderr)
+            return None
+
     def read_results(self) -> list[dict]:
         """The result of every finished cell of this study, with its setting."""
-        results = []
+        return [{**result, "setting": setting} for setting in self.settings() for method in self.methods
+                for seed in self.seeds + self.more_seeds
+                if (result := self.read_result(setting, method, seed)) is not None]
+
+    def set_aside_damaged(self) -> list[Path]:
+        """Move every damaged result file of the study to `<name>.damaged`, saying so, so that its cell trains again;
+        returns the new paths."""
+        moved = []
         for setting in self.settings():
             for method in self.methods:
                 for seed in self.seeds + self.more_seeds:
                     path = self.result_path(setting, method, seed)
-                    if path.exists():
-                        results.append({**json.loads(path.read_text()), "setting": setting})
-        return results
+                    if not path.exists():
+                        continue
+                    try:
+                        load_result(path)
+                    except ValueError as error:
+                        aside = path.with_name(path.name + ".damaged")
+                        os.replace(path, aside)
+                        print(f"{error}: moved aside to {aside}; the cell trains again", file=sys.stderr)
+                        moved.append(aside)
+        return moved
+
+
+# what every cell result holds, whatever else study/cell.py writes: which cell it is and its metric
+RESULT_KEYS = {"method": str, "seed": int, "val_loss": float}
+
+
+def load_result(path: Path) -> dict:
+    """A cell's result file, checked: a JSON object with every key of RESULT_KEYS, of its type, the loss finite.
+    A damaged file (cut short by a full disk or an interrupted copy, a bad merge, another program's JSON) raises
+    ValueError naming it and what is wrong."""
+    data = read_json_object(path)
+    wrong = [key for key, kind in RESULT_KEYS.items()
+             if not isinstance(data.get(key), (int, float) if kind is float else kind) or isinstance(data[key], bool)]
+    if wrong:
+        raise ValueError(f"{path} is not a cell result: {', '.join(wrong)} missing or of the wrong type")
+    if not math.isfinite(data["val_loss"]):
+        raise ValueError(f"{path} is not a cell result: val_loss is {data['val_loss']}")
+    return data
 
 
 # settings that change neither the model nor its training, so they do not enter a cell's key
