@@ -27,15 +27,35 @@ class NoSpaceLeft(OSError):
         return self.strerror
 
 
+def is_full_disk(error: BaseException) -> bool:
+    """ENOSPC, raised as an OSError or inside a library's own error (safetensors' SafetensorError and tokenizers'
+    Exception carry the OS message only)."""
+    if isinstance(error, OSError):
+        return error.errno == errno.ENOSPC
+    return os.strerror(errno.ENOSPC) in str(error)
+
+
+def human_bytes(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
+        count /= 1024
+    return ""
+
+
 @contextmanager
-def reporting_full_disk(folder: str | os.PathLike):
-    """Turn a full-disk OSError (ENOSPC) raised in the block into NoSpaceLeft naming `folder`."""
+def reporting_full_disk(folder: str | os.PathLike, needed: int | None = None):
+    """Turn a full disk in the block (ENOSPC, bare or wrapped by safetensors or tokenizers) into NoSpaceLeft naming
+    `folder`, its free space and, when the caller knows it, how much the write needs."""
     try:
         yield
-    except OSError as error:
-        if error.errno != errno.ENOSPC:
+    except Exception as error:
+        if not is_full_disk(error):
             raise
-        raise NoSpaceLeft(errno.ENOSPC, f"no space left on {folder}; free some space and run again") from error
+        free = shutil.disk_usage(folder).free if Path(folder).exists() else 0
+        want = f", this write needs about {human_bytes(needed)}" if needed else ""
+        raise NoSpaceLeft(errno.ENOSPC, f"no space left on {folder} ({human_bytes(free)} free{want}); free some "
+                                        "space and run again") from error
 
 
 def make_folder(path: str | os.PathLike, option: str = "folder") -> Path:
@@ -115,16 +135,17 @@ def atomic_write_json(path: str | os.PathLike, obj) -> None:
 
 
 @contextmanager
-def atomic_directory(path: str | os.PathLike):
+def atomic_directory(path: str | os.PathLike, needed: int | None = None):
     """Yield a temporary sibling directory to fill; on success it replaces `path` as a whole.
 
     An old `path` is renamed aside first and deleted after the swap, so that a crash at any moment leaves
-    the old or the new folder whole (the old one perhaps under a hidden temporary name)."""
+    the old or the new folder whole (the old one perhaps under a hidden temporary name). A full disk is
+    NoSpaceLeft naming the folder (and `needed`, the bytes the caller expects to write)."""
     path = Path(path)
     temp_dir = temporary_sibling(path)
     temp_dir.mkdir()
     try:
-        with reporting_full_disk(path.parent):
+        with reporting_full_disk(path.parent, needed):
             yield temp_dir
             for child in temp_dir.rglob("*"):
                 if child.is_file():

@@ -68,6 +68,19 @@ def nonfinite_tensors(state: dict[str, torch.Tensor]) -> list[str]:
     return [name for name, tensor in state.items() if tensor.is_floating_point() and not tensor.isfinite().all()]
 
 
+def state_bytes(*states) -> int:
+    """The bytes of the tensors in (nested) state dicts: about what writing them takes on disk."""
+    def walk(value):
+        if isinstance(value, torch.Tensor):
+            return value.numel() * value.element_size()
+        if isinstance(value, dict):
+            return sum(map(walk, value.values()))
+        if isinstance(value, (list, tuple)):
+            return sum(map(walk, value))
+        return 0
+    return sum(map(walk, states))
+
+
 def rng_state() -> dict:
     """Torch's generators (dropout, sampling); the data order has its own seeded generator."""
     state = {"torch": torch.get_rng_state()}
@@ -262,7 +275,7 @@ class CheckpointManager:
             return None
         path = self.folder(step)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_directory(path) as tmp:
+        with atomic_directory(path, needed=state_bytes(model_state, optim_state)) as tmp:
             save_model_files(tmp, unwrapped, model_state, self.tokenizer_path)
             torch.save({"step": step, "optimizer": optim_state, "scheduler": scheduler.state_dict(),
                         "data": batches.state_dict(), "rng": rng_state(), **extra}, tmp / TRAINER_STATE)
@@ -280,6 +293,6 @@ class CheckpointManager:
         state = full_model_state(model)
         if not is_main_process():
             return
-        with atomic_directory(self.out_dir / "final") as tmp:
+        with atomic_directory(self.out_dir / "final", needed=state_bytes(state)) as tmp:
             save_model_files(tmp, unwrapped, state, self.tokenizer_path)
             write_checksums(tmp)
