@@ -33,7 +33,8 @@ SERVED_NAME = "tiny-depth-attention"
 SERVERS = {"depth_attention": (dict(depth_stride=1, depth_impl="compiled"),
                                ["--continuous-batching", "--depth-impl", "reference",
                                 "--served-model-name", SERVED_NAME]),
-           "vanilla": (dict(cross_layer="vanilla"), [])}
+           "vanilla": (dict(cross_layer="vanilla"), []),
+           "moda": (dict(cross_layer="moda"), [])}
 
 
 def save_model_folder(folder, chat_template=None, **settings):
@@ -215,3 +216,11 @@ def test_transformers_server_loads_a_depthattn_folder(tmp_path):
     finally:
         manager.shutdown()
 
+
+
+def test_a_method_that_cannot_run_packed_sequences_refuses_continuous_batching(tmp_path, capsys):
+    from depthattn.cli import main
+
+    save_model_folder(tmp_path, cross_layer="moda")
+    assert main(["serve", str(tmp_path), "--continuous-batching"]) == 1
+    assert "--continuous-batching: MoDA's depth keys join the attention's softmax" in capsys.readouterr().err

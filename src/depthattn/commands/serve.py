@@ -12,7 +12,7 @@ from pathlib import Path
 from transformers.utils.import_utils import is_serve_available
 
 from ..compat import cb_worker_error, served_model, start_cb_worker, stop_generation
-from ..config import DepthAttentionConfig
+from ..config import METHODS, DepthAttentionConfig
 from ..inference import paged_cache_bytes, paged_cache_config
 from ..loading import check_saved_model, resolve_device
 from ..ops import DEPTH_IMPLS
@@ -76,6 +76,9 @@ def run(args) -> int:
     if not is_serve_available():
         raise ImportError('depthattn serve needs the serve extra: pip install "depthattn[serve]"')
     config = DepthAttentionConfig.from_pretrained(path)
+    refusal = METHODS[config.cross_layer].packed_refusal
+    if args.continuous_batching and refusal:
+        raise ValueError(f"--continuous-batching: {refusal}")
     blocks = paged_cache_blocks(args, config) if args.continuous_batching else None
 
     # uvicorn ends gracefully on SIGTERM and then raises the signal again with the handler it found: this one

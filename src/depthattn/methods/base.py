@@ -67,6 +67,7 @@ class CrossLayerMethod(nn.Module):
     config_fields: dict[str, ConfigField] = {}
     presets: dict[str, dict] = {}  # named variants: config fields over the method's defaults (depthattn.presets)
     vllm_refusal: str = ""  # why the vLLM plugin cannot serve the method, where its own words say it best
+    packed_refusal: str = ""  # why it cannot run packed sequences (continuous batching, flash varlen), if it cannot
 
     def __init__(self, config):
         super().__init__()

@@ -49,6 +49,8 @@ class MoDA(CrossLayerMethod):
         "processed: the key and value of each earlier step's attention and MLP slots (2 x 2 x Hkv x head_dim each)."
     )
 
+    packed_refusal = ("MoDA's depth keys join the attention's softmax, which packed-sequence attention (continuous "
+                      "batching, flash varlen) cannot take: run it without continuous batching")
     vllm_refusal = ("its depth keys and values join each attention's softmax beside the cached sequence, which "
                     "vLLM's paged-attention kernels cannot take")
 
@@ -91,6 +93,8 @@ class MoDA(CrossLayerMethod):
         states.more[MLP_SLOT, step] = (key.transpose(1, 2), value.transpose(1, 2))  # (B, Hkv, T, d)
 
     def attend(self, attention_fn, module, query, key, value, mask, step, states, position_embeddings, **kwargs):
+        if "cu_seq_lens_q" in kwargs:  # packed sequences: continuous batching's paged attention, flash varlen
+            raise ValueError(self.packed_refusal)
         if step == 0:
             return attention_fn(module, query, key, value, mask, **kwargs)
         keys, values = [], []
