@@ -10,7 +10,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from depthattn.data import DataError, TokenShards, document_split, prepare
-from depthattn.data.sources import iter_documents, resolve_sources
+from depthattn.data.sources import describe_sources, iter_documents, resolve_sources
 from tests.data.data_helpers import write_jsonl
 
 
@@ -21,11 +21,26 @@ def read_all(*inputs, **options):
 def test_missing_input_file_and_wrong_kinds_of_path(tmp_path):
     with pytest.raises(DataError, match="input file not found: .*missing.jsonl.*hf:NAME"):
         prepare([str(tmp_path / "missing.jsonl")], tmp_path / "out", progress=False)
-    with pytest.raises(DataError, match=f"input {tmp_path} is a directory"):
+    with pytest.raises(DataError, match=f"input folder {tmp_path} holds no files"):
         read_all(tmp_path)
     (tmp_path / "data.csv").write_text("a,b\n")
-    with pytest.raises(DataError, match="unsupported input file type: .*data.csv.*Use .txt"):
+    with pytest.raises(DataError, match="unsupported input file type: .*data.csv.*Use text"):
         read_all(tmp_path / "data.csv")
+    with pytest.raises(DataError, match="unsupported input file type: .*data.csv"):  # in a folder as well
+        read_all(tmp_path)
+
+
+def test_a_folder_is_its_files_in_sorted_order_and_a_file_without_extension_is_text(tmp_path):
+    folder = tmp_path / "texts"
+    (folder / "b").mkdir(parents=True)
+    (folder / "LICENSE").write_text("the licence")
+    (folder / "b" / "notes.md").write_text("some notes")
+    (folder / "a.jsonl").write_text('{"text": "a json document"}\n')
+    (folder / ".hidden").write_text("never read")
+    assert read_all(folder) == ["the licence", "a json document", "some notes"]  # LICENSE, a.jsonl, b/notes.md
+    # what the manifest records as the dataset's source: each file
+    assert describe_sources(resolve_sources([str(folder)])) == [
+        str(folder / "LICENSE"), str(folder / "a.jsonl"), str(folder / "b" / "notes.md")]
 
 
 @pytest.mark.parametrize(

@@ -189,3 +189,10 @@ def test_data_without_a_tokenizer_warns_and_generate_names_the_fix(tiny_data, tm
     assert main(["generate", str(tmp_path / "run" / "final"), "ROMEO.", "--max-new-tokens", "3",
                  "--tokenizer", str(tiny_data / "tokenizer")]) == 0
     assert capsys.readouterr().out.startswith("ROMEO.")
+
+
+def test_a_run_that_is_all_warmup_says_so(tiny_data, tmp_path, capsys):
+    assert main(train_args(tiny_data, tmp_path / "run", 2, 2, "--optim.warmup_steps", "2")) == 0
+    assert "warning: optim.warmup_steps (2) is not shorter than train.steps (2)" in capsys.readouterr().err
+    assert main(train_args(tiny_data, tmp_path / "other", 3, 3, "--optim.warmup_steps", "2")) == 0
+    assert "warmup_steps" not in capsys.readouterr().err

@@ -593,3 +593,18 @@ def test_a_damaged_result_is_named_left_out_of_reports_and_trained_again(tiny_da
     assert f"moved aside to {path}.damaged; the cell trains again" in err
     assert json.loads(path.read_text())["val_loss"] == whole["val_loss"]
     assert (path.parent / (path.name + ".damaged")).exists()
+
+
+def test_pricing_a_slurm_study_needs_no_slurm(tiny_data, tmp_path, capsys, monkeypatch):
+    from depthattn.commands.study import add_arguments, run
+    from depthattn.study import slurm
+
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: None)  # off a cluster
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    study = write_study(tmp_path, tiny_data)
+    assert run(parser.parse_args([str(study), "--executor", "slurm", "--dry-run"])) == 0
+    out = capsys.readouterr().out
+    assert "4 cells would run, as a Slurm job array" in out and "sbatch: " in out and "GPU-hours" in out
+    with pytest.raises(RuntimeError, match="needs sbatch and squeue on PATH"):
+        run(parser.parse_args([str(study), "--executor", "slurm", "--status"]))

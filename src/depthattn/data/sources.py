@@ -2,9 +2,10 @@
 
 What one document is, per input:
 - `embedded` (the default): one part of a work of the embedded Shakespeare corpus (corpus/README.md).
-- `FILE.txt`: UTF-8 text cut at blank lines into chunks of about `chunk_chars` characters, each
-  stripped of surrounding whitespace; a file shorter than that is one document. The file is read in
-  pieces, twice: once to count its characters (which place the cuts), once to cut it.
+- a folder: the files in it and below, in sorted order (hidden ones passed over), each as its extension says.
+- `FILE.txt` (also .md, .rst, .text, or no extension): UTF-8 text cut at blank lines into chunks of about
+  `chunk_chars` characters, each stripped of surrounding whitespace; a file shorter than that is one document.
+  The file is read in pieces, twice: once to count its characters (which place the cuts), once to cut it.
 - `FILE.jsonl`: one JSON object per line; the document is its string field `text_field`.
 - `FILE.parquet`: one row per document; the string column `text_field` (needs pyarrow).
 - `hf:NAME` or `hf:NAME:CONFIG`: one row per document of split `hf_split` of a Hugging Face
@@ -26,7 +27,9 @@ from .errors import DataError
 
 EMBEDDED = "embedded"
 HF_PREFIX = "hf:"
-FILE_KINDS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet"}
+# text files by their extension; a file without one (LICENSE, README) is text too
+FILE_KINDS = {".txt": "txt", ".md": "txt", ".rst": "txt", ".text": "txt", "": "txt", ".jsonl": "jsonl",
+              ".parquet": "parquet"}
 DEFAULT_CHUNK_CHARS = 25_000
 READ_BYTES = 1 << 20  # text files are read and decoded in pieces of this many bytes
 
@@ -60,15 +63,25 @@ def resolve_sources(inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> 
                     f"input file not found: {path}. Check the path; for a Hugging Face dataset write "
                     f"hf:NAME, for the built-in corpus write {EMBEDDED}."
                 )
-            if path.is_dir():
-                raise DataError(f"input {path} is a directory. Pass its files instead, e.g. {path}/*.jsonl.")
-            if path.suffix.lower() not in FILE_KINDS:
+            files = folder_files(path) if path.is_dir() else [path]
+            unsupported = [f for f in files if f.suffix.lower() not in FILE_KINDS]
+            if unsupported:
                 raise DataError(
-                    f"unsupported input file type: {path}. Use .txt (plain text), .jsonl (one JSON object "
-                    "per line) or .parquet."
+                    f"unsupported input file type: {', '.join(map(str, unsupported[:3]))}"
+                    f"{' and more' if len(unsupported) > 3 else ''}. Use text (.txt, .md, .rst or no extension), "
+                    ".jsonl (one JSON object per line) or .parquet."
                 )
-            sources.append(Source(FILE_KINDS[path.suffix.lower()], item))
+            sources += [Source(FILE_KINDS[f.suffix.lower()], str(f)) for f in files]
     return sources
+
+
+def folder_files(folder: Path) -> list[Path]:
+    """The files in `folder` and below, in sorted order, passing over hidden ones (names starting with a dot)."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file()
+                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    if not files:
+        raise DataError(f"input folder {folder} holds no files")
+    return files
 
 
 def describe_sources(sources: Sequence[Source]) -> list[str]:

@@ -135,8 +135,13 @@ class SlurmExecutor:
     def __init__(self, settings: SlurmSettings, out_dir: str | Path, poll_s: float = 30.0, wait: bool = True):
         self.settings, self.folder = settings, Path(out_dir) / "slurm"
         self.poll_s, self.wait = poll_s, wait
+
+    @staticmethod
+    def need_slurm():
+        """Submitting and asking the queue need Slurm's commands; describing and pricing cells do not."""
         if shutil.which("sbatch") is None or shutil.which("squeue") is None:
-            raise RuntimeError("the Slurm executor needs sbatch and squeue on PATH (run it on a Slurm login node)")
+            raise RuntimeError("the Slurm executor needs sbatch and squeue on PATH (run it on a Slurm login node; "
+                               "--dry-run prices a study anywhere)")
 
     def describe(self) -> str:
         s = self.settings
@@ -155,6 +160,7 @@ class SlurmExecutor:
 
     def queued(self) -> dict[str, str]:
         """Job id -> state of every job Slurm still holds (array tasks one by one)."""
+        self.need_slurm()
         out = subprocess.run(["squeue", "--array", "--noheader", "--format=%i|%T"], capture_output=True, text=True)
         if out.returncode:
             raise RuntimeError(f"squeue failed: {out.stderr.strip()}")
@@ -186,6 +192,7 @@ class SlurmExecutor:
         """Submit the cells that are neither finished nor queued as one job array; with `wait`, wait until every
         one has left the queue and report those that failed (the others go on regardless). True when all are
         finished. `fn(study, seed, threads)` instead submits one job per seed (a retrofitting study's starts)."""
+        self.need_slurm()
         submitit = _submitit()
         check_split(study, cells, self.settings.tasks)
         states = self.cell_states(study, cells) if fn is None else [

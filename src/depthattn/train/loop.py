@@ -88,6 +88,10 @@ def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_b
     torch.manual_seed(t.seed)
     train_shards = TokenShards(cfg.data.path, "train")
     val_shards = TokenShards(cfg.data.path, "val")
+    if world.is_main and cfg.optim.warmup_steps >= t.steps:
+        print(f"warning: optim.warmup_steps ({cfg.optim.warmup_steps}) is not shorter than train.steps ({t.steps}): "
+              "the learning rate rises for the whole run and never decays; lower optim.warmup_steps",
+              file=sys.stderr)
     if world.is_main and not train_shards.tokenizer_path.is_dir():
         print(f"warning: {cfg.data.path} holds no tokenizer ({train_shards.tokenizer_path} is missing), so the "
               "model folders this run writes have none: generate, eval and harness will need --tokenizer DIR",
