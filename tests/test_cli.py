@@ -98,3 +98,15 @@ def test_demo_quotes_the_study_from_its_committed_results():
            f"{sixteen['diff_high']:+.4f}], lower in {sixteen['wins']}/{sixteen['n']} seeds: {verdict(sixteen)}" in quote
     assert not any("(retrofit)" in line for line in quote)  # converted models are not this comparison
     assert study_quote(STEPS // 2) == [f"(the study's numbers are for {STEPS} steps; this run trained {STEPS // 2})"]
+
+
+def test_training_ends_with_a_summary_that_says_where_the_model_is_and_how_to_score_it(tiny_data, tmp_path, capsys):
+    from tests.faults.conftest import train_args
+
+    out_dir = tmp_path / "run"
+    assert main(train_args(tiny_data, out_dir, 4, 2, "--train.eval_every", "2")) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-4].startswith("done: 4 steps, ") and "last training loss" in out[-4]
+    assert out[-3].startswith("validation loss ") and "first 1 batches of the held-out split" in out[-3]
+    assert out[-2] == f"model: {out_dir / 'final'}" and (out_dir / "final" / "model.safetensors").exists()
+    assert out[-1] == f"score it on the whole held-out split: depthattn eval {out_dir / 'final'} --data {tiny_data}"

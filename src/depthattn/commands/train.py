@@ -10,6 +10,7 @@ import argparse
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from ..train import TrainConfig, TrainingInterrupted, train
 
@@ -23,16 +24,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """`depthattn train`; `args.overrides` are the command line's --section.key value pairs."""
     main = os.environ.get("RANK", "0") == "0"
+    cfg = TrainConfig.load(args.config, args.overrides)
     try:
-        summary = train(TrainConfig.load(args.config, args.overrides), resume=args.resume)
+        summary = train(cfg, resume=args.resume)
     except TrainingInterrupted as stopped:
         if main:
             resume = "" if stopped.complete else f"; resume with: {resume_command(args)}"
             print(f"depthattn train: {stopped}{resume}", file=sys.stderr, flush=True)
         return stopped.exit_status
     if main:
-        print({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()})
+        print(human_summary(cfg, summary))
     return 0
+
+
+def human_summary(cfg: TrainConfig, summary: dict) -> str:
+    """What the run did, where its model is, and how to score it on the whole held-out split."""
+    t, out_dir = cfg.train, Path(cfg.train.out_dir)
+    lines = [f"done: {summary['step']:,} steps"]
+    if "loss" in summary:
+        lines[0] += f", {summary['tokens']:,} tokens; last training loss {summary['loss']:.4f}"
+    if "val_loss" in summary:
+        lines.append(f"validation loss {summary['val_loss']:.4f} on the first {t.eval_batches} batches of the "
+                     f"held-out split (train.eval_batches)")
+    if "val_loss_whole_split" in summary:
+        lines.append(f"validation loss on the whole held-out split: {summary['val_loss_whole_split']:.4f}")
+    if t.branch_steps:
+        lines.append(f"every budget's model and loss: {out_dir / 'branches.json'}")
+    lines.append(f"model: {out_dir / 'final'}")
+    lines.append(f"score it on the whole held-out split: depthattn eval {shlex.quote(str(out_dir / 'final'))} "
+                 f"--data {shlex.quote(cfg.data.path)}")
+    return "\n".join(lines)
 
 
 def resume_command(args: argparse.Namespace) -> str:
