@@ -22,9 +22,14 @@ def test_demo_writes_models_plot_and_table(demo_dir, capsys):
 def test_demo_rerun_reuses_finished_work(demo_dir, capsys):
     assert main(["demo", "--out", str(demo_dir), "--steps", "2", "--eval-tokens", "8192"]) == 0
     out = capsys.readouterr().out
-    assert "reusing the prepared corpus" in out and out.count("finished earlier; reusing it") == 2
+    assert "reusing the prepared corpus" in out and out.count("finished earlier with these settings; reusing it") == 2
     assert "scored on the first 8,192 of" in out and "the study scores all of it" in out
     assert "| Depth-Attention |" in out and "| vanilla" in out
+
+
+def test_demo_never_reuses_a_model_trained_with_other_settings(demo_dir):
+    with pytest.raises(SystemExit, match="holds a run with other settings \\(train.steps was 2, now 3\\): remove"):
+        main(["demo", "--out", str(demo_dir), "--steps", "3", "--eval-tokens", "8192"])
 
 
 def test_demo_refuses_too_few_eval_tokens(tmp_path):

@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ..data import MANIFEST_NAME, TokenShards, prepare
 from ..evaluate.perplexity import TokenStream, compute_perplexity
 from ..evaluate.plots import plot_loss_curves, read_metrics
+from ..files import read_json_object
 from ..generate import sample
 from ..inference import cached_decoding_error, kv_cache_bytes
 from ..study import Study, format_interval, setting_differences, verdict
@@ -84,6 +85,20 @@ def study_quote(steps: int) -> list[str]:
     return lines
 
 
+def check_same_run(run_dir: Path, cfg: TrainConfig):
+    """A run folder the demo wrote before is reused (or resumed) only when it was trained with these settings."""
+    recorded = run_dir / "train_config.json"
+    if not recorded.exists():
+        return
+    before, now = read_json_object(recorded), cfg.to_dict()
+    changed = [f"{section}.{key} was {before.get(section, {}).get(key)!r}, now {value!r}"
+               for section, values in now.items() for key, value in values.items()
+               if before.get(section, {}).get(key) != value]
+    if changed:
+        raise SystemExit(f"depthattn demo: {run_dir} holds a run with other settings ({'; '.join(changed)}): "
+                         "remove that folder, or pass another --out")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/demo", help="output folder (default %(default)s)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per model")
@@ -109,10 +124,12 @@ def run(args: argparse.Namespace) -> int:
         run_dir = out / method
         print(f"[2/4] training {name} ({i + 1}/{len(METHODS)}) in {run_dir}: 8 layers x 128, {steps} steps "
               f"of 16 x 256 bytes, seed 0")
+        cfg = demo_config(data, run_dir, method, steps)
+        check_same_run(run_dir, cfg)
         if (run_dir / "final" / "model.safetensors").exists():
-            print("      finished earlier; reusing it")
+            print("      finished earlier with these settings; reusing it")
         else:
-            train(demo_config(data, run_dir, method, steps), resume=(run_dir / "checkpoints").is_dir())
+            train(cfg, resume=(run_dir / "checkpoints").is_dir())
 
     val = TokenShards(data, "val")
     scored_tokens = val if args.eval_tokens is None else TokenStream(val, max_length=args.eval_tokens)
