@@ -115,3 +115,12 @@ def test_training_ends_with_a_summary_that_says_where_the_model_is_and_how_to_sc
     assert out[-3].startswith("validation loss ") and "first 1 batches of the held-out split" in out[-3]
     assert out[-2] == f"model: {out_dir / 'final'}" and (out_dir / "final" / "model.safetensors").exists()
     assert out[-1] == f"score it on the whole held-out split: depthattn eval {out_dir / 'final'} --data {tiny_data}"
+
+
+def test_plot_draws_the_curves_of_run_folders(demo_dir, tmp_path, capsys):
+    out = tmp_path / "curves.png"
+    assert main(["plot", str(demo_dir / "vanilla"), str(demo_dir / "depth_attention" / "metrics.jsonl"),
+                 "--out", str(out)]) == 0
+    assert out.stat().st_size > 10_000 and f"plot: {out}" in capsys.readouterr().out
+    assert main(["plot", str(tmp_path), "--out", str(out)]) == 1
+    assert f"{tmp_path} holds no metrics.jsonl: pass a training run's folder" in capsys.readouterr().err

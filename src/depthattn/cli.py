@@ -23,6 +23,7 @@ COMMANDS = {  # name: (its module in depthattn.commands, its help line)
     "costs": ("costs", "parameters, extra FLOPs, activation I/O, KV cache and state of every method (paper Table 2)"),
     "convert": ("convert", "a Llama, Mistral, Qwen2, Qwen3 or reference Depth-Attention checkpoint into a depthattn "
                            "model"),
+    "plot": ("plot", "loss and learning-rate curves of training runs against tokens, as a PNG"),
     "serve": ("serve", "an OpenAI-compatible HTTP server for a model folder (transformers serve)"),
     "demo": ("demo", "train Depth-Attention and its vanilla twin on the embedded corpus"),
     "checksums": ("checksums", "record a model folder's checksums again after its text files (config, tokenizer, "

@@ -14,8 +14,19 @@ def read_metrics(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def plot_loss_curves(runs: dict[str, str | Path], out_png: str | Path, title: str = "") -> Path:
-    """One line per run for the training loss (thin) and validation loss (markers) against tokens seen."""
+def metrics_file(run: str | Path) -> Path:
+    """A run's metrics.jsonl, given the file or the run's folder."""
+    path = Path(run)
+    path = path / "metrics.jsonl" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"{run} holds no metrics.jsonl: pass a training run's folder (train.out_dir) or its "
+                                "metrics.jsonl")
+    return path
+
+
+def plot_loss_curves(runs: dict[str, str | Path], out_png: str | Path, title: str = "", lr: bool = False) -> Path:
+    """One line per run for the training loss (thin) and validation loss (markers) against tokens seen; with `lr`, a
+    second panel of the learning rate. `runs`: name -> a run's folder or its metrics.jsonl."""
     try:
         import matplotlib
 
@@ -23,20 +34,28 @@ def plot_loss_curves(runs: dict[str, str | Path], out_png: str | Path, title: st
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("plots need matplotlib: pip install 'depthattn[plot]'") from None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, (name, metrics_path) in enumerate(runs.items()):
-        records = read_metrics(metrics_path)
+    fig, axes = plt.subplots(1, 2 if lr else 1, figsize=(12 if lr else 7, 4.5), squeeze=False)
+    ax = axes[0][0]
+    for i, (name, run) in enumerate(runs.items()):
+        records = read_metrics(metrics_file(run))
         color = f"C{i}"
         # not the step-0 record (val_loss only) of a run started from a model
         steps = [r for r in records if "loss" in r]
         ax.plot([r["tokens"] for r in steps], [r["loss"] for r in steps], color=color, alpha=0.35, lw=1)
         val = [r for r in records if "val_loss" in r]
         ax.plot([r["tokens"] for r in val], [r["val_loss"] for r in val], "o-", color=color, label=f"{name} (val)")
+        if lr:
+            axes[0][1].plot([r["tokens"] for r in steps], [r["lr"] for r in steps], color=color, label=name)
     ax.set_xlabel("training tokens")
     ax.set_ylabel("cross-entropy (nats / token)")
     ax.set_title(title or "training (thin) and validation (markers) loss")
     ax.grid(alpha=0.3)
     ax.legend()
+    if lr:
+        axes[0][1].set_xlabel("training tokens")
+        axes[0][1].set_ylabel("learning rate")
+        axes[0][1].grid(alpha=0.3)
+        axes[0][1].legend()
     fig.tight_layout()
     return save_figure(fig, out_png)
 
