@@ -75,3 +75,24 @@ def test_repository_configs_load():
         study = Study.load(path)  # checks every setting's config
         for method in study.methods:
             study.cell_config(study.settings()[0], method, study.seeds[0])
+
+
+def test_train_help_lists_every_config_key_with_its_type_and_default(capsys):
+    import dataclasses
+
+    from depthattn.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    for section in dataclasses.fields(TrainConfig):
+        for name, value in dataclasses.asdict(section.default_factory()).items():
+            assert f"{section.name}.{name}" in out and repr(value) in out, name
+    assert "optim.warmup_steps                 int    20" in out and "--model.overrides.NAME" in out
+
+
+def test_a_key_of_another_section_is_named_with_its_section():
+    with pytest.raises(ValueError, match="unknown key 'warmup_steps' \\(it is 'optim.warmup_steps'"):
+        TrainConfig.load(None, ["--train.warmup_steps", "3"])
+    with pytest.raises(ValueError, match="unknown key 'lr' \\(it is 'optim.lr'"):
+        TrainConfig.from_dict({"train": {"lr": 1e-3}})

@@ -13,10 +13,15 @@ import sys
 from pathlib import Path
 
 from ..train import TrainConfig, TrainingInterrupted, train
+from ..train.config import config_keys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = "Any config value can be overridden: --optim.lr 3e-4 --train.steps 100"
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = ("Any config value can be overridden: --optim.lr 3e-4 --train.steps 100, and any field of the "
+                     "model's config as --model.overrides.NAME (e.g. --model.overrides.num_hidden_layers 8).\n"
+                     "Config keys (type, default):\n"
+                     + "\n".join(f"  {key:<34} {kind:<6} {default!r}" for key, kind, default in config_keys()))
     parser.add_argument("--config", help="a TOML training config (see configs/)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in train.out_dir")
 

@@ -270,8 +270,22 @@ def _parse_literal(text: str):
 
 
 def _unknown(message: str, key: str, known) -> str:
+    elsewhere = [f"{section.name}.{key}" for section in dataclasses.fields(TrainConfig)
+                 if key in typing.get_type_hints(section.default_factory)]
+    if elsewhere:
+        return message + f" (it is {' and '.join(map(repr, elsewhere))}: --{elsewhere[0]})"
     match = difflib.get_close_matches(key, list(known), 1)
     return message + (f" (did you mean {match[0]!r}?)" if match else f"; known: {', '.join(known)}")
+
+
+def config_keys() -> list[tuple[str, str, object]]:
+    """Every key of a training config as (section.key, type, default), from the config classes."""
+    keys = []
+    for section in dataclasses.fields(TrainConfig):
+        defaults = section.default_factory()
+        for name, hint in typing.get_type_hints(section.default_factory).items():
+            keys.append((f"{section.name}.{name}", hint.__name__, getattr(defaults, name)))
+    return keys
 
 
 def _positive(name: str, value):
