@@ -136,7 +136,9 @@ def test_streamed_chunks_join_to_the_text(servers, name):
     status, answer = servers[name].request(
         "/v1/completions", dict(prompt=PROMPTS[0], max_tokens=MAX_TOKENS, temperature=0, stream=True))
     assert status == 200
-    chunks = [json.loads(line.removeprefix("data: ")) for line in answer.decode().splitlines() if line.strip()]
+    lines = [line for line in answer.decode().splitlines() if line.strip()]
+    assert lines[-1] == "data: [DONE]" and lines.count("data: [DONE]") == 1  # OpenAI's end of a stream
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
     assert "".join(c["choices"][0]["text"] for c in chunks) == greedy_text(servers[name], PROMPTS[0])
     assert chunks[-1]["choices"][0]["finish_reason"] in ("length", "stop")
 

@@ -37,6 +37,9 @@ class BadRequest(ValueError):
         self.param, self.status = param, status
 
 
+DONE = b"data: [DONE]"
+
+
 class RequestChecks:
     """ASGI middleware in front of transformers' app: checks the JSON body of each generation request, answers a
     bad one with an OpenAI-style error, and passes a good one on, with `max_tokens` set to the room left in the
@@ -65,7 +68,7 @@ class RequestChecks:
         except BadRequest as error:
             return await _error_response(error)(scope, receive, send)
 
-        replayed, started, error_status, error_body = False, False, None, b""
+        replayed, started, error_status, error_body, streamed = False, False, None, b"", b""
 
         async def replay():  # the checked body once, then the client's own messages (a disconnect)
             nonlocal replayed
@@ -75,11 +78,15 @@ class RequestChecks:
             return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
 
         async def tracked_send(message):  # transformers' own errors, e.g. {"error": "..."} with 503, in OpenAI's shape
-            nonlocal started, error_status, error_body
+            nonlocal started, error_status, error_body, streamed
             if message["type"] == "http.response.start" and message["status"] >= 400:
                 error_status = message["status"]
             elif error_status is None:
                 started = True
+                if body.get("stream") and message["type"] == "http.response.body":
+                    streamed = (streamed + message.get("body", b""))[-64:]
+                    if not message.get("more_body") and DONE not in streamed:  # OpenAI's end of a stream
+                        message = {**message, "body": message.get("body", b"") + DONE + b"\n\n"}
                 await send(message)
             elif message["type"] == "http.response.body":
                 error_body += message.get("body", b"")
