@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     rows = {}
     for name, method in METHODS.items():
         model = AutoModelForCausalLM.from_pretrained(out / method / "final").eval()
-        scored = compute_perplexity(model, scored_tokens, block_size=256, tokenizer=tokenizer)
+        scored = compute_perplexity(model, scored_tokens, block_size=256, tokenizer=tokenizer, progress=True)
         prompt = tokenizer(PROMPT, return_tensors="pt").input_ids
         generated = model.generate(prompt, max_new_tokens=64, do_sample=False, return_dict_in_generate=True,
                                    pad_token_id=tokenizer.pad_token_id)
