@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from .files import NoSpaceLeft
 
@@ -33,6 +34,14 @@ TAKES_OVERRIDES = {"train"}  # commands that accept any config value as --sectio
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C outside training (which stops cleanly itself): no traceback
+        print("depthattn: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="depthattn", description="Depth-Attention language models")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
     for name, (module_name, help_line) in COMMANDS.items():
@@ -49,6 +58,15 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except (ValueError, FileNotFoundError, FileExistsError, ImportError, RuntimeError, NoSpaceLeft) as error:
         print(f"depthattn {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    except PermissionError as error:
+        print(f"depthattn {args.command}: error: permission denied: {error.filename}; check the permissions of "
+              f"{Path(error.filename).parent if error.filename else 'the folders it writes'} or choose another "
+              "folder", file=sys.stderr)
+        return 1
+    except OSError as error:  # what the system refused: a read-only file system, a path too long, ...
+        where = f": {error.filename}" if error.filename else ""
+        print(f"depthattn {args.command}: error: {error.strerror or error}{where}", file=sys.stderr)
         return 1
 
 

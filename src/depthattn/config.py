@@ -142,7 +142,8 @@ class DepthAttentionConfig(PreTrainedConfig):
         _reject_typos(kwargs, [*self.__dataclass_fields__, *fields])
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
-        if self.head_dim is None and isinstance(self.num_attention_heads, int) and self.num_attention_heads > 0:
+        if self.head_dim is None and all(isinstance(getattr(self, name), int) and getattr(self, name) > 0
+                                         for name in ("hidden_size", "num_attention_heads")):
             if self.hidden_size % self.num_attention_heads:
                 raise ValueError(
                     f"head_dim is not set and hidden_size ({self.hidden_size}) is not divisible by "

@@ -29,3 +29,44 @@ def test_harness_names_a_task_that_does_not_fit_the_context(tiny_run):
     with pytest.raises(ValueError, match=r"depthattn_shakespeare_mc \(up to (\d+) tokens\) score continuations longer "
                                          r"than the context of 8 tokens.*pass --max-length \1 or more"):
         run_harness(tiny_run / "final", tasks=["depthattn_shakespeare_mc"], max_length=8, limit=4)
+
+
+def test_a_read_only_file_system_is_one_line_naming_the_path(tiny_data, tmp_path, capsys):
+    from tests.faults.conftest import train_args
+    from tests.faults.test_full_disk import small_disk
+
+    with small_disk(tmp_path / "disk", "1m", options="ro") as disk:
+        assert main(train_args(tiny_data, disk / "run")) == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error == [f"depthattn train: error: Read-only file system: {disk / 'run'}"]
+
+
+def test_a_permission_error_is_one_line_naming_the_path(tmp_path, capsys, monkeypatch):
+    import depthattn.commands.costs as costs
+
+    def denied(args):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "run" / ".x.tmp"))
+
+    monkeypatch.setattr(costs, "run", denied)
+    assert main(["costs", "--preset", "3b"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"depthattn costs: error: permission denied: {tmp_path / 'run' / '.x.tmp'}; check the permissions of "
+        f"{tmp_path / 'run'} or choose another folder")
+
+
+def test_ctrl_c_outside_training_is_one_line(monkeypatch, capsys):
+    import depthattn.commands.costs as costs
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(costs, "run", interrupted)
+    assert main(["costs", "--preset", "3b"]) == 130
+    assert capsys.readouterr().err.strip() == "depthattn: interrupted"
+
+
+def test_a_model_field_of_the_wrong_type_is_named(tiny_data, tmp_path, capsys):
+    from tests.faults.conftest import train_args
+
+    assert main(train_args(tiny_data, tmp_path / "run", 2, 2, "--model.overrides.hidden_size", "abc")) == 1
+    assert "hidden_size must be a positive integer, got 'abc'" in capsys.readouterr().err
