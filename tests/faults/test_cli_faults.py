@@ -70,3 +70,20 @@ def test_a_model_field_of_the_wrong_type_is_named(tiny_data, tmp_path, capsys):
 
     assert main(train_args(tiny_data, tmp_path / "run", 2, 2, "--model.overrides.hidden_size", "abc")) == 1
     assert "hidden_size must be a positive integer, got 'abc'" in capsys.readouterr().err
+
+
+def test_a_section_that_is_a_value_is_named_even_with_overrides(tmp_path, capsys):
+    config = tmp_path / "bad.toml"
+    config.write_text('model = "tiny"\n')
+    assert main(["train", "--config", str(config), "--model.overrides.hidden_size", "32"]) == 1
+    assert "[model] must be a table of keys, got 'tiny'" in capsys.readouterr().err
+
+
+def test_a_prompt_that_is_not_utf8_is_named(tiny_data, tmp_path, capsys):
+    from tests.faults.conftest import train_args
+
+    assert main(train_args(tiny_data, tmp_path / "run", 1, 1)) == 0
+    capsys.readouterr()
+    prompt = b"caf\xe9 \xff".decode("utf-8", errors="surrogateescape")  # as such bytes in argv reach Python
+    assert main(["generate", str(tmp_path / "run" / "final"), prompt, "--max-new-tokens", "2"]) == 1
+    assert "the prompt is not valid UTF-8 text" in capsys.readouterr().err

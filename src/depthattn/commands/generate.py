@@ -25,6 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError:  # bytes the terminal's encoding could not decode reach Python as lone surrogates
+        raise ValueError("the prompt is not valid UTF-8 text; pass it in UTF-8") from None
     print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed,
                         args.tokenizer, args.compile, args.depth_impl))
     return 0

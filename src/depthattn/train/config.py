@@ -243,6 +243,9 @@ def _apply_override(cls, data: dict, key: str, text: str):
         raise ValueError(_unknown(f"override --{key}: unknown section {section_name!r}", section_name, sections))
     hints = typing.get_type_hints(sections[section_name])
     section = data.setdefault(section_name, {})
+    if not isinstance(section, dict):
+        raise ValueError(f"[{section_name}] must be a table of keys, got {section!r}; e.g. [{section_name}] then one "
+                         "key = value per line")
     if section_name == "model" and name.startswith("overrides."):  # --model.overrides.depth_stride 3
         section.setdefault("overrides", {})[name.split(".", 1)[1]] = _parse_literal(text)
         return
