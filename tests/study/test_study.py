@@ -608,3 +608,30 @@ def test_pricing_a_slurm_study_needs_no_slurm(tiny_data, tmp_path, capsys, monke
     assert "4 cells would run, as a Slurm job array" in out and "sbatch: " in out and "GPU-hours" in out
     with pytest.raises(RuntimeError, match="needs sbatch and squeue on PATH"):
         run(parser.parse_args([str(study), "--executor", "slurm", "--status"]))
+
+
+def _slow_cell(study, setting, method, seed, threads=None):
+    import time
+
+    time.sleep(2)
+    (Path(study.out_dir) / f"{method}-{seed}").parent.mkdir(parents=True, exist_ok=True)
+    (Path(study.out_dir) / f"{method}-{seed}").write_text("trained")
+    return {"val_loss": 1.0, "seconds": 2.0}
+
+
+def test_sigterm_stops_a_study_of_several_workers_without_starting_queued_cells(tiny_data, tmp_path, monkeypatch):
+    import os
+    import signal
+    import threading
+
+    import depthattn.study.local as local
+
+    monkeypatch.setattr(local, "run_cell", _slow_cell)  # the forked workers run it too
+    study = Study.load(write_study(tmp_path, tiny_data, seeds=[0, 1, 2, 3]))
+    cells, before = pending_cells(study), signal.getsignal(signal.SIGTERM)
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    with pytest.raises(KeyboardInterrupt, match="stopped by SIGTERM"):
+        LocalExecutor(workers=2).run(study, cells)
+    trained = list(Path(study.out_dir).glob("*-*"))
+    assert 2 <= len(trained) < len(cells) == 8  # the running cells finish; the queued ones never start
+    assert signal.getsignal(signal.SIGTERM) == before  # the study's handler lasts only while its pool runs

@@ -4,6 +4,9 @@ GPUs)."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 
@@ -55,10 +58,36 @@ class LocalExecutor:
                 print(f"[{i}/{len(cells)}] {setting_label(cell[0]) or 'default'} {cell[1]} seed {cell[2]}", flush=True)
                 self._cell(study, cell)
             return True
-        with ProcessPoolExecutor(self.workers) as pool:
+        with ProcessPoolExecutor(self.workers) as pool, _sigterm_as_interrupt():
             futures = [pool.submit(self._cell, study, cell) for cell in cells]
-            for i, (cell, future) in enumerate(zip(cells, futures), 1):
-                result = future.result()
-                print(f"[{i}/{len(cells)}] {setting_label(cell[0]) or 'default'} {cell[1]} seed {cell[2]}: "
-                      f"val loss {result['val_loss']:.4f} ({result['seconds']:.0f} s)", flush=True)
+            try:
+                for i, (cell, future) in enumerate(zip(cells, futures), 1):
+                    result = future.result()
+                    print(f"[{i}/{len(cells)}] {setting_label(cell[0]) or 'default'} {cell[1]} seed {cell[2]}: "
+                          f"val loss {result['val_loss']:.4f} ({result['seconds']:.0f} s)", flush=True)
+            except BaseException:  # a failed cell, Ctrl-C or SIGTERM: no queued cell starts; running ones, which
+                pool.shutdown(wait=True, cancel_futures=True)  # got the signal too, stop at a checkpoint
+                raise
         return True
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt in the main thread while the pool runs, as Ctrl-C does, so that the study
+    stops (cancelling the queued cells) instead of dying and leaving its workers to go on alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous == signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
