@@ -69,7 +69,8 @@ def test_a_full_disk_says_so_and_leaves_no_temporary_files(dataset, tiny_data, m
     argv = ["prepare", "--input", str(dataset.parent / "docs.jsonl"), "--out", str(dataset), "--overwrite",
             "--tokenizer", str(tiny_data / "tokenizer"), "--shard-tokens", "200"]
     assert main(argv) == 1
-    assert f"error: no space left on {dataset.parent}; free some space" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"error: no space left on {dataset.parent} (" in err and " free); free some space and run again" in err
     assert FullDisk.room < 400 and snapshot(dataset.parent) == before  # it failed part-way
 
 
