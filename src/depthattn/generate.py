@@ -35,6 +35,11 @@ def sample(model, tokenizer, prompt: str, max_new_tokens: int, temperature: floa
            compile: str | None = None) -> str:
     torch.manual_seed(seed)
     ids = tokenizer(prompt, return_tensors="pt").input_ids if prompt else torch.tensor([[start_token_id(tokenizer)]])
+    context = model.config.max_position_embeddings
+    if ids.shape[1] + max_new_tokens > context:
+        raise ValueError(f"a prompt of {ids.shape[1]} tokens and {max_new_tokens} new ones exceed the model's context "
+                         f"of {context} tokens (max_position_embeddings): ask for at most "
+                         f"{max(context - ids.shape[1], 0)} new tokens")
     sampling = dict(do_sample=True, temperature=temperature, top_k=top_k) if temperature > 0 else dict(do_sample=False)
     if compile is not None:  # transformers compiles the decoding step when the cache is static
         sampling.update(cache_implementation="static", compile_config=compile_config(compile))

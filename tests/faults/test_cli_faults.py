@@ -87,3 +87,13 @@ def test_a_prompt_that_is_not_utf8_is_named(tiny_data, tmp_path, capsys):
     prompt = b"caf\xe9 \xff".decode("utf-8", errors="surrogateescape")  # as such bytes in argv reach Python
     assert main(["generate", str(tmp_path / "run" / "final"), prompt, "--max-new-tokens", "2"]) == 1
     assert "the prompt is not valid UTF-8 text" in capsys.readouterr().err
+
+
+def test_generating_past_the_models_context_is_refused_with_the_room_left(tiny_data, tmp_path, capsys):
+    from tests.faults.conftest import train_args
+
+    assert main(train_args(tiny_data, tmp_path / "run", 1, 1, "--model.max_position_embeddings", "64")) == 0
+    capsys.readouterr()
+    assert main(["generate", str(tmp_path / "run" / "final"), "", "--max-new-tokens", "100000"]) == 1
+    assert ("a prompt of 1 tokens and 100000 new ones exceed the model's context of 64 tokens "
+            "(max_position_embeddings): ask for at most 63 new tokens") in capsys.readouterr().err
