@@ -97,3 +97,18 @@ def test_generating_past_the_models_context_is_refused_with_the_room_left(tiny_d
     assert main(["generate", str(tmp_path / "run" / "final"), "", "--max-new-tokens", "100000"]) == 1
     assert ("a prompt of 1 tokens and 100000 new ones exceed the model's context of 64 tokens "
             "(max_position_embeddings): ask for at most 63 new tokens") in capsys.readouterr().err
+
+
+def test_files_that_are_folders_or_not_utf8_are_named(tiny_run, tmp_path, capsys):
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("café au lait".encode("latin-1"))
+    cases = [
+        (["train", "--config", str(tmp_path)], f"training config {tmp_path} is a folder, not a file"),
+        (["train", "--config", str(latin1)], f"{latin1} is not UTF-8 text, so not a TOML file"),
+        (["eval", str(tiny_run / "final"), "--text", str(tmp_path)], f"text file {tmp_path} is a folder, not a file"),
+        (["eval", str(tiny_run / "final"), "--text", str(latin1)], f"{latin1} is not UTF-8 text (byte 3)"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 1, argv
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and message in error[0], (argv, error)

@@ -190,6 +190,13 @@ def compute_perplexity(model, tokens, block_size: int, stride: int | None = None
     return result
 
 
+def read_utf8(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not UTF-8 text (byte {error.start}); convert it, e.g. iconv -t UTF-8") from None
+
+
 def encode_texts(tokenizer, texts: Sequence[str]) -> np.ndarray:
     """The tokens of each text followed by EOS, as `prepare` writes documents (no start token)."""
     pieces = []
@@ -242,9 +249,10 @@ def evaluate_perplexity(
         paths = [Path(p) for p in text]
         for path in paths:
             if not path.is_file():
-                raise FileNotFoundError(f"text file {path} does not exist; pass existing UTF-8 text files to --text")
+                problem = "is a folder, not a file" if path.is_dir() else "does not exist"
+                raise FileNotFoundError(f"text file {path} {problem}; pass existing UTF-8 text files to --text")
         tok = find_tokenizer(model_path, tokenizer)
-        texts = [path.read_text(encoding="utf-8") for path in paths]
+        texts = [read_utf8(path) for path in paths]
         source, described = encode_texts(tok, texts), {"text": [str(p) for p in paths]}
         if len(source) == len(paths):  # only the EOS after each file
             raise ValueError(f"{', '.join(map(str, paths))} hold no text, so there is nothing to score; "

@@ -198,9 +198,12 @@ def read_toml(path: str | Path, kind: str, examples: str) -> dict:
     """The tables of a TOML file, with errors that name the file."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{kind} {path} does not exist; see {examples} for examples")
+        problem = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise FileNotFoundError(f"{kind} {path} {problem}; see {examples} for examples")
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text, so not a TOML file; see {examples} for examples") from None
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{path} is not valid TOML: {error}") from None
 
