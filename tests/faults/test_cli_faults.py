@@ -112,3 +112,11 @@ def test_files_that_are_folders_or_not_utf8_are_named(tiny_run, tmp_path, capsys
         assert main(argv) == 1, argv
         error = capsys.readouterr().err.strip().splitlines()
         assert len(error) == 1 and message in error[0], (argv, error)
+
+
+def test_a_depth_map_out_that_is_a_file_is_named(tiny_run, tiny_data, tmp_path, capsys):
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    assert main(["depth-map", str(tiny_run / "final"), "--data", str(tiny_data), "--out", str(blocker),
+                 "--samples", "1", "--seq-len", "16"]) == 1
+    assert f"--out {blocker} cannot be made: {blocker} is a file, not a folder" in capsys.readouterr().err

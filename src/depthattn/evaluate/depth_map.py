@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..data.shards import TokenShards
-from ..files import atomic_write_json
+from ..files import atomic_write_json, make_folder
 from ..loading import check_data_vocab, check_model_dir, load_model, model_dtype_name, run_metadata
 from ..methods import DepthAttention
 from .plots import plot_depth_map
@@ -136,8 +136,7 @@ def compute_depth_map(
 
 def write_depth_map(result: dict, out_dir: str | os.PathLike, title: str | None = None) -> tuple[Path, Path]:
     """depth_map.json (atomic) and depth_map.png in `out_dir`."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_folder(out_dir, "--out")
     json_path = out_dir / "depth_map.json"
     atomic_write_json(json_path, result)
     matrix = np.asarray(result["matrix"])
