@@ -66,7 +66,10 @@ def one_request(server: Server, kind: str, prompt: str, max_tokens: int, context
         if status != 200:
             return f"status {status}: {answer[:200]!r}"
         if kind == "good stream":
-            chunks = [json.loads(line.removeprefix("data: ")) for line in answer.decode().splitlines() if line.strip()]
+            events = [line.removeprefix("data: ") for line in answer.decode().splitlines() if line.strip()]
+            if events[-1:] != ["[DONE]"]:
+                return f"stream does not end with data: [DONE]: {events[-1:]}"
+            chunks = [json.loads(event) for event in events[:-1]]
             text = "".join(c["choices"][0]["text"] for c in chunks)
         else:
             text = json.loads(answer)["choices"][0]["text"]
@@ -91,7 +94,7 @@ def run_load(server: Server, clients: int, seconds: float, prompts: list[str], e
             kind = rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
             try:
                 outcome = one_request(server, kind, rng.choice(prompts), max_tokens, context, expected)
-            except OSError as error:
+            except Exception as error:  # a client that dies would hide its failure: count it instead
                 outcome = f"{type(error).__name__}: {error}"
             with lock:
                 counts[kind, outcome == "ok"] += 1

@@ -182,13 +182,13 @@ def test_bad_request_is_a_4xx_with_a_message(servers, case):
 
 
 def test_serving_benchmark_measures_both_servers_in_alternating_rounds(servers):
-    work = dict(warmup=1, rounds=2, prompt_tokens=3, requests=1, max_tokens=2)
+    work = dict(warmup=1, rounds=2, prompt_tokens=3, requests=1, max_tokens=6)
     result = benchmarks.serving.measure(servers, 2, work, list(WORDS), random.Random(0))
     for name in SERVERS:
         assert result[name]["requests"] == 4 and result[name]["tokens_per_s"]["n"] == 2
         assert result[name]["tokens_per_s"]["median"] > 0 and result[name]["latency_p99_s"] > 0
-        if sys.platform == "linux":  # server CPU time from /proc
-            assert result[name]["tokens_per_cpu_s"]["n"] == 2 and result[name]["tokens_per_cpu_s"]["median"] > 0
+        if sys.platform == "linux":  # server CPU time from /proc, in clock ticks: a round too short to tick is left out
+            assert 1 <= result[name]["tokens_per_cpu_s"]["n"] <= 2 and result[name]["tokens_per_cpu_s"]["median"] > 0
     assert result["ratio"]["n"] == 2 and result["goal_met"] == (result["ratio"]["median"] >= 0.98)
     table = benchmarks.serving.markdown({"command": "test", "results": {2: result}})
     assert table.splitlines()[-1].startswith("| 2 | ")
