@@ -1,6 +1,10 @@
+from pathlib import Path
+
 import pytest
 
+from depthattn.study import Study
 from depthattn.train import MODEL_PRESETS, TrainConfig
+from depthattn.train.config import SHIPPED_CONFIGS, config_path
 
 
 def write(tmp_path, text):
@@ -96,3 +100,20 @@ def test_a_key_of_another_section_is_named_with_its_section():
         TrainConfig.load(None, ["--train.warmup_steps", "3"])
     with pytest.raises(ValueError, match="unknown key 'lr' \\(it is 'optim.lr'"):
         TrainConfig.from_dict({"train": {"lr": 1e-3}})
+
+
+def test_configs_resolve_to_the_installed_copy_outside_a_checkout(tmp_path, monkeypatch):
+    """A pip install has no configs/ folder: `configs/...` then reads the copy shipped in the package (the link
+    src/depthattn/configs, packaged by pyproject's package-data), extends included; other paths are left alone."""
+    repo_configs = Path(__file__).parents[2] / "configs"
+    shipped = sorted(p.relative_to(SHIPPED_CONFIGS) for p in SHIPPED_CONFIGS.rglob("*.toml"))
+    assert shipped == sorted(p.relative_to(repo_configs) for p in repo_configs.rglob("*.toml"))
+    monkeypatch.chdir(tmp_path)
+    assert config_path("configs/tiny.toml") == SHIPPED_CONFIGS / "tiny.toml"
+    assert TrainConfig.load("configs/tiny.toml") == TrainConfig.load(repo_configs / "tiny.toml")
+    assert Study.load("configs/study/moda.toml").parent is not None  # moda extends core
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "tiny.toml").write_text('[train]\nsteps = 3\n')
+    assert TrainConfig.load("configs/tiny.toml").train.steps == 3  # a local file wins
+    with pytest.raises(FileNotFoundError, match="configs/nope.toml does not exist"):
+        TrainConfig.load("configs/nope.toml")

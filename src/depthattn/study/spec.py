@@ -16,7 +16,7 @@ from pathlib import Path
 from ..files import read_json_object
 from ..presets import METHOD_PRESETS
 from ..train import TrainConfig
-from ..train.config import read_toml
+from ..train.config import config_path, read_toml
 
 STEPS_FRACTION = "train.steps_fraction"  # an axis key: a fraction of the setting's train.steps (budget ladders)
 
@@ -94,7 +94,7 @@ class Study:
 
     @classmethod
     def load(cls, path: str | Path) -> Study:
-        path = Path(path)
+        path = config_path(path)
         data = read_toml(path, "study config", "configs/study/")
         unknown = set(data) - {"study", "axes", "datasets", "base", "slurm"}
         if unknown:

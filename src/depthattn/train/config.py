@@ -188,10 +188,24 @@ class TrainConfig:
 
     @classmethod
     def load(cls, path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
-        data = read_toml(path, "training config", "configs/") if path is not None else {}
+        data = read_toml(config_path(path), "training config", "configs/") if path is not None else {}
         for key, value in _pairs(overrides):
             _apply_override(cls, data, key, value)
         return cls.from_dict(data, source=str(path or "config"))
+
+
+SHIPPED_CONFIGS = Path(__file__).parent.parent / "configs"  # the checkout's configs/, installed with the package
+
+
+def config_path(path: str | Path) -> Path:
+    """`path`; where it is absent and reads `configs/...`, the copy installed with the package, so the documented
+    commands also work from a pip install, which has no checkout."""
+    path = Path(path)
+    if not path.exists() and not path.is_absolute() and path.parts[:1] == ("configs",):
+        shipped = SHIPPED_CONFIGS.joinpath(*path.parts[1:])
+        if shipped.is_file():
+            return shipped
+    return path
 
 
 def read_toml(path: str | Path, kind: str, examples: str) -> dict:
