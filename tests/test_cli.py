@@ -1,5 +1,9 @@
 """The command line, end to end: the demo (at a few steps), generate, and errors for bad input."""
 
+import ast
+import subprocess
+import sys
+
 import pytest
 
 from depthattn.cli import main
@@ -124,3 +128,19 @@ def test_plot_draws_the_curves_of_run_folders(demo_dir, tmp_path, capsys):
     assert out.stat().st_size > 10_000 and f"plot: {out}" in capsys.readouterr().out
     assert main(["plot", str(tmp_path), "--out", str(out)]) == 1
     assert f"{tmp_path} holds no metrics.jsonl: pass a training run's folder" in capsys.readouterr().err
+
+
+OPTIONAL_EXTRAS = ("matplotlib", "lm_eval", "uvicorn", "fastapi", "pyarrow", "tensorboard", "submitit", "datasets",
+                   "vllm", "triton", "wandb")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["study", "--help"], ["serve", "--help"]])
+def test_help_imports_no_optional_extra_beyond_the_package(argv):
+    """`depthattn --help` costs what `import depthattn` costs (torch and transformers' modeling_utils, which its
+    registration with the Auto classes needs: 3.7 s on the idle 2-core EPYC VM, of which torch is 1.3 s); the CLI
+    must not add an extra's import on top (each command imports its extras where it runs)."""
+    code = ("import sys, depthattn.cli\ntry:\n    depthattn.cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules}))")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
+    loaded = set(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+    assert "usage: depthattn" in done.stdout and not loaded & set(OPTIONAL_EXTRAS), loaded & set(OPTIONAL_EXTRAS)
