@@ -8,10 +8,12 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from depthattn import METHOD_PRESETS, DepthAttentionConfig
+from depthattn.cli import main
 from depthattn.config import ConfigField, method_fields
 from depthattn.evaluate.costs import method_costs
 from depthattn.methods import INFERENCE_STATE, METHODS, count_parameters, register, unregister
 from depthattn.train import TrainConfig, train
+from depthattn.vllm import check_servable
 
 from ..helpers import prefill_then_decode, tiny_config, tiny_model
 from .toy_method import ToyValueGain
@@ -83,3 +85,32 @@ def test_register_then_unregister_leaves_no_trace():
     with pytest.raises(ValueError, match=r"another method has: \['depth_stride'\]"):
         register("clash", clash)
     assert "clash" not in METHODS
+
+
+def test_vllm_serves_or_refuses_a_registered_method_by_its_own_hooks(toy):
+    check_servable(tiny_config(cross_layer=toy), ranks=2)  # no file names the toy, yet vLLM's check lets it through
+
+    class Unservable(ToyValueGain):
+        config_fields = {}  # the toy's field stays the toy's
+        vllm_refusal = "its gains live on another planet"
+
+    register("toy_unservable", Unservable)
+    try:
+        with pytest.raises(ValueError, match="cross_layer='toy_unservable' cannot be served by vLLM.*: its gains "
+                                             "live on another planet; vLLM serves vanilla, .*toy[,.]"):
+            check_servable(tiny_config(cross_layer="toy_unservable"), ranks=1)
+    finally:
+        unregister("toy_unservable")
+    config = tiny_config(cross_layer="depth_attention")
+    with pytest.raises(ValueError, match=f"tensor_parallel_size={config.num_key_value_heads + 1} > num_key_value"):
+        check_servable(config, ranks=config.num_key_value_heads + 1)  # a method's own sharding rule
+    with pytest.raises(ValueError, match="cannot be served by vLLM.*residual stream"):
+        check_servable(tiny_config(cross_layer="mhc"), ranks=1)
+
+
+def test_convert_takes_every_registered_method_field(toy, tmp_path, capsys):
+    tiny_model(cross_layer="vanilla").save_pretrained(tmp_path / "src")
+    assert main(["convert", str(tmp_path / "src"), str(tmp_path / "out"), "--cross-layer", toy,
+                 "--toy-gain-init", "1"]) == 0
+    assert "cross_layer=toy, toy_gain_init=1.0" in capsys.readouterr().out
+    assert DepthAttentionConfig.from_pretrained(tmp_path / "out").toy_gain_init == 1.0

@@ -4,14 +4,15 @@ depthattn model folder."""
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 from pathlib import Path
 
-from ..config import METHODS
+from ..config import METHODS, method_fields
 from ..convert import TOKENIZER_FILES
 from ..files import atomic_directory, check_checksums, write_checksums
-from ..methods.depth_attention import DEPTH_MIX_RULES
 from ..modeling import DepthAttentionForCausalLM
+from ..train.config import parse_literal
 
 
 def add_arguments(parser: argparse.ArgumentParser):
@@ -20,21 +21,32 @@ def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("out", metavar="OUT_DIR", help="the converted model folder (must not exist)")
     parser.add_argument("--cross-layer", choices=METHODS,
                         help="default: a reference checkpoint's own method, else depth_attention")
-    parser.add_argument("--depth-stride", type=int, help="default: a reference checkpoint's, else half the depth")
-    parser.add_argument("--depth-window", type=int)
-    parser.add_argument("--depth-mix", choices=DEPTH_MIX_RULES)
-    parser.add_argument("--depth-score-bias", action="store_true", default=None,
-                        help="add the learned score bias (docs/method.md#variants)")
-    parser.add_argument("--depth-self-bias-init", type=float,
-                        help="with --depth-score-bias: initial bias of each layer's own entry; 30 starts the "
-                             "converted model as the source (docs/method.md#retrofitting)")
+    fields = parser.add_argument_group(
+        "method settings", "any registered method's config field (docs/method.md); default: a reference "
+        "checkpoint's own, else the method's default; a value is read as TOML (2, 0.5, true, \"uniform\" or uniform)")
+    for name, field in method_fields().items():
+        switch = isinstance(field.default, bool)  # --depth-score-bias alone means true
+        fields.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_reader(field.default), metavar="VALUE",
+                            nargs="?" if switch else None, const=True if switch else None,
+                            help=_first_sentence(field.doc).replace("%", "%%") + f" (default {field.default!r})")
+
+def _first_sentence(text: str) -> str:
+    return re.split(r"(?<=[a-z)`])\. (?=[A-Z`])", text)[0].rstrip(".")
+
+
+def _reader(default):
+    """parse_literal, with an integer taken as a float where the field's default is one (30 -> 30.0)."""
+    def read(text: str):
+        value = parse_literal(text)
+        return float(value) if isinstance(default, float) and type(value) is int else value
+    return read
 
 
 def run(args: argparse.Namespace) -> int:
     src, out = Path(args.src), Path(args.out)
     if out.exists():
         raise FileExistsError(f"{out} already exists; remove it or choose another OUT_DIR")
-    names = ("cross_layer", "depth_stride", "depth_window", "depth_mix", "depth_score_bias", "depth_self_bias_init")
+    names = ("cross_layer", *method_fields())
     settings = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     check_checksums(src)  # where SRC_DIR records them (a depthattn folder)
     model = DepthAttentionForCausalLM.from_pretrained_decoder(src, **settings)
@@ -45,7 +57,6 @@ def run(args: argparse.Namespace) -> int:
                 shutil.copy(item, tmp / item.name)
         write_checksums(tmp)
     config = model.config
-    print(f"{out}: cross_layer={config.cross_layer}" + (
-        f", depth_stride={config.resolved_depth_stride}, depth_window={config.depth_window}"
-        if config.cross_layer == "depth_attention" else ""))
+    settings = METHODS[config.cross_layer].settings(config)
+    print(", ".join([f"{out}: cross_layer={config.cross_layer}", *(f"{k}={v!r}" for k, v in settings.items())]))
     return 0

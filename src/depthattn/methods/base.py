@@ -66,7 +66,7 @@ class CrossLayerMethod(nn.Module):
     reentrant_checkpointing_safe: bool = False
     config_fields: dict[str, ConfigField] = {}
     presets: dict[str, dict] = {}  # named variants: config fields over the method's defaults (depthattn.presets)
-    vllm_refusal: str = ""  # why the vLLM plugin cannot serve the method, where its own words say it best
+    vllm_refusal: str = ""  # why the vLLM plugin (depthattn.vllm) cannot serve the method; empty: it can
     packed_refusal: str = ""  # why it cannot run packed sequences (continuous batching, flash varlen), if it cannot
 
     def __init__(self, config):
@@ -147,6 +147,15 @@ class CrossLayerMethod(nn.Module):
         return stream
 
     @classmethod
+    def settings(cls, config) -> dict:
+        """The method's config fields as the model runs them (defaults resolved), for messages and records."""
+        return {name: getattr(config, name) for name in cls.config_fields}
+
+    @classmethod
+    def check_tensor_parallel(cls, config, ranks: int):
+        """Raise, naming the fix, where the method cannot be split over `ranks` tensor-parallel ranks (vLLM)."""
+
+    @classmethod
     def extra_parameters(cls, config) -> int:
         """Parameters of the method (`count_parameters(model)["extra_over_vanilla"]`)."""
         return 0
@@ -179,6 +188,8 @@ class Residual(CrossLayerMethod):
     """
 
     inference_state = "none"
+    vllm_refusal = ("it changes the residual stream between layers, keeping earlier blocks' outputs per token "
+                    "(docs/method.md#baselines), and the vLLM model keeps vLLM's plain residual stream")
 
     def __init__(self, config):
         super().__init__(config)

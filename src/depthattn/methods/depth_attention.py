@@ -90,6 +90,17 @@ class DepthAttention(CrossLayerMethod):
     )
 
     @classmethod
+    def settings(cls, config):
+        return {**super().settings(config), "depth_stride": config.resolved_depth_stride}
+
+    @classmethod
+    def check_tensor_parallel(cls, config, ranks: int):
+        if ranks > config.num_key_value_heads:
+            raise ValueError(f"tensor_parallel_size={ranks} > num_key_value_heads={config.num_key_value_heads} would "
+                             "split the query group that Depth-Attention averages per KV head; take at most one rank "
+                             "per KV head")
+
+    @classmethod
     def check_config(cls, config):
         check_choice("depth_mix", config.depth_mix, DEPTH_MIX_RULES)
         check_choice("depth_mix_states", config.depth_mix_states, DEPTH_MIX_STATES)

@@ -47,6 +47,12 @@ class ValueEmbeddings(CrossLayerMethod):
     )
 
     @classmethod
+    def check_tensor_parallel(cls, config, ranks: int):
+        if ranks > 1:
+            raise ValueError("value_embeddings are not sharded across tensor-parallel ranks; serve it with "
+                             "tensor_parallel_size=1")
+
+    @classmethod
     def check_config(cls, config):
         pattern = config.value_embedding_pattern
         if pattern is None:

@@ -264,7 +264,7 @@ def _apply_override(cls, data: dict, key: str, text: str):
         raise ValueError(f"[{section_name}] must be a table of keys, got {section!r}; e.g. [{section_name}] then one "
                          "key = value per line")
     if section_name == "model" and name.startswith("overrides."):  # --model.overrides.depth_stride 3
-        section.setdefault("overrides", {})[name.split(".", 1)[1]] = _parse_literal(text)
+        section.setdefault("overrides", {})[name.split(".", 1)[1]] = parse_literal(text)
         return
     if name not in hints:
         raise ValueError(_unknown(f"override --{key}: unknown key {name!r}", name, hints))
@@ -282,7 +282,8 @@ def _apply_override(cls, data: dict, key: str, text: str):
         raise ValueError(f"override --{key}: {text!r} is not a valid {expected.__name__}") from None
 
 
-def _parse_literal(text: str):
+def parse_literal(text: str):
+    """A command-line value read as a TOML value (2, 0.5, true, "a"), or the text itself where it is none."""
     try:
         return tomllib.loads(f"x = {text}")["x"]
     except tomllib.TOMLDecodeError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from transformers import AutoConfig
 
 from ..config import DepthAttentionConfig
+from ..methods import METHODS
 
 ARCHITECTURE = "DepthAttentionForCausalLM"
 
@@ -22,3 +23,16 @@ def register():
     if ARCHITECTURE not in ModelRegistry.get_supported_archs():
         # the string form: vLLM imports the model only where it builds one
         ModelRegistry.register_model(ARCHITECTURE, f"depthattn.vllm.model:{ARCHITECTURE}")
+
+
+def check_servable(config: DepthAttentionConfig, ranks: int):
+    """Raise, with the method's own reason, where the vLLM model cannot serve `config` over `ranks`
+    tensor-parallel ranks (the methods' `vllm_refusal` and `check_tensor_parallel`)."""
+    method = METHODS[config.cross_layer]
+    if method.vllm_refusal:
+        served = ", ".join(name for name, other in METHODS.items() if not other.vllm_refusal)
+        raise ValueError(f"cross_layer={config.cross_layer!r} cannot be served by vLLM (depthattn.vllm): "
+                         f"{method.vllm_refusal}; vLLM serves {served}. `depthattn serve` serves every method.")
+    if config.hidden_act != "silu":
+        raise ValueError(f"hidden_act={config.hidden_act!r}: the vLLM model has the SwiGLU MLP only (silu)")
+    method.check_tensor_parallel(config, ranks)

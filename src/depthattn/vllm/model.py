@@ -31,31 +31,12 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
 from depthattn.config import DepthAttentionConfig
 from depthattn.depth import DepthState, DepthStates
-from depthattn.methods import METHODS, CrossLayerMethod, build_method
+from depthattn.methods import CrossLayerMethod, build_method
+from depthattn.vllm import check_servable
 
-SERVED_METHODS = ("vanilla", "depth_attention", "value_residual", "value_embeddings")
 # checkpoint name -> (parameter name, shard) for vLLM's fused projections
 STACKED = [(".q_proj", ".qkv_proj", "q"), (".k_proj", ".qkv_proj", "k"), (".v_proj", ".qkv_proj", "v"),
            (".gate_proj", ".gate_up_proj", 0), (".up_proj", ".gate_up_proj", 1)]
-
-
-def check_servable(config: DepthAttentionConfig):
-    if config.cross_layer not in SERVED_METHODS:
-        why = METHODS[config.cross_layer].vllm_refusal or (
-            "it changes the residual stream between layers, keeping earlier blocks' outputs per token "
-            "(docs/method.md#baselines), and this model keeps vLLM's plain residual stream")
-        raise ValueError(
-            f"cross_layer={config.cross_layer!r} cannot be served by vLLM (depthattn.vllm): {why}; vLLM serves "
-            f"{', '.join(SERVED_METHODS)}. `depthattn serve` serves every method.")
-    if config.hidden_act != "silu":
-        raise ValueError(f"hidden_act={config.hidden_act!r}: the vLLM model has the SwiGLU MLP only (silu)")
-    tp = get_tensor_model_parallel_world_size()
-    if config.cross_layer == "value_embeddings" and tp > 1:
-        raise ValueError("value_embeddings are not sharded across tensor-parallel ranks; serve it with "
-                         "tensor_parallel_size=1")
-    if config.cross_layer == "depth_attention" and tp > config.num_key_value_heads:
-        raise ValueError(f"tensor_parallel_size={tp} > num_key_value_heads={config.num_key_value_heads} would split "
-                         "the query group that Depth-Attention averages per KV head; take at most one rank per KV head")
 
 
 class DepthAttentionAttention(nn.Module):
@@ -148,7 +129,7 @@ class DepthAttentionModel(nn.Module):
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()
         config = self.config = vllm_config.model_config.hf_config
-        check_servable(config)
+        check_servable(config, get_tensor_model_parallel_world_size())
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size,
                                                    prefix=f"{prefix}.embed_tokens")
         self.layers = nn.ModuleList(DepthAttentionDecoderLayer(config, i, vllm_config, f"{prefix}.layers.{i}")
