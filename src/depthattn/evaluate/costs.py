@@ -4,7 +4,8 @@
 over vanilla), extra FLOPs per token, extra activation I/O per token, KV-cache bytes per token and the extra state
 held at a context (prefill) of `context` tokens. `depthattn costs --preset 3b` prints the paper's Table 2.
 
-Conventions (the paper's; with them its 3B numbers are reproduced to the printed precision, see `PAPER_TABLE_3B`):
+Conventions (the paper's; with them tests/evaluate/test_costs.py reproduces its 3B numbers to the printed
+precision):
 
 - Everything is per token and counted over the unrolled depth `L = num_hidden_layers * num_loops` (sublayers:
   `2L`); `D` = hidden size, `d_kv = num_key_value_heads * head_dim`.
@@ -55,15 +56,6 @@ def default_methods() -> list[str]:
     return list(METHODS)
 
 
-# the paper's Table 2: (extra FLOPs/token, extra I/O/token, extra state at a 128K prefill), 3B config.
-PAPER_TABLE_3B = {
-    "depth_attention": ("2.40e5", "282 KiB", "0 GiB"),
-    "denseformer": ("5.01e6", "4.97 MiB", "24.0 GiB"),
-    "attnres": ("4.26e6", "4.44 MiB", "4.0 GiB"),
-    "mhc": ("4.72e7", "8.63 MiB", "1.5 GiB"),
-}
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # parameters
 
@@ -83,11 +75,6 @@ def backbone_parameters(config: DepthAttentionConfig) -> int:
 def extra_parameters(config: DepthAttentionConfig) -> int:
     """Parameters of the cross-layer method (`count_parameters(model)["extra_over_vanilla"]`)."""
     return METHODS[config.cross_layer].extra_parameters(config)
-
-
-def depth_source_lists(config: DepthAttentionConfig) -> list[list[int]]:
-    """For every unrolled step, the earlier steps it reads inside attention, as the model chooses them."""
-    return METHODS[config.cross_layer].step_sources(config)
 
 
 def flop_terms(config: DepthAttentionConfig) -> list[FlopTerm]:

@@ -2,7 +2,7 @@
 one registry (`METHODS`, filled by `register`) that the config, the model, the costs and the inference-state table
 read.
 
-- `none`: the vanilla decoder; `depth_attention`: Depth-Attention (its mixing: `depthattn.depth`, `depthattn.ops`);
+- `vanilla`: the plain decoder; `depth_attention`: Depth-Attention (its mixing: `depthattn.depth`, `depthattn.ops`);
 - hidden-state baselines (a `Residual`: how sublayer outputs are combined into the stream):
   `denseformer`, `attnres`, `mhc`, `hyper_connections` (docs/method.md#baselines);
 - hidden-state relatives adopted since the paper: `mudd` (MUDDFormer);
