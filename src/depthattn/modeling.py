@@ -40,7 +40,6 @@ from .convert import decoder_to_depth_attention
 from .depth import DepthState, DepthStates
 from .methods import METHODS, CrossLayerMethod, build_method
 from .methods.base import rms_normalize
-from .ops import DEPTH_IMPLS
 from .ops.rotary import apply_rotary
 
 
@@ -248,18 +247,22 @@ class DepthAttentionPreTrainedModel(ModelBackports, PreTrainedModel):
                              "leave use_reentrant at its default, False")
         super()._activation_checkpointing_enable(activation_checkpointing_kwargs, every_n_layers, offload)
 
-    def set_depth_impl(self, depth_impl: str):
-        """Switch the depth mixing implementation (one of `depthattn.ops.DEPTH_IMPLS`) of a built model in place,
-        as `set_attn_implementation` switches attention: the weights and the outputs stay the same."""
-        if depth_impl not in DEPTH_IMPLS:
-            raise ValueError(f"depth_impl must be one of {', '.join(map(repr, DEPTH_IMPLS))}; got {depth_impl!r}")
+    def switch_method_field(self, name: str, value):
+        """Set a config field that changes how the cross-layer method computes, not what (its class's
+        `switchable_fields`, e.g. Depth-Attention's `depth_impl`), on a built model in place, as
+        `set_attn_implementation` switches attention: the weights and the outputs stay the same."""
+        method = METHODS[self.config.cross_layer]
+        if name not in method.switchable_fields:
+            switchable = ", ".join(method.switchable_fields) or "none"
+            raise ValueError(f"{name} is not a switchable field of cross_layer={self.config.cross_layer!r} "
+                             f"(switchable: {switchable})")
         config = copy.copy(self.config)
-        config.depth_impl = depth_impl
-        METHODS[config.cross_layer].check_config(config)  # e.g. the Triton kernels have no score bias
+        setattr(config, name, value)
+        method.check_config(config)  # its choices, and combinations it refuses (the Triton kernels have no bias)
         for module in self.modules():
             if isinstance(module, CrossLayerMethod):
-                module.use_depth_impl(depth_impl)
-        self.config.depth_impl = depth_impl
+                module.switch(name, value)
+        setattr(self.config, name, value)
 
     def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
         embeddings = super().resize_token_embeddings(*args, **kwargs)

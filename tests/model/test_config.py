@@ -4,6 +4,7 @@ from transformers import AutoModelForCausalLM
 
 from depthattn import DepthAttentionConfig, DepthAttentionForCausalLM
 from depthattn.ops.depth_mix import depth_mix_compiled, depth_mix_reference
+from depthattn.ops.moda import MODA_IMPLS
 from tests.helpers import tiny_config, tiny_model
 
 
@@ -49,23 +50,26 @@ def test_unknown_depth_impl_is_refused_when_the_model_is_built():
         DepthAttentionForCausalLM(tiny_config(depth_impl="cuda"))
 
 
-def test_set_depth_impl_switches_a_built_model_in_place():
+def test_switch_method_field_switches_a_built_model_in_place():
     model = DepthAttentionForCausalLM(tiny_config(depth_stride=1, depth_impl="compiled")).eval()
     ids = torch.tensor([[5, 6, 7, 8, 9]])
     with torch.no_grad():
         before = model(ids).logits
-    model.set_depth_impl("reference")
+    model.switch_method_field("depth_impl", "reference")
     assert model.config.depth_impl == "reference" and model.model.cross_layer.depth_mix is depth_mix_reference
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, before)
-    with pytest.raises(ValueError, match="depth_impl must be one of .*'reference'.*; got 'cuda'"):
-        model.set_depth_impl("cuda")
+    with pytest.raises(ValueError, match="depth_impl .*must be one of .*'reference'.*; got 'cuda'"):
+        model.switch_method_field("depth_impl", "cuda")
+    with pytest.raises(ValueError, match="depth_mix is not a switchable field of cross_layer='depth_attention' "
+                                         r"\(switchable: depth_impl\)"):
+        model.switch_method_field("depth_mix", "uniform")  # it changes what the model computes
 
 
-def test_set_depth_impl_refuses_a_combination_the_config_refuses_and_changes_nothing():
+def test_switch_method_field_refuses_a_combination_the_config_refuses_and_changes_nothing():
     model = DepthAttentionForCausalLM(tiny_config(depth_stride=1, depth_score_bias=True, depth_impl="compiled"))
     with pytest.raises(ValueError, match="not in the Triton kernels"):
-        model.set_depth_impl("triton")
+        model.switch_method_field("depth_impl", "triton")
     assert model.config.depth_impl == "compiled" and model.model.cross_layer.depth_mix is depth_mix_compiled
 
 
@@ -143,3 +147,15 @@ def test_fields_set_after_the_constructor_are_checked_when_a_model_is_built(tmp_
     with pytest.raises(ValueError, match="num_attention_heads \\(4\\) must be divisible by num_key_value_heads"):
         set_fields(tmp_path, num_key_value_heads=3)
     assert set_fields(tmp_path, depth_stride=1).config.depth_stride == 1
+
+
+def test_switch_method_field_switches_moda_between_its_reference_and_merged_forms():
+    model = DepthAttentionForCausalLM(tiny_config(cross_layer="moda")).eval()
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        before = model(ids).logits
+        model.switch_method_field("moda_impl", "merged")
+        torch.testing.assert_close(model(ids).logits, before, rtol=0, atol=1e-5)
+    assert model.config.moda_impl == "merged" and model.model.cross_layer.attend_with is MODA_IMPLS["merged"]
+    with pytest.raises(ValueError, match="depth_impl is not a switchable field of cross_layer='moda'"):
+        model.switch_method_field("depth_impl", "cpu")

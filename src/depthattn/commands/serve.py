@@ -86,9 +86,12 @@ def run(args) -> int:
     serve = build_server(args.model, continuous_batching=args.continuous_batching, compile=args.compile,
                          device=args.device, cb_num_blocks=blocks, host=args.host, port=args.port)
     served = served_model(serve, args.model)
-    if args.depth_impl is not None:
-        served.model.set_depth_impl(args.depth_impl)
+    if args.depth_impl is not None and "depth_impl" in METHODS[config.cross_layer].switchable_fields:
+        served.model.switch_method_field("depth_impl", args.depth_impl)
         print(f"depthattn serve: depth mixing through depth_impl={args.depth_impl!r}", file=sys.stderr, flush=True)
+    elif args.depth_impl is not None:
+        print(f"depthattn serve: cross_layer={config.cross_layer!r} mixes no depth; --depth-impl does nothing",
+              file=sys.stderr, flush=True)
     try:
         if args.continuous_batching:  # the paged cache now: a failure is a startup error, not a broken server
             try:

@@ -68,6 +68,9 @@ class CrossLayerMethod(nn.Module):
     presets: dict[str, dict] = {}  # named variants: config fields over the method's defaults (depthattn.presets)
     vllm_refusal: str = ""  # why the vLLM plugin (depthattn.vllm) cannot serve the method; empty: it can
     packed_refusal: str = ""  # why it cannot run packed sequences (continuous batching, flash varlen), if it cannot
+    # config fields that change how the method computes, not what (its kernels): a built model switches them in
+    # place (`DepthAttentionPreTrainedModel.switch_method_field`, through `switch` below)
+    switchable_fields: tuple[str, ...] = ()
 
     def __init__(self, config):
         super().__init__()
@@ -119,9 +122,9 @@ class CrossLayerMethod(nn.Module):
     def mlp_input(self, step: int, hidden: torch.Tensor, states: DepthStates):
         """Sees the normed input (B, T, D) of step `step`'s MLP; a method that hands it on keeps it in `states`."""
 
-    def use_depth_impl(self, depth_impl: str):
-        """Compute depth mixing with `depth_impl` (`depthattn.ops.DEPTH_IMPLS`) from now on; a method that mixes
-        no attention states ignores it."""
+    def switch(self, name: str, value):
+        """Compute with the config field `name` (one of `switchable_fields`) set to `value` from now on."""
+        raise NotImplementedError(f"{type(self).__name__} declares {name!r} switchable but does not switch it")
 
     # the plain residual stream: a (B, T, D) tensor
     def init(self, embeds: torch.Tensor):

@@ -88,6 +88,7 @@ class DepthAttention(CrossLayerMethod):
         "Across tokens: none; the KV cache has vanilla's size (mixed values in the value slots). Per token while "
         "it is processed: k and mixed v of its source layers (|S| KV-head vector pairs)."
     )
+    switchable_fields = ("depth_impl",)
 
     @classmethod
     def settings(cls, config):
@@ -147,8 +148,8 @@ class DepthAttention(CrossLayerMethod):
                 start[part.stop - 1] = self.self_bias_init
         init.copy_(self.learned_mix, start)
 
-    def use_depth_impl(self, depth_impl: str):
-        self.depth_mix = get_depth_mix(depth_impl)
+    def switch(self, name, value):
+        self.depth_mix = get_depth_mix(value)  # name: depth_impl
 
     @staticmethod
     def step_sources(config):

@@ -53,6 +53,7 @@ class MoDA(CrossLayerMethod):
                       "batching, flash varlen) cannot take: run it without continuous batching")
     vllm_refusal = ("its depth keys and values join each attention's softmax beside the cached sequence, which "
                     "vLLM's paged-attention kernels cannot take")
+    switchable_fields = ("moda_impl",)
 
     @classmethod
     def check_config(cls, config):
@@ -75,6 +76,9 @@ class MoDA(CrossLayerMethod):
         self.eps, self.std = config.rms_norm_eps, config.initializer_range
         self.mlp_kv = nn.Parameter(torch.empty(self.projected_layers(config), 2 * self.width, config.hidden_size))
         self.attend_with = MODA_IMPLS[config.moda_impl]
+
+    def switch(self, name, value):
+        self.attend_with = MODA_IMPLS[value]  # name: moda_impl
 
     def reset_parameters(self):
         init.normal_(self.mlp_kv, std=self.std)
