@@ -9,6 +9,7 @@ import datetime
 import json
 import os
 import platform
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import torch
@@ -19,7 +20,6 @@ import depthattn  # the package itself: registered with the Auto classes, and it
 from .convert import CONFIG_FIX, config_value, fields_behind, meta_shapes, saved_shapes
 from .data.tokenizer import load_tokenizer
 from .files import check_checksums, read_json_object
-from .train.checkpoint import nonfinite_tensors
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_CHOICES = (*DTYPES, "auto")
@@ -52,6 +52,13 @@ def resolve_device(device: str | None) -> torch.device:
     if resolved.type == "cuda" and (resolved.index or 0) >= torch.cuda.device_count():
         raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return resolved
+
+
+def nonfinite_tensors(tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> list[str]:
+    """Names of the floating-point tensors that hold a NaN or an infinity, of a state dict or of (name, tensor)
+    pairs (read one at a time, e.g. from a safetensors file)."""
+    pairs = tensors.items() if isinstance(tensors, Mapping) else tensors
+    return [name for name, tensor in pairs if tensor.is_floating_point() and not tensor.isfinite().all()]
 
 
 def _listed(names) -> str:

@@ -12,7 +12,7 @@ from safetensors import safe_open
 from ..config import DepthAttentionConfig
 from ..convert import check_shapes, meta_shapes, saved_shapes, weights_files
 from ..files import CHECKSUMS, damaged_weights, edited_files, recorded_checksums, write_checksums
-from ..loading import check_model_dir, check_model_type
+from ..loading import check_model_dir, check_model_type, nonfinite_tensors
 from ..modeling import DepthAttentionForCausalLM
 
 
@@ -60,14 +60,13 @@ def check_weights_fit(path: Path) -> None:
     if saved is None:  # weights in another format than safetensors: their checksums are all there is to check
         return
     check_shapes(saved, meta_shapes(DepthAttentionForCausalLM, config), config, str(path / "config.json"))
-    nonfinite = [name for file in weights_files(path) for name in nonfinite_tensors(file)]
+    nonfinite = [name for file in weights_files(path) for name in nonfinite_in_file(file)]
     if nonfinite:
         raise ValueError(f"{path} holds NaN or infinite weights in {', '.join(nonfinite[:5])}, so its checksums are "
                          "not recorded again: the run that wrote it diverged; use an earlier checkpoint")
 
 
-def nonfinite_tensors(file: Path) -> list[str]:
+def nonfinite_in_file(file: Path) -> list[str]:
     """The floating-point tensors of a safetensors file that hold a NaN or an infinity, read one at a time."""
     with safe_open(file, framework="pt") as weights:
-        return [name for name in weights.keys()
-                if (tensor := weights.get_tensor(name)).is_floating_point() and not tensor.isfinite().all()]
+        return nonfinite_tensors((name, weights.get_tensor(name)) for name in weights.keys())

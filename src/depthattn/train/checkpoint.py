@@ -41,6 +41,7 @@ from ..files import (
     temporary_sibling,
     write_checksums,
 )
+from ..loading import nonfinite_tensors
 from .config import TrainConfig
 
 STEP_DIR = re.compile(r"^step_(\d{8})$")
@@ -61,11 +62,6 @@ def full_model_state(model) -> dict[str, torch.Tensor]:
 
 def is_main_process() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
-
-
-def nonfinite_tensors(state: dict[str, torch.Tensor]) -> list[str]:
-    """Names of the floating-point tensors of `state` that hold a NaN or an infinity."""
-    return [name for name, tensor in state.items() if tensor.is_floating_point() and not tensor.isfinite().all()]
 
 
 def state_bytes(*states) -> int:
