@@ -1,10 +1,13 @@
 """Loading a saved model folder and its tokenizer for any command, and the metadata recorded with every result.
 
 Everything is read from local folders (`local_files_only`): evaluation never downloads a model or a tokenizer.
+Every command that reads a model folder opens it with `open_model`. This module imports nothing from train/:
+training depends on loading (its checkpoints' checks), never the reverse.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -110,6 +113,55 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
         raise ValueError(f"{path} holds NaN or infinite weights in {_listed(nonfinite)}: the run that wrote it "
                          "diverged; use an earlier checkpoint")
     return model.to(device).eval()
+
+
+@dataclasses.dataclass
+class OpenedModel:
+    """A model folder opened for a command (`open_model`): its path, the model in eval mode and, once found, its
+    tokenizer (checked against the model's vocabulary)."""
+
+    path: Path
+    model: transformers.PreTrainedModel
+    tokenizer: transformers.PreTrainedTokenizerBase | None = None
+
+    @property
+    def max_positions(self) -> int | None:
+        """The longest context the model takes (max_position_embeddings), if its config gives one."""
+        return max_positions_of(self.model.config)
+
+    def default_context_length(self) -> int:
+        """The training seq_len when the folder sits in a training run, else the model's max_position_embeddings."""
+        return default_context_length(self.path, self.max_positions)
+
+    def load_tokenizer(self, tokenizer: str | os.PathLike | None = None,
+                       fallbacks: tuple[str | os.PathLike, ...] = ()):
+        """The tokenizer (`find_tokenizer`: `tokenizer`, else the folder's, else the first of `fallbacks`), refused
+        when it has more ids than the model; kept as `self.tokenizer`."""
+        return self.use_tokenizer(find_tokenizer(self.path, tokenizer, fallbacks))
+
+    def use_tokenizer(self, tokenizer):
+        """`tokenizer` as `self.tokenizer`, once checked to have no more ids than the model."""
+        check_vocab(self.model, tokenizer)
+        self.tokenizer = tokenizer
+        return tokenizer
+
+
+def open_model(model_dir: str | os.PathLike, *, dtype: str = "float32", device: str | None = None,
+               depth_impl: str | None = None, tokenizer: str | os.PathLike | None = None,
+               with_tokenizer: bool = True) -> OpenedModel:
+    """A saved model folder opened the way every command that reads one needs it: the folder checked
+    (`check_model_dir`), its tokenizer found before the weights are read (`tokenizer`, else the folder's own),
+    the model loaded and checked (`load_model`: checksums, model type, tensors, finiteness, dtype, device,
+    depth_impl), and the tokenizer checked against its vocabulary.
+
+    with_tokenizer=False leaves the tokenizer to `OpenedModel.load_tokenizer`, for a command that finds it
+    elsewhere too (eval: the prepared dataset's) or needs none (depth-map)."""
+    path = check_model_dir(model_dir)
+    found = find_tokenizer(path, tokenizer) if with_tokenizer else None
+    opened = OpenedModel(path, load_model(path, dtype, device, depth_impl))
+    if found is not None:
+        opened.use_tokenizer(found)
+    return opened
 
 
 def check_shapes_fit(path: Path) -> None:

@@ -1,5 +1,6 @@
 """Every command that loads a model folder refuses missing, unexpected, mis-shaped or non-finite tensors and foreign
-model types, naming them."""
+model types, naming them; `open_model`, through which they all load one, gives what `load_model` and
+`find_tokenizer` give, and refuses what they refuse with the same message."""
 
 import json
 
@@ -8,6 +9,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from depthattn.cli import main
+from depthattn.files import write_checksums
+from depthattn.loading import find_tokenizer, load_model, open_model
+from tests.faults.conftest import damage
 
 Q_PROJ = "model.layers.0.self_attn.q_proj.weight"
 
@@ -51,3 +55,44 @@ def test_a_foreign_model_type_is_refused(model_dir, tiny_data, tmp_path, capsys)
     (model_dir / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
     assert main(loader_argv("eval", model_dir, tiny_data, tmp_path)) == 1
     assert "holds a 'bert' model, not a depthattn one" in capsys.readouterr().err
+
+
+def test_open_model_gives_the_model_and_tokenizer_of_load_model_and_find_tokenizer(model_dir):
+    opened = open_model(model_dir, device="cpu")
+    model, tokenizer = load_model(model_dir, device="cpu"), find_tokenizer(model_dir)
+    assert opened.path == model_dir and type(opened.model) is type(model) and not opened.model.training
+    assert opened.model.config.to_dict() == model.config.to_dict()
+    assert opened.model.state_dict().keys() == model.state_dict().keys()
+    assert all(torch.equal(tensor, model.state_dict()[name]) for name, tensor in opened.model.state_dict().items())
+    assert opened.tokenizer.get_vocab() == tokenizer.get_vocab()
+    assert opened.max_positions == 64 and opened.default_context_length() == 64  # no training run around it
+    later = open_model(model_dir, device="cpu", with_tokenizer=False)
+    assert later.tokenizer is None
+    assert later.load_tokenizer().get_vocab() == tokenizer.get_vocab() and later.tokenizer is not None
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("damaged", "is damaged: model.safetensors differs from its sha256 (checksums.json); use an intact copy"),
+    ("nan", f"holds NaN or infinite weights in {Q_PROJ}: the run that wrote it diverged; use an earlier checkpoint"),
+])
+def test_open_model_refuses_a_damaged_folder_as_load_model_does(model_dir, fault, message):
+    if fault == "nan":
+        edit_weights(model_dir, lambda weights: weights[Q_PROJ].fill_(float("nan")))
+    else:
+        write_checksums(model_dir)
+        damage(model_dir / "model.safetensors", "flip a byte")
+    with pytest.raises(ValueError) as loaded:
+        load_model(model_dir, device="cpu")
+    with pytest.raises(ValueError) as opened:
+        open_model(model_dir, device="cpu")
+    assert message in str(opened.value) and str(opened.value) == str(loaded.value)
+
+
+def test_open_model_looks_for_the_tokenizer_before_reading_the_weights(model_dir):
+    edit_weights(model_dir, lambda weights: weights.pop(Q_PROJ))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (model_dir / name).unlink(missing_ok=True)
+    with pytest.raises(FileNotFoundError, match=f"no tokenizer in {model_dir}; pass --tokenizer DIR"):
+        open_model(model_dir, device="cpu")
+    with pytest.raises(ValueError, match=f"tensors missing: {Q_PROJ}"):
+        open_model(model_dir, device="cpu", with_tokenizer=False)
