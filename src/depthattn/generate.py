@@ -9,7 +9,7 @@ from transformers import CompileConfig
 
 from .compat import compile_on_any_device
 from .data.tokenizer import start_token_id
-from .loading import check_model_dir, find_tokenizer, load_model
+from .loading import open_model
 
 
 def generate_text(model_dir: str, prompt: str, max_new_tokens: int = 64, temperature: float = 0.8,
@@ -25,9 +25,8 @@ def generate_text(model_dir: str, prompt: str, max_new_tokens: int = 64, tempera
     if compile is not None and compile not in torch.compiler.list_backends(exclude_tags=()):
         raise ValueError(f"unknown --compile backend {compile!r}; choose among "
                          f"{', '.join(torch.compiler.list_backends())} (default inductor)")
-    tok = find_tokenizer(check_model_dir(model_dir), tokenizer)
-    model = load_model(model_dir, depth_impl=depth_impl)
-    return sample(model, tok, prompt, max_new_tokens, temperature, top_k, seed, compile)
+    opened = open_model(model_dir, depth_impl=depth_impl, tokenizer=tokenizer)
+    return sample(opened.model, opened.tokenizer, prompt, max_new_tokens, temperature, top_k, seed, compile)
 
 
 @torch.no_grad()

@@ -18,7 +18,7 @@ import torch
 
 from ..data.shards import TokenShards
 from ..files import atomic_write_json, make_folder
-from ..loading import check_data_vocab, check_model_dir, load_model, model_dtype_name, run_metadata
+from ..loading import check_data_vocab, model_dtype_name, open_model, run_metadata
 from ..methods import DepthAttention
 from .plots import plot_depth_map
 
@@ -98,8 +98,8 @@ def compute_depth_map(
     device: str | None = None,
 ) -> dict:
     """The depth-weight map of the model in `model_dir` on `samples` windows of `seq_len` tokens of a prepared split."""
-    model_path = check_model_dir(model_dir)
-    model = load_model(model_path, dtype, device)
+    opened = open_model(model_dir, dtype=dtype, device=device, with_tokenizer=False)
+    model, model_path = opened.model, opened.path
     sources = step_sources(model)
     max_positions = model.config.max_position_embeddings
     if seq_len > max_positions:

@@ -26,16 +26,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from urllib.parse import urlparse
 
-from ..loading import (
-    check_model_dir,
-    check_vocab,
-    default_context_length,
-    find_tokenizer,
-    load_model,
-    max_positions_of,
-    model_dtype_name,
-    run_metadata,
-)
+from ..loading import check_vocab, max_positions_of, model_dtype_name, open_model, run_metadata
 from .tasks import LOCAL_TAG, LOCAL_TASKS, TASKS_DIR
 
 PAPER8 = ("lambada_openai", "piqa", "winogrande", "sciq", "hellaswag", "arc_easy", "arc_challenge", "race")
@@ -287,15 +278,14 @@ def run_harness(
     """`harness_evaluate` on the model saved in `model_dir` (with its own tokenizer unless `tokenizer`)."""
     require_lm_eval()
     task_names = resolve_tasks(tasks, task_set)
-    model_path = check_model_dir(model_dir)
-    tok = find_tokenizer(model_path, tokenizer)
-    model = load_model(model_path, dtype, device)
-    max_positions = max_positions_of(model.config)
+    opened = open_model(model_dir, dtype=dtype, device=device, tokenizer=tokenizer)
+    max_positions = opened.max_positions
     if max_length is None:
-        max_length = default_context_length(model_path, max_positions)
+        max_length = opened.default_context_length()
     elif max_positions is not None and max_length > max_positions:
         raise ValueError(f"--max-length {max_length} exceeds the model's max_position_embeddings ({max_positions})")
-    result = harness_evaluate(model, tok, task_names, num_fewshot=num_fewshot, batch_size=batch_size,
-                              max_length=max_length, limit=limit, skip_unreachable=skip_unreachable,
-                              bootstrap_iters=bootstrap_iters, seed=seed, verbose=verbose)
-    return {"model": str(model_path), "task_set": task_set, **result}
+    result = harness_evaluate(opened.model, opened.tokenizer, task_names, num_fewshot=num_fewshot,
+                              batch_size=batch_size, max_length=max_length, limit=limit,
+                              skip_unreachable=skip_unreachable, bootstrap_iters=bootstrap_iters, seed=seed,
+                              verbose=verbose)
+    return {"model": str(opened.path), "task_set": task_set, **result}

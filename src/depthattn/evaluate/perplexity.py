@@ -35,17 +35,7 @@ from tqdm.auto import tqdm
 from ..data.manifest import TOKENIZER_DIR
 from ..data.shards import TokenShards
 from ..data.tokenizer import start_token_id
-from ..loading import (
-    check_data_vocab,
-    check_model_dir,
-    check_vocab,
-    default_context_length,
-    find_tokenizer,
-    load_model,
-    max_positions_of,
-    model_dtype_name,
-    run_metadata,
-)
+from ..loading import check_data_vocab, model_dtype_name, open_model, run_metadata
 
 DEFAULT_BATCH_SIZE = 8
 DECODE_CHUNK_TOKENS = 1 << 20
@@ -228,13 +218,12 @@ def evaluate_perplexity(
 
     if (data is None) == (not text):
         raise ValueError("pass exactly one of --data PREPARED_DIR or --text FILE...")
-    model_path = check_model_dir(model_dir)
     if max_tokens is not None and max_tokens < 1:
         raise ValueError(f"--max-tokens must be >= 1, got {max_tokens}")
-    model = load_model(model_path, dtype, device)
-    max_positions = max_positions_of(model.config)
+    opened = open_model(model_dir, dtype=dtype, device=device, with_tokenizer=False)  # found below: --data's too
+    model, model_path, max_positions = opened.model, opened.path, opened.max_positions
     if block_size is None:
-        block_size = default_context_length(model_path, max_positions)
+        block_size = opened.default_context_length()
     if max_positions is not None and block_size > max_positions:
         raise ValueError(f"block size {block_size} exceeds the model's max_position_embeddings ({max_positions}); "
                          f"pass --block-size {max_positions} or less")
@@ -243,7 +232,7 @@ def evaluate_perplexity(
     if data is not None:
         shards = TokenShards(data, split)
         check_data_vocab(shards, model, data)
-        tok = find_tokenizer(model_path, tokenizer, fallbacks=(Path(data) / TOKENIZER_DIR,))
+        tok = opened.load_tokenizer(tokenizer, fallbacks=(Path(data) / TOKENIZER_DIR,))
         source, described = shards, {"data": str(data), "split": split}
     else:
         paths = [Path(p) for p in text]
@@ -251,13 +240,12 @@ def evaluate_perplexity(
             if not path.is_file():
                 problem = "is a folder, not a file" if path.is_dir() else "does not exist"
                 raise FileNotFoundError(f"text file {path} {problem}; pass existing UTF-8 text files to --text")
-        tok = find_tokenizer(model_path, tokenizer)
+        tok = opened.load_tokenizer(tokenizer)
         texts = [read_utf8(path) for path in paths]
         source, described = encode_texts(tok, texts), {"text": [str(p) for p in paths]}
         if len(source) == len(paths):  # only the EOS after each file
             raise ValueError(f"{', '.join(map(str, paths))} hold no text, so there is nothing to score; "
                              "pass non-empty text files")
-    check_vocab(model, tok)
     stream = TokenStream(source, prefix=[start_token_id(tok)],
                          max_length=None if max_tokens is None else max_tokens + 1)
     result = compute_perplexity(model, stream, block_size, stride, batch_size, tokenizer=tok, progress=progress)
