@@ -193,11 +193,6 @@ class DepthAttentionConfig(PreTrainedConfig):
         unrolled.layer_types = [self.layer_types[u % self.num_hidden_layers] for u in range(self.unrolled_depth)]
         return unrolled
 
-    @property
-    def resolved_depth_stride(self) -> int:
-        """Depth-Attention's `depth_stride` with `None` resolved (methods/depth_attention.py)."""
-        return self.depth_stride if self.depth_stride is not None else max(1, self.unrolled_depth // 2)
-
     def _check(self):
         positive = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings")

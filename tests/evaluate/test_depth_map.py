@@ -10,6 +10,7 @@ import torch
 from depthattn.commands import depth_map as depth_map_command
 from depthattn.depth import depth_sources
 from depthattn.evaluate.depth_map import compute_depth_map, depth_weight_map, step_sources
+from depthattn.methods.depth_attention import resolved_depth_stride
 from tests.helpers import tiny_model
 
 
@@ -27,7 +28,7 @@ def hand_map(model, inputs) -> np.ndarray:
     score is the same. Weights are averaged over samples, KV heads and tokens."""
     config = model.config
     depth = config.num_hidden_layers * config.num_loops
-    stride, window = config.resolved_depth_stride, config.depth_window
+    stride, window = resolved_depth_stride(config), config.depth_window
     groups = config.num_attention_heads // config.num_key_value_heads
     sums, count = np.zeros((depth, depth)), 0
     for ids in inputs:

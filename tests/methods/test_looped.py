@@ -6,6 +6,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 from depthattn import depth_sources
+from depthattn.methods.depth_attention import resolved_depth_stride
 from tests.helpers import METHOD_SETTINGS, perturb_method, prefill_then_decode, tiny_model
 from tests.model.test_depth_reference import reference_logits
 
@@ -58,7 +59,7 @@ def test_looped_matches_the_loop_reference_over_the_unrolled_depth(settings):
 
 def test_depth_sources_are_chosen_over_the_unrolled_depth():
     model = tiny_model(num_loops=2)  # L = 4, K = 2: default stride = 8 // 2 = 4
-    assert model.config.resolved_depth_stride == 4
+    assert resolved_depth_stride(model.config) == 4
     sources = model.model.cross_layer.sources  # per unrolled step
     assert sources == [[], [0], [0], [0], [0], [0, 4], [0, 4], [0, 4]]
     assert sources == [depth_sources(u, 4) for u in range(8)]

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from depthattn import METHOD_PRESETS, DepthAttentionConfig, DepthAttentionForCausalLM, method_settings
+from depthattn.methods.depth_attention import resolved_depth_stride
 from tests.helpers import tiny_config
 
 
@@ -44,8 +45,8 @@ def test_method_fields_round_trip(tmp_path):
                          denseformer_dilation=2, attnres_block_size=5, hc_streams=2)
     config.save_pretrained(tmp_path)
     assert DepthAttentionConfig.from_pretrained(tmp_path).to_dict() == config.to_dict()
-    assert config.unrolled_depth == 8 and config.resolved_depth_stride == 4
-    assert tiny_config(num_loops=3, num_hidden_layers=4).resolved_depth_stride == 6
+    assert config.unrolled_depth == 8 and resolved_depth_stride(config) == 4
+    assert resolved_depth_stride(tiny_config(num_loops=3, num_hidden_layers=4)) == 6
 
 
 @pytest.mark.parametrize("loops", [1, 2])

@@ -3,6 +3,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from depthattn import DepthAttentionConfig, DepthAttentionForCausalLM
+from depthattn.methods.depth_attention import resolved_depth_stride
 from depthattn.ops.depth_mix import depth_mix_compiled, depth_mix_reference
 from depthattn.ops.moda import MODA_IMPLS
 from tests.helpers import tiny_config, tiny_model
@@ -11,9 +12,9 @@ from tests.helpers import tiny_config, tiny_model
 def test_defaults():
     config = tiny_config(num_hidden_layers=24)
     assert config.cross_layer == "depth_attention"
-    assert config.depth_stride is None and config.resolved_depth_stride == 12
+    assert config.depth_stride is None and resolved_depth_stride(config) == 12
     assert config.depth_window == 0 and config.depth_mix == "softmax" and config.depth_mix_states == "v"
-    assert tiny_config(num_hidden_layers=1).resolved_depth_stride == 1
+    assert resolved_depth_stride(tiny_config(num_hidden_layers=1)) == 1
     assert config.head_dim == 8 and config.rope_parameters["rope_theta"] == config.rope_theta == 10000.0
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from depthattn import depth_sources
+from depthattn.methods.depth_attention import resolved_depth_stride
 from tests.helpers import tiny_model
 
 
@@ -47,7 +48,7 @@ def reference_logits(model, ids):
         q = torch.stack([torch.stack([rope(q[t, i], t, theta) for i in range(n_heads)]) for t in range(seq)])
         k = torch.stack([torch.stack([rope(k[t, g], t, theta) for g in range(n_kv)]) for t in range(seq)])
 
-        sources = depth_sources(layer, cfg.resolved_depth_stride, cfg.depth_window) if depth else []
+        sources = depth_sources(layer, resolved_depth_stride(cfg), cfg.depth_window) if depth else []
         k_mixed, v_mixed = k.clone(), v.clone()
         if sources:
             for t in range(seq):

@@ -35,11 +35,16 @@ def _half(depth: int) -> int:
     return max(1, depth // 2)
 
 
+def resolved_depth_stride(config) -> int:
+    """`depth_stride` with `None` resolved: half the unrolled depth."""
+    return config.depth_stride if config.depth_stride is not None else _half(config.unrolled_depth)
+
+
 class DepthAttention(CrossLayerMethod):
     config_fields = {
         "depth_stride": ConfigField(None, (
             "Unrolled steps `j` with `j % depth_stride == 0` are depth sources; `None` means half the unrolled depth, "
-            "`max(1, num_hidden_layers * num_loops // 2)` (`config.resolved_depth_stride`).")),
+            "`max(1, num_hidden_layers * num_loops // 2)` (`resolved_depth_stride`).")),
         "depth_window": ConfigField(0, "The `depth_window` unrolled steps directly below each step are sources too."),
         "depth_mix": ConfigField("softmax", (
             '`"softmax"` over depth scores, `"uniform"` (the plain average over the same sources), or `"linear"`: '
@@ -92,7 +97,7 @@ class DepthAttention(CrossLayerMethod):
 
     @classmethod
     def settings(cls, config):
-        return {**super().settings(config), "depth_stride": config.resolved_depth_stride}
+        return {**super().settings(config), "depth_stride": resolved_depth_stride(config)}
 
     @classmethod
     def check_tensor_parallel(cls, config, ranks: int):
@@ -154,7 +159,7 @@ class DepthAttention(CrossLayerMethod):
     @staticmethod
     def step_sources(config):
         """S(u) for every unrolled step u, chosen over the unrolled depth (docs/method.md#the-operation)."""
-        return [depth_sources(u, config.resolved_depth_stride, config.depth_window)
+        return [depth_sources(u, resolved_depth_stride(config), config.depth_window)
                 for u in range(config.unrolled_depth)]
 
     def forward(self, attention, query, state, step, states):
