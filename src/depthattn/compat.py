@@ -15,6 +15,7 @@ import transformers.processing_utils  # noqa: F401  (see register_for_transforme
 from transformers import CompileConfig, GenerationConfig, PreTrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.import_utils import is_serve_available
 from transformers.utils.output_capturing import OutputRecorder
 
 
@@ -50,6 +51,32 @@ def register_for_transformers_serve(model_class: type) -> None:
     transformers.processing_utils replaces that package module in sys.modules (direct_transformers_import), hence
     the import above: the class is set on the module that stays."""
     setattr(sys.modules["transformers"], model_class.__name__, model_class)
+
+
+def serve_available() -> bool:
+    """Whether the `transformers[serving]` extra is installed (transformers' own check is in `import_utils`)."""
+    return is_serve_available()
+
+
+def transformers_server(model: str, **options):
+    """transformers' server (`transformers serve`) pinned to the folder `model`, with its model loaded and its app
+    built but not started. `Serve` is the command's class: there is no public API that builds the app without
+    running it, so `start_server` becomes a no-op and the caller runs the app itself."""
+    from transformers.cli.serve import Serve
+
+    class BuiltServe(Serve):
+        def start_server(self):
+            pass
+
+    return BuiltServe(model, non_blocking=True, **options)
+
+
+def chat_processor_inputs(messages: list[dict]):
+    """The chat messages as transformers' server hands them to `apply_chat_template` (text only), so a request is
+    checked exactly as it will be formatted; the handler's helper is internal."""
+    from transformers.cli.serving.utils import BaseHandler, Modality
+
+    return BaseHandler.get_processor_inputs_from_messages(messages, Modality.LLM)
 
 
 def served_model(serve, name: str):

@@ -99,7 +99,7 @@ def test_transformers_own_errors_reach_the_client_in_openais_shape(chunks):
     """transformers' app answers some failures itself, e.g. 503 {"error": "..."} once its worker died."""
     import asyncio
 
-    from depthattn.serve import RequestChecks
+    from depthattn.serving.server import RequestChecks
 
     async def failing_app(scope, receive, send):
         await receive()

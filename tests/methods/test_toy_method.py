@@ -12,8 +12,8 @@ from depthattn.cli import main
 from depthattn.config import ConfigField, method_fields
 from depthattn.evaluate.costs import method_costs
 from depthattn.methods import INFERENCE_STATE, METHODS, count_parameters, register, unregister
+from depthattn.serving.vllm import check_servable
 from depthattn.train import TrainConfig, train
-from depthattn.vllm import check_servable
 
 from ..helpers import prefill_then_decode, tiny_config, tiny_model
 from .toy_method import ToyValueGain

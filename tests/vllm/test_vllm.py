@@ -1,4 +1,4 @@
-"""Serving depthattn models with vLLM (`depthattn.vllm`): vLLM's greedy tokens equal depthattn's `generate` for
+"""Serving depthattn models with vLLM (`depthattn.serving.vllm`): vLLM's greedy tokens equal depthattn's `generate` for
 every method the plugin serves, over mixed prompt lengths, more requests than one batch holds, chunked prefill and
 prefix caching on and off, and on two tensor-parallel ranks (on CPU); a method it cannot serve is refused with
 the reason.

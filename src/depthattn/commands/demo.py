@@ -21,8 +21,8 @@ from ..data import MANIFEST_NAME, TokenShards, prepare
 from ..evaluate.perplexity import TokenStream, compute_perplexity
 from ..evaluate.plots import plot_loss_curves, read_metrics
 from ..files import read_json_object
-from ..generate import sample
-from ..inference import cached_decoding_error, kv_cache_bytes
+from ..serving.cache import cached_decoding_error, kv_cache_bytes
+from ..serving.generation import sample
 from ..study import Study, format_interval, setting_differences, verdict
 from ..train import TrainConfig, train
 

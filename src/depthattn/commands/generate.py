@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..generate import generate_text
 from ..ops import DEPTH_IMPLS
+from ..serving.generation import generate_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,5 @@
 """`depthattn serve`: an OpenAI-compatible HTTP server for a saved model folder (transformers' server, pinned to
-the folder, with request checks: depthattn.serve)."""
+the folder, with request checks: depthattn.serving.server)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,12 @@ import sys
 import threading
 from pathlib import Path
 
-from transformers.utils.import_utils import is_serve_available
-
-from ..compat import cb_worker_error, served_model, start_cb_worker, stop_generation
+from ..compat import cb_worker_error, serve_available, served_model, start_cb_worker, stop_generation
 from ..config import METHODS, DepthAttentionConfig
-from ..inference import paged_cache_bytes, paged_cache_config
 from ..loading import check_saved_model, resolve_device
 from ..ops import DEPTH_IMPLS
-from ..serve import RequestChecks, build_server
+from ..serving.cache import paged_cache_bytes, paged_cache_config
+from ..serving.server import RequestChecks, build_server
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +71,7 @@ def run(args) -> int:
         resolve_device(args.device)
     if args.shutdown_grace < 0:
         raise ValueError(f"--shutdown-grace must be >= 0 seconds, got {args.shutdown_grace}")
-    if not is_serve_available():
+    if not serve_available():
         raise ImportError('depthattn serve needs the serve extra: pip install "depthattn[serve]"')
     config = DepthAttentionConfig.from_pretrained(path)
     refusal = METHODS[config.cross_layer].packed_refusal

@@ -66,7 +66,7 @@ class CrossLayerMethod(nn.Module):
     reentrant_checkpointing_safe: bool = False
     config_fields: dict[str, ConfigField] = {}
     presets: dict[str, dict] = {}  # named variants: config fields over the method's defaults (depthattn.presets)
-    vllm_refusal: str = ""  # why the vLLM plugin (depthattn.vllm) cannot serve the method; empty: it can
+    vllm_refusal: str = ""  # why the vLLM plugin (depthattn.serving.vllm) cannot serve the method; empty: it can
     packed_refusal: str = ""  # why it cannot run packed sequences (continuous batching, flash varlen), if it cannot
     # config fields that change how the method computes, not what (its kernels): a built model switches them in
     # place (`DepthAttentionPreTrainedModel.switch_method_field`, through `switch` below)

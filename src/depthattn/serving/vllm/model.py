@@ -32,7 +32,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from depthattn.config import DepthAttentionConfig
 from depthattn.depth import DepthState, DepthStates
 from depthattn.methods import CrossLayerMethod, build_method
-from depthattn.vllm import check_servable
+from depthattn.serving.vllm import check_servable
 
 # checkpoint name -> (parameter name, shard) for vLLM's fused projections
 STACKED = [(".q_proj", ".qkv_proj", "q"), (".k_proj", ".qkv_proj", "k"), (".v_proj", ".qkv_proj", "v"),

@@ -7,9 +7,9 @@ import math
 import torch
 from transformers import CompileConfig
 
-from .compat import compile_on_any_device
-from .data.tokenizer import start_token_id
-from .loading import open_model
+from ..compat import compile_on_any_device
+from ..data.tokenizer import start_token_id
+from ..loading import open_model
 
 
 def generate_text(model_dir: str, prompt: str, max_new_tokens: int = 64, temperature: float = 0.8,

