@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from depthattn.checksums import edited_files, write_checksums
 from depthattn.cli import main
 from depthattn.data.tokenizer import word_level_tokenizer
-from depthattn.files import edited_files, write_checksums
 from tests.helpers import tiny_model
 
 ROOT = Path(__file__).parent.parent

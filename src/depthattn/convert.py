@@ -17,8 +17,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, PreTrainedConfig
 
+from .checksums import check_checksums
 from .config import DepthAttentionConfig
-from .files import check_checksums, read_json_object
+from .files import read_json_object
 
 FAMILIES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM", "depth_attention": "DepthAttentionForCausalLM"}

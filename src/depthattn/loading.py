@@ -20,9 +20,10 @@ import transformers
 
 import depthattn  # the package itself: registered with the Auto classes, and its version
 
+from .checksums import check_checksums
 from .convert import CONFIG_FIX, config_value, fields_behind, meta_shapes, saved_shapes
 from .data.tokenizer import load_tokenizer
-from .files import check_checksums, read_json_object
+from .files import read_json_object
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_CHOICES = (*DTYPES, "auto")

@@ -8,10 +8,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from depthattn.checksums import CHECKSUMS, edited_files, write_checksums
 from depthattn.cli import main
 from depthattn.convert import load_backbone
 from depthattn.data.tokenizer import load_tokenizer
-from depthattn.files import CHECKSUMS, edited_files, write_checksums
 from depthattn.loading import load_model
 from tests.faults.conftest import damage as damage_weights
 from tests.helpers import tiny_model

@@ -10,8 +10,8 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 from depthattn import DepthAttentionForCausalLM
+from depthattn.checksums import CHECKSUMS, checksum_problems, edited_files
 from depthattn.cli import main
-from depthattn.files import CHECKSUMS, checksum_problems, edited_files
 
 # head_dim is set apart from hidden_size / num_attention_heads, so that each field changes its own tensors
 LLAMA = dict(vocab_size=64, hidden_size=32, head_dim=16, intermediate_size=48, num_hidden_layers=2,

@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from depthattn.checksums import write_checksums
 from depthattn.cli import main
-from depthattn.files import write_checksums
 from depthattn.loading import find_tokenizer, load_model, open_model
 from tests.faults.conftest import damage
 

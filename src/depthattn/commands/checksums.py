@@ -9,9 +9,9 @@ from pathlib import Path
 
 from safetensors import safe_open
 
+from ..checksums import CHECKSUMS, damaged_weights, edited_files, recorded_checksums, write_checksums
 from ..config import DepthAttentionConfig
 from ..convert import check_shapes, meta_shapes, saved_shapes, weights_files
-from ..files import CHECKSUMS, damaged_weights, edited_files, recorded_checksums, write_checksums
 from ..loading import check_model_dir, check_model_type, nonfinite_tensors
 from ..modeling import DepthAttentionForCausalLM
 

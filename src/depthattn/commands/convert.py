@@ -8,9 +8,10 @@ import re
 import shutil
 from pathlib import Path
 
+from ..checksums import check_checksums, write_checksums
 from ..config import METHODS, method_fields
 from ..convert import TOKENIZER_FILES
-from ..files import atomic_directory, check_checksums, write_checksums
+from ..files import atomic_directory
 from ..modeling import DepthAttentionForCausalLM
 from ..train.config import parse_literal
 

@@ -30,17 +30,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from ..checksums import checksum_problems, write_checksums
 from ..data.manifest import read_manifest
-from ..files import (
-    atomic_directory,
-    atomic_write_json,
-    checksum_problems,
-    make_folder,
-    remove_temporaries,
-    sha256_file,
-    temporary_sibling,
-    write_checksums,
-)
+from ..files import atomic_directory, atomic_write_json, make_folder, remove_temporaries, sha256_file, temporary_sibling
 from ..loading import nonfinite_tensors
 from .config import TrainConfig
 
