@@ -8,6 +8,8 @@ import pytest
 from scipy import stats
 
 from depthattn.study import (
+    Cell,
+    CellResult,
     Study,
     cell_key,
     explain,
@@ -127,7 +129,7 @@ def test_bad_studies_name_the_problem(tiny_data, tmp_path, head, axes, message):
 def test_sweep_runs_each_cell_once_resumes_and_reports(tiny_data, tmp_path):
     study = Study.load(write_study(tmp_path, tiny_data, head='contrasts = [["depth_attention", "vanilla"]]'))
     run_study(study, seeds=[0])  # as if the sweep had stopped after seed 0
-    assert [cell[2] for cell in pending_cells(study)] == [1, 1]
+    assert [cell.seed for cell in pending_cells(study)] == [1, 1]
     done = study.result_path({}, "vanilla", 0)
     before = done.stat().st_mtime_ns
 
@@ -193,7 +195,7 @@ def test_more_seeds_go_where_the_interval_spans_zero(tmp_path, tiny_data):
 
     fake("vanilla", 0, 2.0), fake("vanilla", 1, 2.0)
     fake("depth_attention", 0, 1.9), fake("depth_attention", 1, 2.05)  # spans zero
-    assert [(c[1], c[2]) for c in uncertain_cells(study)] == [("vanilla", 5), ("depth_attention", 5)]
+    assert [(c.method, c.seed) for c in uncertain_cells(study)] == [("vanilla", 5), ("depth_attention", 5)]
     progress = "Finished: 4 of the 4 distinct cells of 1 studies at their first seeds; more seeds where an " \
                "interval spanned zero: {} finished, {} still wanted."
     assert progress.format(0, 2) in write_index([study], tmp_path / "study.md").read_text()
@@ -452,7 +454,7 @@ branches = true
 def test_a_branched_budget_axis_trains_one_run_per_method_and_seed(tiny_data, tmp_path):
     study = Study.load(write_study(tmp_path, tiny_data, axes=WSD_BUDGETS, methods=["vanilla"], seeds=[0]))
     long, short = {"budget": "long"}, {"budget": "short"}
-    assert pending_cells(study) == [(long, "vanilla", 0)]  # one run, named by its longest budget
+    assert pending_cells(study) == [Cell(long, "vanilla", 0)]  # one run, named by its longest budget
     run_study(study)
     results = {s["budget"]: json.loads(study.result_path(s, "vanilla", 0).read_text()) for s in (short, long)}
     assert results["short"]["branched_from_steps"] == 6 and "branched_from_steps" not in results["long"]
@@ -471,7 +473,7 @@ def test_a_branched_budget_axis_trains_one_run_per_method_and_seed(tiny_data, tm
 
     # a lost result of a recorded branch is written again from its folder, without training
     study.result_path(short, "vanilla", 0).unlink()
-    assert pending_cells(study) == [(long, "vanilla", 0)]
+    assert pending_cells(study) == [Cell(long, "vanilla", 0)]
     run_study(study)
     assert json.loads(study.result_path(short, "vanilla", 0).read_text())["val_loss"] == results["short"]["val_loss"]
 
@@ -586,7 +588,7 @@ def test_a_damaged_result_is_named_left_out_of_reports_and_trained_again(tiny_da
     err = capsys.readouterr().err
     assert str(path) in err and message in err and "left out as missing" in err
     assert [r["method"] for r in study.read_results()] == ["depth_attention"]
-    assert pending_cells(study) == [({}, "vanilla", 0)]
+    assert pending_cells(study) == [Cell({}, "vanilla", 0)]
 
     run_study(study)  # a run sets it aside, says so, and trains the cell again (resumed: the same numbers)
     err = capsys.readouterr().err
@@ -610,13 +612,13 @@ def test_pricing_a_slurm_study_needs_no_slurm(tiny_data, tmp_path, capsys, monke
         run(parser.parse_args([str(study), "--executor", "slurm", "--status"]))
 
 
-def _slow_cell(study, setting, method, seed, threads=None):
+def _slow_cell(study, cell, threads=None):
     import time
 
     time.sleep(2)
-    (Path(study.out_dir) / f"{method}-{seed}").parent.mkdir(parents=True, exist_ok=True)
-    (Path(study.out_dir) / f"{method}-{seed}").write_text("trained")
-    return {"val_loss": 1.0, "seconds": 2.0}
+    (Path(study.out_dir) / f"{cell.method}-{cell.seed}").parent.mkdir(parents=True, exist_ok=True)
+    (Path(study.out_dir) / f"{cell.method}-{cell.seed}").write_text("trained")
+    return CellResult(cell.method, cell.seed, 1.0, {"seconds": 2.0})
 
 
 def test_sigterm_stops_a_study_of_several_workers_without_starting_queued_cells(tiny_data, tmp_path, monkeypatch):

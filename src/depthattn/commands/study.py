@@ -9,10 +9,11 @@ from pathlib import Path
 
 from ..study.cost import H100_BF16_TFLOPS, gpu_hours, run_flops
 from ..study.local import LocalExecutor
+from ..study.records import Cell
 from ..study.report import write_index, write_report
-from ..study.runner import pending_cells, run_study, uncertain_cells
+from ..study.runner import Executor, pending_cells, run_study, uncertain_cells
 from ..study.slurm import SlurmExecutor, SlurmSettings, print_status
-from ..study.spec import Study, setting_label
+from ..study.spec import Study
 from ..study.why import explain
 
 
@@ -50,14 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cell results and reports (default: the config's results, docs/results/study)")
 
 
-def make_executor(args: argparse.Namespace, study: Study):
+def make_executor(args: argparse.Namespace, study: Study) -> Executor:
     if args.executor == "local":
         return LocalExecutor(args.workers, args.threads, args.tasks_per_cell)
     return SlurmExecutor(SlurmSettings.from_table(study.slurm, args.slurm), study.out_dir, args.poll,
                          wait=not args.detach)
 
 
-def wanted_cells(study: Study, args: argparse.Namespace) -> list[tuple]:
+def wanted_cells(study: Study, args: argparse.Namespace) -> list[Cell]:
     """The cells this command would train now: the study's seeds, then more seeds where intervals span zero."""
     cells = pending_cells(study, args.seeds, args.methods)
     return cells if args.seeds or args.methods else cells + uncertain_cells(study)
@@ -70,12 +71,12 @@ def dry_run(study: Study, args: argparse.Namespace) -> None:
         settings = SlurmSettings.from_table(study.slurm, args.slurm)
         print("sbatch:", ", ".join(f"{k}={v}" for k, v in settings.submitit_parameters(study.name).items() if v))
     total_flops = total_hours = separate = 0.0
-    for setting, method, seed in cells:
-        cost = run_flops(study, setting, method)
+    for cell in cells:
+        cost = run_flops(study, cell.setting, cell.method)
         hours = gpu_hours(cost["flops"], args.mfu, args.peak_tflops)
         total_flops, total_hours = total_flops + cost["flops"], total_hours + hours
         separate += cost["separate_flops"]
-        print(f"  {setting_label(setting) or 'default'} {method} seed {seed}: {cost['params'] / 1e6:,.1f}M params, "
+        print(f"  {cell.label}: {cost['params'] / 1e6:,.1f}M params, "
               f"{cost['tokens'] / 1e9:,.3f}B tokens, {cost['flops']:.2e} FLOPs, {hours:,.2f} GPU-h")
     print(f"study {study.name}: {total_flops:.2e} FLOPs, {total_hours:,.2f} GPU-hours at {args.mfu:.0%} MFU of "
           f"{args.peak_tflops:g} TFLOP/s")
@@ -86,17 +87,18 @@ def dry_run(study: Study, args: argparse.Namespace) -> None:
 
 
 def status(study: Study, args: argparse.Namespace) -> None:
-    cells = [(setting, method, seed) for seed in study.seeds + study.more_seeds for setting in study.settings()
+    cells = [Cell(setting, method, seed) for seed in study.seeds + study.more_seeds for setting in study.settings()
              for method in study.methods]
     if args.executor == "slurm":
         print_status(study, make_executor(args, study), cells)
         return
-    wanted = {study.result_path(*cell) for cell in wanted_cells(study, args)}
-    done = sum(study.has_result(*cell) for cell in cells)
+    wanted = {study.result_path(cell.setting, cell.method, cell.seed) for cell in wanted_cells(study, args)}
+    done = sum(study.has_result(cell.setting, cell.method, cell.seed) for cell in cells)
     for cell in cells:
-        path = study.result_path(*cell)
+        path = study.result_path(cell.setting, cell.method, cell.seed)
         if path.exists() or path in wanted:
-            print(f"{'finished' if path.exists() else 'to run':>13}  {study.cell_path(*cell)}")
+            key = study.cell_path(cell.setting, cell.method, cell.seed)
+            print(f"{'finished' if path.exists() else 'to run':>13}  {key}")
     print(f"study {study.name}: {done} finished, {len(wanted)} to run")
 
 

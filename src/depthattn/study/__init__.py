@@ -25,8 +25,8 @@ A study config (configs/study/*.toml) holds:
     extends = "core.toml"         (in [study]) take another study's [base], [datasets] and [slurm], then apply
                                   this file's
 
-A setting is one combination of axis values; a cell is (setting, method, seed). Cells with the same setting
-and seed share the data order and the backbone's initial weights, so differences are paired by seed.
+A setting is one combination of axis values; a cell (`Cell`) is a setting, a method and a seed. Cells with the
+same setting and seed share the data order and the backbone's initial weights, so differences are paired by seed.
 
 A cell is stored under a key made from its training config (a hash of everything but the method and seed):
 checkpoints in `runs/study/<key>/<method>/seed_<s>/`, the small result file in
@@ -34,18 +34,20 @@ checkpoints in `runs/study/<key>/<method>/seed_<s>/`, the small result file in
 once, a changed config gets a new key instead of a stale result, a cell whose result file exists is never
 rerun, and an interrupted one resumes from its last checkpoint.
 
-Cells run through an executor: local processes (study/local.py) or a Slurm job array (study/slurm.py).
+Cells run through an executor (`runner.Executor`): local processes (study/local.py) or a Slurm job array
+(study/slurm.py). A cell's result file is read and written as a `CellResult` (study/records.py).
 """
 
 from .cell import run_cell
+from .records import Cell, CellResult
 from .report import markdown_report, setting_differences, write_index, write_report
-from .runner import pending_cells, run_study, uncertain_cells
+from .runner import Executor, pending_cells, run_study, uncertain_cells
 from .spec import Axis, Search, Study, cell_key, setting_label
 from .stats import format_interval, paired_difference, summarize, verdict
 from .why import explain
 
 __all__ = [
-    "Axis", "Search", "Study", "cell_key", "explain", "format_interval", "markdown_report", "paired_difference",
-    "pending_cells", "run_cell", "run_study", "setting_differences", "setting_label", "summarize",
-    "uncertain_cells", "verdict", "write_index", "write_report",
+    "Axis", "Cell", "CellResult", "Executor", "Search", "Study", "cell_key", "explain",
+    "format_interval", "markdown_report", "paired_difference", "pending_cells", "run_cell", "run_study",
+    "setting_differences", "setting_label", "summarize", "uncertain_cells", "verdict", "write_index", "write_report",
 ]

@@ -16,11 +16,12 @@ from ..data.shards import TokenShards
 from ..data.tokenizer import load_tokenizer
 from ..evaluate.perplexity import compute_perplexity
 from ..evaluate.plots import read_metrics
-from ..files import atomic_write_json, read_json_object
+from ..files import read_json_object
 from ..loading import load_model, run_metadata
 from ..methods import count_parameters
 from ..train import train
 from ..train.branches import RECORD as BRANCHES
+from .records import Cell, CellResult
 from .spec import Study
 
 
@@ -34,14 +35,16 @@ def ensure_dataset(study: Study, path: str) -> None:
     prepare(["embedded"], Path(path), **study.datasets[path])
 
 
-def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int | None = None) -> dict | None:
+def run_cell(study: Study, cell: Cell, threads: int | None = None) -> CellResult | None:
     """Train (or resume) one cell, score the whole validation split, and write the cell's result file. With a
     branched budget axis the cell is the run of its longest budget, and it writes the result of every budget
     still missing as its branch finishes.
 
     Under torch.distributed (torchrun, a Slurm job of several tasks) every process trains its share of each
-    global batch, the study's `train.batch_size` split over the world; the first process then scores and writes
-    the results, which record the world size, and the others return None."""
+    global batch, the study's `train.batch_size` split over the world (the executor has checked that it divides:
+    `check_split`); the first process then scores and writes the results, which record the world size, and the
+    others return None."""
+    setting, method, seed = cell.setting, cell.method, cell.seed
     budgets = [s for s in study.budget_settings(setting) if not study.has_result(s, method, seed)]
     if not budgets:
         return study.read_result(setting, method, seed)
@@ -49,7 +52,6 @@ def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int |
         torch.set_num_threads(threads)
     cfg = study.cell_config(setting, method, seed)
     world_size, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
-    check_split(study, [(setting, method, seed)], world_size)
     cfg.train.batch_size //= world_size  # per process; the global batch stays the study's
     if study.branch_axis:
         cfg.train.branch_steps = [study.cell_config(s, method, seed).train.steps for s in budgets]
@@ -58,7 +60,8 @@ def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int |
 
     def write(steps: int, folder: Path):
         if rank == 0 and steps in by_steps:
-            write_result(study, by_steps[steps], method, seed, folder, Path(cfg.train.out_dir), started, world_size)
+            write_result(study, Cell(by_steps[steps], method, seed), folder, Path(cfg.train.out_dir), started,
+                         world_size)
 
     train(cfg, resume=True, on_budget=write)
     if rank:
@@ -72,10 +75,10 @@ def run_cell(study: Study, setting: dict, method: str, seed: int, threads: int |
     return study.read_result(setting, method, seed)
 
 
-def write_result(study: Study, setting: dict, method: str, seed: int, folder: Path, run: Path, started: float,
-                 world_size: int) -> dict:
-    """Score the model in `folder` (trained for `setting`: the run in `run`, or a branch of it) on the whole
-    validation split, and write the cell's result file."""
+def write_result(study: Study, cell: Cell, folder: Path, run: Path, started: float, world_size: int) -> CellResult:
+    """Score the model in `folder` (trained for the cell's setting: the run in `run`, or a branch of it) on the
+    whole validation split, and write the cell's result file."""
+    setting, method, seed = cell.setting, cell.method, cell.seed
     cfg = study.cell_config(setting, method, seed)
     records = read_metrics(folder / "metrics.jsonl")
     if folder != run:  # a branch: the run's records up to where it branched off, then its own
@@ -85,9 +88,10 @@ def write_result(study: Study, setting: dict, method: str, seed: int, folder: Pa
     val = TokenShards(cfg.data.path, "val")
     scored = compute_perplexity(model, val, block_size=cfg.data.seq_len,
                                 tokenizer=load_tokenizer(Path(cfg.data.path) / TOKENIZER_DIR))
-    result = {
-        "method": method, "seed": seed,
-        "val_loss": scored["loss"], "val_bits_per_byte": scored["bits_per_byte"],
+    config = cfg.to_dict()
+    config["train"].pop("out_dir")  # where this machine keeps the checkpoints: not part of the result
+    result = CellResult(method, seed, scored["loss"], {
+        "val_bits_per_byte": scored["bits_per_byte"],
         "val_tokens": scored["tokens"], "val_bytes": scored["bytes"],
         "train_tokens": records[-1]["tokens"], "final_train_loss": records[-1]["loss"],
         "data_epochs": records[-1]["tokens"] / len(TokenShards(cfg.data.path, "train", verify=False)),
@@ -98,17 +102,17 @@ def write_result(study: Study, setting: dict, method: str, seed: int, folder: Pa
         **({"world_size": world_size, "parallel": cfg.train.parallel} if world_size > 1 else {}),
         **({"branched_from_steps": study.cell_config(study.run_setting(setting), method, seed).train.steps}
            if folder != run else {}),
-        "device": device, "config": cfg.to_dict(), **run_metadata(),
-    }
-    result["config"]["train"].pop("out_dir")
-    atomic_write_json(study.result_path(setting, method, seed), result)
+        "device": device, "config": config, **run_metadata(),
+    })
+    result.write(study.result_path(setting, method, seed))
     return result
 
 
-def check_split(study: Study, cells: list[tuple], tasks: int) -> None:
-    """A cell of `tasks` processes splits each batch over them: the study's batch size must divide."""
+def check_split(study: Study, cells: list[Cell], tasks: int) -> None:
+    """A cell of `tasks` processes splits each batch over them: the study's batch size must divide. Executors check
+    every cell once, before any starts."""
     for cell in cells:
-        batch = study.cell_config(*cell).train.batch_size
+        batch = study.cell_config(cell.setting, cell.method, cell.seed).train.batch_size
         if batch % tasks:
             raise ValueError(f"a cell of {tasks} processes splits train.batch_size ({batch}) over them: pick a number "
                              "of tasks that divides it")

@@ -5,27 +5,31 @@ GPUs)."""
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from .cell import check_split, run_cell
-from .spec import Study, setting_label
+from .records import Cell, CellResult
+from .spec import Study
 
 
-def _run_distributed(study: Study, setting: dict, method: str, seed: int, threads: int | None,
-                     tasks: int) -> dict:
+def _run_distributed(study: Study, cell: Cell, threads: int | None, tasks: int) -> CellResult | None:
     """One cell in `tasks` processes, launched and watched by torch's elastic agent (torchrun's own)."""
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=tasks, run_id=f"cell-{uuid.uuid4().hex[:8]}",
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
                           start_method="spawn")
-    return elastic_launch(config, run_cell)(study, setting, method, seed, threads)[0]  # rank 0's result
+    return elastic_launch(config, run_cell)(study, cell, threads)[0]  # rank 0's result
 
 
 class LocalExecutor:
+    """Cells on this machine (implements `study.runner.Executor`)."""
+
     def __init__(self, workers: int = 1, threads: int | None = None, tasks_per_cell: int = 1):
         if workers < 1 or tasks_per_cell < 1:
             raise ValueError(f"--workers and --tasks-per-cell must be >= 1, got {workers} and {tasks_per_cell}")
@@ -35,16 +39,16 @@ class LocalExecutor:
         tasks = f", {self.tasks_per_cell} processes each" if self.tasks_per_cell > 1 else ""
         return f"{self.workers} at a time{tasks}"
 
-    def _cell(self, study: Study, cell: tuple) -> dict:
+    def _cell(self, study: Study, cell: Cell) -> CellResult | None:
         if self.tasks_per_cell > 1:
-            return _run_distributed(study, *cell, self.threads, self.tasks_per_cell)
-        return run_cell(study, *cell, threads=self.threads)
+            return _run_distributed(study, cell, self.threads, self.tasks_per_cell)
+        return run_cell(study, cell, threads=self.threads)
 
-    def run(self, study: Study, cells: list[tuple], fn=None) -> bool:
-        """Train `cells` (setting, method, seed); a failing cell stops the study with its error. `fn(study, seed,
-        threads)` instead runs that for each seed in `cells` (a retrofitting study's starting models)."""
+    def run(self, study: Study, cells: list[Cell], fn: Callable[[Study, int, int | None], None] | None = None) -> bool:
+        """Train `cells`; a failing cell stops the study with its error. `fn(study, seed, threads)` instead runs
+        that for each seed in `cells` (a retrofitting study's starting models)."""
         if fn is not None:
-            seeds = sorted({cell[2] for cell in cells})
+            seeds = sorted({cell.seed for cell in cells})
             if self.workers == 1:
                 for seed in seeds:
                     fn(study, seed, self.threads)
@@ -55,7 +59,7 @@ class LocalExecutor:
         check_split(study, cells, self.tasks_per_cell)
         if self.workers == 1:
             for i, cell in enumerate(cells, 1):
-                print(f"[{i}/{len(cells)}] {setting_label(cell[0]) or 'default'} {cell[1]} seed {cell[2]}", flush=True)
+                print(f"[{i}/{len(cells)}] {cell.label}", flush=True)
                 self._cell(study, cell)
             return True
         with ProcessPoolExecutor(self.workers) as pool, _sigterm_as_interrupt():
@@ -63,8 +67,8 @@ class LocalExecutor:
             try:
                 for i, (cell, future) in enumerate(zip(cells, futures), 1):
                     result = future.result()
-                    print(f"[{i}/{len(cells)}] {setting_label(cell[0]) or 'default'} {cell[1]} seed {cell[2]}: "
-                          f"val loss {result['val_loss']:.4f} ({result['seconds']:.0f} s)", flush=True)
+                    print(f"[{i}/{len(cells)}] {cell.label}: val loss {result.val_loss:.4f} "
+                          f"({result.get('seconds', math.nan):.0f} s)", flush=True)
             except BaseException:  # a failed cell, Ctrl-C or SIGTERM: no queued cell starts; running ones, which
                 pool.shutdown(wait=True, cancel_futures=True)  # got the signal too, stop at a checkpoint
                 raise

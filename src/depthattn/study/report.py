@@ -273,7 +273,8 @@ def _cell_paths(studies: list[Study], seeds_of) -> set[Path]:
 def _progress(studies: list[Study]) -> str:
     first = _cell_paths(studies, lambda study: study.seeds)
     more = _cell_paths(studies, lambda study: study.more_seeds) - first  # a cell may be another study's first seed
-    wanted = {study.result_path(*cell) for study in studies for cell in uncertain_cells(study)} - first
+    wanted = {study.result_path(cell.setting, cell.method, cell.seed) for study in studies
+              for cell in uncertain_cells(study)} - first
     line = (f"Finished: {sum(p.exists() for p in first)} of the {len(first)} distinct cells of {len(studies)} "
             f"studies at their first seeds")
     if more:

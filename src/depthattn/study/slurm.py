@@ -17,14 +17,13 @@ import json
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..files import atomic_write_json
 from .cell import check_split, run_cell
-from .spec import Study, setting_label
-
-QUEUED = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
-          "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"}
+from .records import Cell, CellResult
+from .spec import Study
 
 
 @dataclasses.dataclass
@@ -111,11 +110,11 @@ def _submitit():
     return submitit
 
 
-def run_cell_task(study: Study, setting: dict, method: str, seed: int, threads: int | None, tasks: int):
+def run_cell_task(study: Study, cell: Cell, threads: int | None, tasks: int) -> CellResult | None:
     """What an array task runs: one cell, its processes joined by torch.distributed when it has several."""
     if tasks > 1:
         _submitit().helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-    return run_cell(study, setting, method, seed, threads)
+    return run_cell(study, cell, threads)
 
 
 class _Resumable:
@@ -132,6 +131,8 @@ class _Resumable:
 
 
 class SlurmExecutor:
+    """Cells as a Slurm job array (implements `study.runner.Executor`)."""
+
     def __init__(self, settings: SlurmSettings, out_dir: str | Path, poll_s: float = 30.0, wait: bool = True):
         self.settings, self.folder = settings, Path(out_dir) / "slurm"
         self.poll_s, self.wait = poll_s, wait
@@ -166,15 +167,15 @@ class SlurmExecutor:
             raise RuntimeError(f"squeue failed: {out.stderr.strip()}")
         return dict(line.split("|", 1) for line in out.stdout.split() if "|" in line)
 
-    def cell_states(self, study: Study, cells: list[tuple]) -> list[dict]:
+    def cell_states(self, study: Study, cells: list[Cell]) -> list[dict]:
         """Per cell: its state (finished, pending, running, failed, not submitted), job id and log path."""
         records, queued = self.records(), self.queued()
         states = []
         for cell in cells:
-            key = str(study.cell_path(*cell))
+            key = str(study.cell_path(cell.setting, cell.method, cell.seed))
             record = records.get(key, {})
             job = record.get("job_id")
-            if study.result_path(*cell).exists():
+            if study.result_path(cell.setting, cell.method, cell.seed).exists():
                 state = "finished"
             elif job is None:
                 state = "not submitted"
@@ -188,7 +189,7 @@ class SlurmExecutor:
 
     # -------------------------------------------------------------- submission
 
-    def run(self, study: Study, cells: list[tuple], fn=None) -> bool:
+    def run(self, study: Study, cells: list[Cell], fn: Callable[[Study, int, int | None], None] | None = None) -> bool:
         """Submit the cells that are neither finished nor queued as one job array; with `wait`, wait until every
         one has left the queue and report those that failed (the others go on regardless). True when all are
         finished. `fn(study, seed, threads)` instead submits one job per seed (a retrofitting study's starts)."""
@@ -196,16 +197,16 @@ class SlurmExecutor:
         submitit = _submitit()
         check_split(study, cells, self.settings.tasks)
         states = self.cell_states(study, cells) if fn is None else [
-            {"cell": cell, "key": f"start/{study.name}/seed_{cell[2]}", "state": "not submitted"} for cell in
-            {cell[2]: cell for cell in cells}.values()]
+            {"cell": cell, "key": f"start/{study.name}/seed_{cell.seed}", "state": "not submitted"} for cell in
+            {cell.seed: cell for cell in cells}.values()]
         todo = [s for s in states if s["state"] in ("not submitted", "failed")]
         if todo:
             executor = submitit.SlurmExecutor(folder=self.folder / "%j")
             executor.update_parameters(**self.settings.submitit_parameters(f"depthattn-{study.name}"))
             threads, tasks = self.settings.cpus_per_task, self.settings.tasks
             with executor.batch():
-                jobs = [executor.submit(_Resumable(fn), study, s["cell"][2], threads) if fn is not None else
-                        executor.submit(_Resumable(run_cell_task), study, *s["cell"], threads, tasks) for s in todo]
+                jobs = [executor.submit(_Resumable(fn), study, s["cell"].seed, threads) if fn is not None else
+                        executor.submit(_Resumable(run_cell_task), study, s["cell"], threads, tasks) for s in todo]
             records = self.records()
             for state, job in zip(todo, jobs):
                 records[state["key"]] = {"job_id": job.job_id, "stdout": str(job.paths.stdout).replace("%t", "0"),
@@ -225,14 +226,13 @@ class SlurmExecutor:
             time.sleep(self.poll_s)
         return True
 
-    def _wait(self, study: Study, cells: list[tuple]) -> bool:
+    def _wait(self, study: Study, cells: list[Cell]) -> bool:
         seen = {}
         while True:
             states = self.cell_states(study, cells)
             for s in states:
                 if seen.get(s["key"]) != s["state"] and s["state"] in ("running", "finished", "failed"):
-                    print(f"  {setting_label(s['cell'][0]) or 'default'} {s['cell'][1]} seed {s['cell'][2]}: "
-                          f"{s['state']} (job {s['job_id']})", flush=True)
+                    print(f"  {s['cell'].label}: {s['state']} (job {s['job_id']})", flush=True)
                 seen[s["key"]] = s["state"]
             if not any(s["state"] not in ("finished", "failed", "not submitted") for s in states):
                 break
@@ -251,7 +251,7 @@ def _tail(path: str | None, lines: int = 5) -> str:
     return "\n".join(f"    {line}" for line in text[-lines:])
 
 
-def print_status(study: Study, executor: SlurmExecutor, cells: list[tuple]) -> dict[str, int]:
+def print_status(study: Study, executor: SlurmExecutor, cells: list[Cell]) -> dict[str, int]:
     """One line per cell: state, job id, log; then the counts."""
     counts: dict[str, int] = {}
     for s in executor.cell_states(study, cells):

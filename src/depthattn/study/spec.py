@@ -6,17 +6,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 import os
 import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..files import read_json_object
 from ..presets import METHOD_PRESETS
 from ..train import TrainConfig
 from ..train.config import config_path, read_toml
+from .records import CellResult, setting_label
 
 STEPS_FRACTION = "train.steps_fraction"  # an axis key: a fraction of the setting's train.steps (budget ladders)
 
@@ -57,7 +56,7 @@ class Search:
         (None until every candidate cell of the search seeds is finished)."""
         ranking, missing = [], 0
         for method in self.candidates:
-            values = [result[self.metric] for seed in self.seeds
+            values = [result.metric(self.metric) for seed in self.seeds
                       if (result := study.read_result({}, method, seed)) is not None]
             missing += len(self.seeds) - len(values)
             if values:
@@ -279,26 +278,26 @@ class Study:
         """Whether the cell has a whole result file (a damaged one counts as none)."""
         path = self.result_path(setting, method, seed)
         try:
-            return path.exists() and bool(load_result(path))
+            return path.exists() and bool(CellResult.read(path))
         except ValueError:
             return False
 
-    def read_result(self, setting: dict, method: str, seed: int) -> dict | None:
+    def read_result(self, setting: dict, method: str, seed: int) -> CellResult | None:
         """The cell's result, or None when it has none; a damaged result file is named and left out (the cell counts
         as missing: `set_aside_damaged` moves it away before a run trains the cell again)."""
         path = self.result_path(setting, method, seed)
         if not path.exists():
             return None
         try:
-            return load_result(path)
+            return CellResult.read(path)
         except ValueError as error:
             print(f"note: {error}; the cell is left out as missing (`depthattn study` sets the file aside and trains "
                   "the cell again)", file=sys.stderr)
             return None
 
     def read_results(self) -> list[dict]:
-        """The result of every finished cell of this study, with its setting."""
-        return [{**result, "setting": setting} for setting in self.settings() for method in self.methods
+        """The result of every finished cell of this study as a row of its tables: every field and the setting."""
+        return [result.row(setting) for setting in self.settings() for method in self.methods
                 for seed in self.seeds + self.more_seeds
                 if (result := self.read_result(setting, method, seed)) is not None]
 
@@ -313,31 +312,13 @@ class Study:
                     if not path.exists():
                         continue
                     try:
-                        load_result(path)
+                        CellResult.read(path)
                     except ValueError as error:
                         aside = path.with_name(path.name + ".damaged")
                         os.replace(path, aside)
                         print(f"{error}: moved aside to {aside}; the cell trains again", file=sys.stderr)
                         moved.append(aside)
         return moved
-
-
-# what every cell result holds, whatever else study/cell.py writes: which cell it is and its metric
-RESULT_KEYS = {"method": str, "seed": int, "val_loss": float}
-
-
-def load_result(path: Path) -> dict:
-    """A cell's result file, checked: a JSON object with every key of RESULT_KEYS, of its type, the loss finite.
-    A damaged file (cut short by a full disk or an interrupted copy, a bad merge, another program's JSON) raises
-    ValueError naming it and what is wrong."""
-    data = read_json_object(path)
-    wrong = [key for key, kind in RESULT_KEYS.items()
-             if not isinstance(data.get(key), (int, float) if kind is float else kind) or isinstance(data[key], bool)]
-    if wrong:
-        raise ValueError(f"{path} is not a cell result: {', '.join(wrong)} missing or of the wrong type")
-    if not math.isfinite(data["val_loss"]):
-        raise ValueError(f"{path} is not a cell result: val_loss is {data['val_loss']}")
-    return data
 
 
 # settings that change neither the model nor its training, so they do not enter a cell's key
@@ -380,6 +361,3 @@ def set_key(data: dict, key: str, value) -> None:
         data = data.setdefault(part, {})
     data[parts[-1]] = value
 
-
-def setting_label(setting: dict) -> str:
-    return ",".join(f"{name}={label}" for name, label in setting.items())
