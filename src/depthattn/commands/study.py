@@ -10,7 +10,7 @@ from pathlib import Path
 from ..study.cost import H100_BF16_TFLOPS, gpu_hours, run_flops
 from ..study.local import LocalExecutor
 from ..study.records import Cell
-from ..study.report import write_index, write_report
+from ..study.report import IndexPage, write_index, write_report
 from ..study.runner import Executor, pending_cells, run_study, uncertain_cells
 from ..study.slurm import SlurmExecutor, SlurmSettings, print_status
 from ..study.spec import Study
@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--why", action="store_true", help="also write depth-weight maps and learned mixing weights "
                         "(value residual's lambdas) of seed 0 (needs the cells' models in the out dir)")
     parser.add_argument("--index", help="also write one page for all the given studies (docs/results/study.md)")
+    parser.add_argument("--index-config", help="--index: the page's title and the columns of its table, as in "
+                        "depthattn/study/index.toml (the default)")
     parser.add_argument("--out-dir", help="checkpoints and logs (default: the config's out_dir, runs/study)")
     parser.add_argument("--results",
                         help="cell results and reports (default: the config's results, docs/results/study)")
@@ -106,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     studies = [Study.load(path) for path in args.configs]
+    index = IndexPage.load(args.index_config) if args.index_config else None  # a bad one shows before training
     for path, study in zip(args.configs, studies):
         study.out_dir = args.out_dir or study.out_dir
         study.results = args.results or study.results
@@ -131,5 +134,5 @@ def run(args: argparse.Namespace) -> int:
         if args.why:
             print(f"why: {explain(study)}")
     if args.index:
-        print(f"index: {write_index(studies, Path(args.index))}")
+        print(f"index: {write_index(studies, Path(args.index), index)}")
     return 0 if complete or args.detach else 1

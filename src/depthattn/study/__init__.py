@@ -2,11 +2,11 @@
 
 A study config (configs/study/*.toml) holds:
 
-    [study]                       title, methods, seeds, baseline; optionally more_seeds (run where a
-                                  difference's 95% interval still spans zero), contrasts (extra method
-                                  pairs, e.g. [["depth_attention", "value_residual"]]), paper (a table
-                                  of the paper's numbers per method, shown beside ours) and describe
-                                  (method = what it changes, a column of the report)
+    [study]                       title, methods, seeds, baseline (by default the first method); optionally
+                                  more_seeds (run where a difference's 95% interval still spans zero),
+                                  contrasts (extra method pairs [[a, b], ...], each a − b paired by seed),
+                                  paper (a table of the paper's numbers per method, shown beside ours) and
+                                  describe (method = what it changes, a column of the report)
     [axes.NAME]                   key = a training-config key ("model.overrides.num_hidden_layers", "data.path",
                                   "train.steps", ...); values = a list, or a table {label = value}; without
                                   key, values = {label = {key = value, ...}}: each label sets several keys
@@ -35,19 +35,20 @@ once, a changed config gets a new key instead of a stale result, a cell whose re
 rerun, and an interrupted one resumes from its last checkpoint.
 
 Cells run through an executor (`runner.Executor`): local processes (study/local.py) or a Slurm job array
-(study/slurm.py). A cell's result file is read and written as a `CellResult` (study/records.py).
+(study/slurm.py). A cell's result file is read and written as a `CellResult` (study/records.py). The index page
+over several studies (`--index`) takes its title and columns from study/index.toml.
 """
 
 from .cell import run_cell
 from .records import Cell, CellResult
-from .report import markdown_report, setting_differences, write_index, write_report
+from .report import IndexPage, markdown_report, setting_differences, write_index, write_report
 from .runner import Executor, pending_cells, run_study, uncertain_cells
 from .spec import Axis, Search, Study, cell_key, setting_label
 from .stats import format_interval, paired_difference, summarize, verdict
 from .why import explain
 
 __all__ = [
-    "Axis", "Cell", "CellResult", "Executor", "Search", "Study", "cell_key", "explain",
+    "Axis", "Cell", "CellResult", "Executor", "IndexPage", "Search", "Study", "cell_key", "explain",
     "format_interval", "markdown_report", "paired_difference", "pending_cells", "run_cell", "run_study",
     "setting_differences", "setting_label", "summarize", "uncertain_cells", "verdict", "write_index", "write_report",
 ]

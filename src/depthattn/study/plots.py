@@ -92,9 +92,9 @@ def plot_curve_differences(study: Study, results: list[dict], out_png: Path) -> 
     return save_figure(fig, out_png)
 
 
-def plot_overview(entries: list[dict], columns: list[str], out_png: Path) -> Path:
-    """The index's table (`setting_differences`) as one figure: per setting, each paired difference of `columns`
-    with its 95% interval."""
+def plot_overview(entries: list[dict], columns: list[str], out_png: Path, title: str) -> Path:
+    """The index's table (`setting_differences`) as one figure, titled `title`: per setting, each paired difference
+    of `columns` with its 95% interval."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -115,8 +115,7 @@ def plot_overview(entries: list[dict], columns: list[str], out_png: Path) -> Pat
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(range(len(entries)), [f"{e['label']}\n({e['study']})" for e in entries], fontsize=8)
     ax.set_ylabel("Δ val loss (nats), 95% CI; below 0: the first is better")
-    ax.set_title("Depth-Attention (DA), value residual (VR), value embeddings (VE), MUDDFormer and MoDA against "
-                 "vanilla, every setting", fontsize=9)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:  # nothing to show before two seeds of a setting
         ax.legend(fontsize=8)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..files import atomic_write_bytes, atomic_write_json
+from ..presets import METHOD_PRESETS
+from ..train.config import read_toml
 from .plots import cell_curve, plot_curve_differences, plot_differences, plot_overview, plot_trend
 from .runner import uncertain_cells
 from .spec import Study, setting_label
@@ -283,41 +286,94 @@ def _progress(studies: list[Study]) -> str:
     return line + "."
 
 
-# the index's columns: each method's paired difference from vanilla, then Depth-Attention's from value residual
-AGAINST_VANILLA = {"depth_attention": "DA − vanilla", "value_residual": "VR − vanilla",
-                   "value_embeddings": "VE − vanilla", "mudd": "MUDD − vanilla", "moda": "MoDA − vanilla"}
-DA_VR = "DA − VR"
-COLUMNS = [*AGAINST_VANILLA.values(), DA_VR]
+INDEX_CONFIG = Path(__file__).with_name("index.toml")  # the index page's title and columns
 
 
-def setting_differences(studies: list[Study]) -> list[dict]:
-    """Per distinct setting with Depth-Attention results: its label and study (the first study to hold it), train
-    tokens, seeds, and the paired rows of COLUMNS (None where not run), from every study that holds the setting
-    (the search runs value embeddings and MUDDFormer in the core study's base setting)."""
+@dataclass(frozen=True)
+class IndexColumn:
+    """A column of the index: the paired difference `method` − `against`, headed `label`."""
+
+    label: str
+    method: str
+    against: str
+
+    def find(self, study: Study, table: dict) -> dict | None:
+        """This difference in one setting of `study` (a table of `summarize`): against the study's baseline the
+        method's row, else the study's contrast [method, against]; None where the study has neither."""
+        if self.against == study.baseline:
+            return next((row for row in table["rows"] if row["method"] == self.method), None)
+        return next((c for c in table["contrasts"] if c["pair"] == [self.method, self.against]), None)
+
+
+@dataclass(frozen=True)
+class IndexPage:
+    """The index page's description (study/index.toml): its title, the heading of its table and the title of its
+    figure, the method whose results make a setting a row (`anchor`), and the table's columns."""
+
+    title: str
+    heading: str
+    figure_title: str
+    anchor: str
+    columns: tuple[IndexColumn, ...]
+
+    @classmethod
+    def load(cls, path: str | Path = INDEX_CONFIG) -> IndexPage:
+        data = read_toml(path, "index config", str(INDEX_CONFIG))
+        table = data.get("index")
+        if set(data) != {"index"} or not isinstance(table, dict):
+            raise ValueError(f"{path}: an index config has one table, [index]; got {sorted(data)}")
+        fields = {"title", "heading", "figure_title", "anchor", "columns"}
+        if set(table) != fields:
+            raise ValueError(f"{path}: [index] takes {', '.join(sorted(fields))}; got {sorted(table)}")
+        columns = []
+        for column in table["columns"]:
+            if not isinstance(column, dict) or set(column) != {"label", "method", "against"}:
+                raise ValueError(f"{path}: each [[index.columns]] takes label, method and against; got {column}")
+            columns.append(IndexColumn(**column))
+        labels = [column.label for column in columns]
+        if not columns or len(set(labels)) != len(labels):
+            raise ValueError(f"{path}: the index needs columns, each with a label of its own; got {labels}")
+        unknown = {table["anchor"], *(m for c in columns for m in (c.method, c.against))} - set(METHOD_PRESETS)
+        if unknown:
+            raise ValueError(f"{path}: {sorted(unknown)} are not method presets; choose from "
+                             f"{', '.join(METHOD_PRESETS)}")
+        return cls(table["title"], table["heading"], table["figure_title"], table["anchor"], tuple(columns))
+
+    @property
+    def labels(self) -> list[str]:
+        return [column.label for column in self.columns]
+
+
+def setting_differences(studies: list[Study], index: IndexPage | None = None) -> list[dict]:
+    """Per distinct setting where the index's anchor method has results: its label and study (the first study to
+    hold it with the anchor's results), train tokens, the anchor's seeds and, per column of the index (by its
+    label), the paired difference from the first study that has it once the setting has its row (None where none
+    has)."""
+    index = index or IndexPage.load()
     entries = {}
     for study in studies:
         results = study.read_results()
         for label, table in summarize(study, results).items():
             key = study.cell_path(table["setting"], study.baseline, 0).parts[0]
-            rows = {r["method"]: r for r in table["rows"]}
             entry = entries.get(key)
             if entry is None:
-                if "depth_attention" not in rows:
+                anchor = next((r for r in table["rows"] if r["method"] == index.anchor), None)
+                if anchor is None:
                     continue
                 entry = entries[key] = {
-                    "label": label or "base", "study": study.name, "seeds": rows["depth_attention"]["seeds"],
+                    "label": label or "base", "study": study.name, "seeds": anchor["seeds"],
                     "train_tokens": next(r["train_tokens"] for r in results if r["setting"] == table["setting"]),
-                    **dict.fromkeys(COLUMNS)}
-            for method, column in AGAINST_VANILLA.items():
-                entry[column] = entry[column] or rows.get(method)
-            entry[DA_VR] = entry[DA_VR] or next(
-                (c for c in table["contrasts"] if c["pair"] == ["depth_attention", "value_residual"]), None)
+                    **dict.fromkeys(index.labels)}
+            for column in index.columns:
+                entry[column.label] = entry[column.label] or column.find(study, table)
     return list(entries.values())
 
 
-def write_index(studies: list[Study], path: Path) -> Path:
-    """One page for the whole study: every distinct setting's key differences, then each study's report."""
-    lines = ["# Where Depth-Attention stands: the study", "",
+def write_index(studies: list[Study], path: Path, index: IndexPage | None = None) -> Path:
+    """One page for the whole study: every distinct setting's key differences (the columns of `index`, by default
+    study/index.toml's), then each study's report."""
+    index = index or IndexPage.load()
+    lines = [f"# {index.title}", "",
              "Generated by `make study` (`depthattn study configs/study/*.toml --index docs/results/study.md`) from "
              "the "
              "committed cell results in `docs/results/study/cells/`; do not edit by hand. Each cell trains one method "
@@ -326,14 +382,14 @@ def write_index(studies: list[Study], path: Path) -> Path:
              "of the embedded corpus. Δ: the paired difference with its 95% t-interval; "
              "'better' / 'worse' only where that interval excludes zero.", "",
              _progress(studies), "",
-             "## Depth-Attention, value residual and the relatives against vanilla, every setting", "",
-             f"| setting | study | train tokens | seeds | {' | '.join(COLUMNS)} |",
-             "|---" * (4 + len(COLUMNS)) + "|"]
-    entries = setting_differences(studies)
+             f"## {index.heading}", "",
+             f"| setting | study | train tokens | seeds | {' | '.join(index.labels)} |",
+             "|---" * (4 + len(index.columns)) + "|"]
+    entries = setting_differences(studies, index)
     for entry in entries:
         lines.append(f"| {entry['label']} | {entry['study']} | {entry['train_tokens']:,} | {entry['seeds']} | "
-                     + " | ".join(_cell(entry[column]) for column in COLUMNS) + " |")
-    figure = plot_overview(entries, COLUMNS, Path(studies[0].results) / "overview.png")
+                     + " | ".join(_cell(entry[label]) for label in index.labels) + " |")
+    figure = plot_overview(entries, index.labels, Path(studies[0].results) / "overview.png", index.figure_title)
     lines += ["", f"![every setting]({Path(studies[0].results).name}/{figure.name})"]
     for study in studies:
         text = markdown_report(study, study.read_results()).replace("](", f"]({Path(study.results).name}/")

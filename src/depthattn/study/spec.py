@@ -73,7 +73,7 @@ class Study:
     title: str
     methods: list[str]
     seeds: list[int]
-    baseline: str = "vanilla"
+    baseline: str = ""  # what every other method is measured against; by default the first of `methods`
     out_dir: str = "runs/study"  # checkpoints, never committed
     results: str = "docs/results/study"  # cells/<key>/... result files and each study's report
     more_seeds: list[int] = field(default_factory=list)
@@ -90,6 +90,9 @@ class Study:
     axes: list[Axis] = field(default_factory=list)
     datasets: dict = field(default_factory=dict)  # path -> prepare settings
     base: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.baseline = self.baseline or (self.methods[0] if self.methods else "")
 
     @classmethod
     def load(cls, path: str | Path) -> Study:

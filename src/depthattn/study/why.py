@@ -5,18 +5,17 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from ..evaluate.depth_map import compute_depth_map
+from ..evaluate.depth_map import compute_depth_map, step_sources
 from ..evaluate.plots import plot_depth_map, save_figure
 from ..files import atomic_write_json
 from ..loading import load_model
-from ..presets import METHOD_PRESETS
 from .spec import Study, setting_label
 
 
 def explain(study: Study, seed: int = 0) -> Path:
     """Why the methods differ, for each setting's seed-`seed` models (read from out_dir): the depth-weight map of
-    every Depth-Attention variant and the learned mixing weights of the other methods that have them
-    (`CrossLayerMethod.layer_mixing`: value residual's lambdas), per layer, in <results>/<name>_why.*."""
+    every method that has one (`depthattn.evaluate.depth_map`) and the learned mixing weights of the other methods
+    that have them (`CrossLayerMethod.layer_mixing`), per layer, in <results>/<name>_why.*."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,12 +30,13 @@ def explain(study: Study, seed: int = 0) -> Path:
             if not (final / "model.safetensors").exists():
                 continue
             data = study.cell_config(setting, method, seed).data
-            if METHOD_PRESETS[method].get("cross_layer") == "depth_attention":
+            model = load_model(final, device="cpu")
+            if _has_depth_weights(model):
                 result = compute_depth_map(final, data.path, samples=32, seq_len=data.seq_len, device="cpu")
                 found.setdefault(label, {})[method] = {"depth_map": result["matrix"], "sources": result["sources"]}
                 plot_depth_map(result["matrix"], root / f"{study.name}_why_{method}_{label}.png", title=(
                     f"{method}, {label}, seed {seed}: mean depth weight (row: layer, column: source)"))
-            elif mixing := load_model(final, device="cpu").model.cross_layer.layer_mixing():
+            elif mixing := model.model.cross_layer.layer_mixing():
                 found.setdefault(label, {})[method] = {"mixing": mixing}
     if not found:
         raise FileNotFoundError(f"no seed-{seed} models of study {study.name} under {study.out_dir}; "
@@ -63,3 +63,13 @@ def explain(study: Study, seed: int = 0) -> Path:
         save_figure(fig, root / f"{study.name}_why_{label}.png")
     atomic_write_json(root / f"{study.name}_why.json", {"seed": seed, "settings": found})
     return root / f"{study.name}_why.json"
+
+
+def _has_depth_weights(model) -> bool:
+    """Whether `depthattn.evaluate.depth_map` can map the model: it refuses, with a ValueError, a model whose
+    method weighs no depth sources."""
+    try:
+        step_sources(model)
+    except ValueError:
+        return False
+    return True
