@@ -80,6 +80,9 @@ def test_no_import_cycles():
     ("depthattn.train", ("depthattn.evaluate", "depthattn.study", "depthattn.commands")),
     ("depthattn.evaluate", ("depthattn.study", "depthattn.commands")),
     ("depthattn.study", ("depthattn.commands",)),
+    ("depthattn.loading", ("depthattn.train", "depthattn.evaluate", "depthattn.study", "depthattn.serving",
+                           "depthattn.commands")),  # evaluation and serving open folders without the trainer
+    ("depthattn.serving", ("depthattn.train", "depthattn.evaluate", "depthattn.study", "depthattn.commands")),
 ])
 def test_data_flows_one_way(layer, forbidden):
     edges = graph()
@@ -101,3 +104,33 @@ def test_imports_inside_functions_are_of_optional_dependencies_only():
     lazy = {(name, target) for name, target in lazy if not (target.startswith("depthattn.ops.depth_mix._triton")
                                                             or target == "depthattn.ops.depth_mix")}
     assert not lazy
+
+
+# Where a method's name may appear outside methods/, and why: the model's own identity and defaults, the reference
+# checkpoints' own names, and the two tools that exist for Depth-Attention against vanilla.
+NAMES_METHODS = {
+    "depthattn.config": "the model type and cross_layer's default; the old name of vanilla",
+    "depthattn.train.config": "the default method of a training config",
+    "depthattn.convert": "the reference implementation's checkpoints name their method",
+    "depthattn.evaluate.depth_map": "the depth-weight map of a Depth-Attention model",
+    "depthattn.commands.demo": "the demo trains Depth-Attention against vanilla",
+}
+
+
+def test_no_module_outside_methods_names_a_method():
+    """A method registered from outside is served, costed, studied and reported with no other file touched, so no
+    other module names one (string constants, docstrings aside)."""
+    from depthattn.methods import METHODS
+    from depthattn.presets import METHOD_PRESETS
+
+    names, found = set(METHODS) | set(METHOD_PRESETS), set()
+    for module, path in MODULES.items():
+        if module.startswith("depthattn.methods") or module in NAMES_METHODS:
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and ast.get_docstring(node, clean=False) is not None}
+        found |= {(module, node.lineno, node.value) for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                  and node.value in names and id(node) not in docstrings}
+    assert not found, f"method names outside methods/ (move the knowledge into the method's class): {found}"

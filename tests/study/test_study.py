@@ -372,7 +372,7 @@ def test_a_cell_of_two_processes_matches_the_one_process_cell(tiny_data, tmp_pat
 def test_dry_run_prints_each_cell_and_its_cost(tiny_data, tmp_path, capsys):
     from depthattn.commands.study import add_arguments, run
     from depthattn.evaluate.costs import method_costs
-    from depthattn.study.cost import cell_flops, gpu_hours
+    from depthattn.study.pricing import cell_flops, gpu_hours
     from depthattn.train.loop import build_model_config
 
     study = write_study(tmp_path, tiny_data)
@@ -399,7 +399,7 @@ def test_dry_run_prints_each_cell_and_its_cost(tiny_data, tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["scale", "scale_smoke"])
 def test_the_scale_studies_are_valid_and_priced(name):
-    from depthattn.study.cost import cell_flops, gpu_hours
+    from depthattn.study.pricing import cell_flops, gpu_hours
     from depthattn.study.slurm import SlurmSettings
 
     study = Study.load(f"configs/study/{name}.toml")  # the tests run from the repository root
@@ -552,7 +552,7 @@ def test_the_budget_report_draws_the_trend_and_compares_schedules(tiny_data, tmp
 
 
 def test_the_ladder_is_20_tokens_per_parameter_per_size_with_branches_and_priced():
-    from depthattn.study.cost import run_flops
+    from depthattn.study.pricing import run_flops
 
     study = Study.load("configs/study/ladder.toml")
     assert study.branch_axis.name == "budget" and len(pending_cells(study)) == 4 * 5 * 3  # one run per size

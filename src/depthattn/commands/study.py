@@ -7,14 +7,14 @@ import argparse
 import time
 from pathlib import Path
 
-from ..study.cost import H100_BF16_TFLOPS, gpu_hours, run_flops
 from ..study.local import LocalExecutor
+from ..study.mixing_maps import explain
+from ..study.pricing import H100_BF16_TFLOPS, gpu_hours, run_flops
 from ..study.records import Cell
 from ..study.report import IndexPage, write_index, write_report
 from ..study.runner import Executor, pending_cells, run_study, uncertain_cells
 from ..study.slurm import SlurmExecutor, SlurmSettings, print_status
 from ..study.spec import Study
-from ..study.why import explain
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

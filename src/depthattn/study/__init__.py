@@ -40,12 +40,12 @@ over several studies (`--index`) takes its title and columns from study/index.to
 """
 
 from .cell import run_cell
+from .mixing_maps import explain
 from .records import Cell, CellResult
 from .report import IndexPage, markdown_report, setting_differences, write_index, write_report
 from .runner import Executor, pending_cells, run_study, uncertain_cells
 from .spec import Axis, Search, Study, cell_key, setting_label
 from .stats import format_interval, paired_difference, summarize, verdict
-from .why import explain
 
 __all__ = [
     "Axis", "Cell", "CellResult", "Executor", "IndexPage", "Search", "Study", "cell_key", "explain",
