@@ -13,9 +13,12 @@ from depthattn.config import ConfigField, method_fields
 from depthattn.evaluate.costs import method_costs
 from depthattn.methods import INFERENCE_STATE, METHODS, count_parameters, register, unregister
 from depthattn.serving.vllm import check_servable
+from depthattn.study import Study, run_study, write_report
+from depthattn.study.pricing import run_flops
 from depthattn.train import TrainConfig, train
 
 from ..helpers import prefill_then_decode, tiny_config, tiny_model
+from ..study.test_study import write_study
 from .toy_method import ToyValueGain
 
 
@@ -114,3 +117,13 @@ def test_convert_takes_every_registered_method_field(toy, tmp_path, capsys):
                  "--toy-gain-init", "1"]) == 0
     assert "cross_layer=toy, toy_gain_init=1.0" in capsys.readouterr().out
     assert DepthAttentionConfig.from_pretrained(tmp_path / "out").toy_gain_init == 1.0
+
+
+def test_toy_method_runs_in_a_study_and_its_report(toy, tiny_data, tmp_path):
+    study = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla", toy)))
+    run_study(study)
+    results = study.read_results()
+    assert sorted((r["method"], r["seed"]) for r in results) == [(toy, 0), (toy, 1), ("vanilla", 0), ("vanilla", 1)]
+    assert all(r["params_extra_over_vanilla"] == 1 for r in results if r["method"] == toy)  # 2 layers: one gain
+    text = write_report(study).read_text()
+    assert f"| {toy} | 2 |" in text and run_flops(study, {}, toy)["flops"] > run_flops(study, {}, "vanilla")["flops"]
