@@ -107,12 +107,11 @@ def test_imports_inside_functions_are_of_optional_dependencies_only():
 
 
 # Where a method's name may appear outside methods/, and why: the model's own identity and defaults, the reference
-# checkpoints' own names, and the two tools that exist for Depth-Attention against vanilla.
+# checkpoints' own names, and the demo, which trains Depth-Attention against vanilla.
 NAMES_METHODS = {
     "depthattn.config": "the model type and cross_layer's default; the old name of vanilla",
     "depthattn.train.config": "the default method of a training config",
     "depthattn.convert": "the reference implementation's checkpoints name their method",
-    "depthattn.evaluate.depth_map": "the depth-weight map of a Depth-Attention model",
     "depthattn.commands.demo": "the demo trains Depth-Attention against vanilla",
 }
 

@@ -79,7 +79,8 @@ def test_rows_sum_to_one_with_zeros_where_there_is_no_source():
 def test_error_for_a_model_without_depth_attention(eval_data, tmp_path):
     vanilla = tiny_model(cross_layer="vanilla", vocab_size=384)
     vanilla.save_pretrained(tmp_path / "vanilla")
-    with pytest.raises(ValueError, match="cross_layer is 'vanilla'.*needs a Depth-Attention model"):
+    with pytest.raises(ValueError, match=r"cross_layer is 'vanilla'.*needs a method that weighs its depth sources "
+                                         r"per token \(depth_attention\)"):
         compute_depth_map(tmp_path / "vanilla", eval_data, samples=2, seq_len=8)
 
 

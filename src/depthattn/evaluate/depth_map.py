@@ -19,7 +19,7 @@ import torch
 from ..data.shards import TokenShards
 from ..files import atomic_write_json, make_folder
 from ..loading import check_data_vocab, model_dtype_name, open_model, run_metadata
-from ..methods import DepthAttention
+from ..methods import METHODS
 from .plots import plot_depth_map
 
 DEFAULT_SAMPLES = 16
@@ -28,12 +28,14 @@ DEFAULT_BATCH_SIZE = 4
 
 
 def step_sources(model) -> list[list[int]]:
-    """Depth sources of every unrolled step (`DepthAttention.step_sources`)."""
-    config = model.config
-    if getattr(config, "cross_layer", None) != "depth_attention":
-        raise ValueError(f"the model's cross_layer is {getattr(config, 'cross_layer', None)!r}: a depth-weight map "
-                         "needs a Depth-Attention model (cross_layer='depth_attention')")
-    return DepthAttention.step_sources(config)
+    """Depth sources of every unrolled step, for a method whose `output_depth_weights` weighs them per token."""
+    cross_layer = getattr(model.config, "cross_layer", None)
+    method = METHODS.get(cross_layer)
+    if method is None or not method.maps_depth_weights:
+        mapped = ", ".join(name for name, other in METHODS.items() if other.maps_depth_weights)
+        raise ValueError(f"the model's cross_layer is {cross_layer!r}: a depth-weight map needs a method that weighs "
+                         f"its depth sources per token ({mapped})")
+    return method.step_sources(model.config)
 
 
 @torch.no_grad()
@@ -120,7 +122,7 @@ def compute_depth_map(
         "sources": {str(step): s for step, s in enumerate(sources)},
         "num_hidden_layers": config.num_hidden_layers,
         "num_loops": getattr(config, "num_loops", 1),
-        **{name: DepthAttention.settings(config)[name] for name in ("depth_stride", "depth_window", "depth_mix")},
+        **METHODS[config.cross_layer].settings(config),
         "samples": len(starts),
         "seq_len": seq_len,
         "positions_per_layer": count,

@@ -71,6 +71,7 @@ class CrossLayerMethod(nn.Module):
     # config fields that change how the method computes, not what (its kernels): a built model switches them in
     # place (`DepthAttentionPreTrainedModel.switch_method_field`, through `switch` below)
     switchable_fields: tuple[str, ...] = ()
+    maps_depth_weights: bool = False  # `output_depth_weights` weighs each step's sources per token (a depth map)
 
     def __init__(self, config):
         super().__init__()

@@ -94,6 +94,7 @@ class DepthAttention(CrossLayerMethod):
         "it is processed: k and mixed v of its source layers (|S| KV-head vector pairs)."
     )
     switchable_fields = ("depth_impl",)
+    maps_depth_weights = True
 
     @classmethod
     def settings(cls, config):
