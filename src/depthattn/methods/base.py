@@ -60,17 +60,21 @@ class CrossLayerMethod(nn.Module):
     `extra_parameters`, `flop_terms`, `io_elements` and `extra_state_elements` at a context; zero here.
     """
 
-    inference_state: str = ""
-    # whether reentrant activation checkpointing keeps every gradient: only when nothing reaches a layer except its
-    # positional tensor inputs (no depth states, no stream object), i.e. the vanilla decoder
-    reentrant_checkpointing_safe: bool = False
+    # its config: its own fields, named variants of them, and those that change how it computes, not what (its
+    # kernels), which a built model switches in place (`DepthAttentionPreTrainedModel.switch_method_field`)
     config_fields: dict[str, ConfigField] = {}
     presets: dict[str, dict] = {}  # named variants: config fields over the method's defaults (depthattn.presets)
-    vllm_refusal: str = ""  # why the vLLM plugin (depthattn.serving.vllm) cannot serve the method; empty: it can
-    packed_refusal: str = ""  # why it cannot run packed sequences (continuous batching, flash varlen), if it cannot
-    # config fields that change how the method computes, not what (its kernels): a built model switches them in
-    # place (`DepthAttentionPreTrainedModel.switch_method_field`, through `switch` below)
     switchable_fields: tuple[str, ...] = ()
+
+    # where it runs, and why not where it cannot (see also `check_tensor_parallel`)
+    # reentrant activation checkpointing keeps every gradient only when nothing reaches a layer except its
+    # positional tensor inputs (no depth states, no stream object), i.e. the vanilla decoder
+    reentrant_checkpointing_safe: bool = False
+    packed_refusal: str = ""  # why it cannot run packed sequences (continuous batching, flash varlen), if it cannot
+    vllm_refusal: str = ""  # why the vLLM plugin (depthattn.serving.vllm) cannot serve the method; empty: it can
+
+    # what it tells about itself (with the analytic costs below)
+    inference_state: str = ""
     maps_depth_weights: bool = False  # `output_depth_weights` weighs each step's sources per token (a depth map)
 
     def __init__(self, config):
