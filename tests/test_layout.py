@@ -110,7 +110,6 @@ def test_imports_inside_functions_are_of_optional_dependencies_only():
 # checkpoints' own names, and the demo, which trains Depth-Attention against vanilla.
 NAMES_METHODS = {
     "depthattn.config": "the model type and cross_layer's default; the old name of vanilla",
-    "depthattn.train.config": "the default method of a training config",
     "depthattn.convert": "the reference implementation's checkpoints name their method",
     "depthattn.commands.demo": "the demo trains Depth-Attention against vanilla",
 }

@@ -10,7 +10,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import check_choice
+from ..config import DepthAttentionConfig, check_choice
 from ..presets import METHOD_PRESETS
 
 MODEL_PRESETS = {
@@ -38,7 +38,7 @@ MODEL_PRESETS = {
 @dataclass
 class ModelSection:
     preset: str = "tiny"
-    method: str = "depth_attention"  # a preset of depthattn.presets: a method or a Depth-Attention ablation
+    method: str = DepthAttentionConfig.cross_layer  # a preset of depthattn.presets: a method or a variant of one
     num_loops: int = 1
     max_position_embeddings: int = 4096
     overrides: dict = field(default_factory=dict)  # any other DepthAttentionConfig field
