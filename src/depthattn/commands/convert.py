@@ -31,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser):
                             nargs="?" if switch else None, const=True if switch else None,
                             help=_first_sentence(field.doc).replace("%", "%%") + f" (default {field.default!r})")
 
+
 def _first_sentence(text: str) -> str:
     return re.split(r"(?<=[a-z)`])\. (?=[A-Z`])", text)[0].rstrip(".")
 
