@@ -219,7 +219,6 @@ def test_transformers_server_loads_a_depthattn_folder(tmp_path):
         manager.shutdown()
 
 
-
 def test_a_method_that_cannot_run_packed_sequences_refuses_continuous_batching(tmp_path, capsys):
     from depthattn.cli import main
 

@@ -31,6 +31,7 @@ def method_fields() -> dict[str, ConfigField]:
     """The config fields of every registered method."""
     return {name: field for cls in METHODS.values() for name, field in cls.config_fields.items()}
 
+
 # Keys that transformers' configs and generation take (legacy names, loading bookkeeping): never a typo of ours.
 _TRANSFORMERS_KEYS = {
     "torch_dtype", "num_labels", "name_or_path", "output_attentions", "attn_implementation",

@@ -156,7 +156,6 @@ class RequestChecks:
             raise BadRequest(f"the chat template cannot format these messages: {error}", "messages") from None
         return len(ids)
 
-
     def models(self):
         """GET /v1/models: the one model this server serves, under the name clients send."""
         from starlette.responses import JSONResponse

@@ -21,7 +21,6 @@ def explain(study: Study, seed: int = 0) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-
     root, found = Path(study.results), {}
     for setting in study.settings():
         label = setting_label(setting) or "base"

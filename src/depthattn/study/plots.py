@@ -23,7 +23,6 @@ def plot_differences(study: Study, results: list[dict], out_png: Path) -> Path |
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-
     table = summarize(study, results)
     methods = [m for m in study.methods if m != study.baseline]
     axis = study.axes[0] if study.axes else None
@@ -62,7 +61,6 @@ def plot_curve_differences(study: Study, results: list[dict], out_png: Path) -> 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     styles = ["-", "--", ":", "-."]
