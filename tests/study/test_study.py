@@ -637,3 +637,55 @@ def test_sigterm_stops_a_study_of_several_workers_without_starting_queued_cells(
     trained = list(Path(study.out_dir).glob("*-*"))
     assert 2 <= len(trained) < len(cells) == 8  # the running cells finish; the queued ones never start
     assert signal.getsignal(signal.SIGTERM) == before  # the study's handler lasts only while its pool runs
+
+
+
+def _slow_cell_stopped_by_sigterm(study, cell, threads=None):
+    """A cell that, as train() does, turns SIGTERM into a KeyboardInterrupt and stops."""
+    import signal
+    import time
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt("stopped")
+
+    (Path(study.out_dir) / f"{cell.method}-{cell.seed}").parent.mkdir(parents=True, exist_ok=True)
+    (Path(study.out_dir) / f"{cell.method}-{cell.seed}").write_text("started")
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        time.sleep(30)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return CellResult(cell.method, cell.seed, 1.0, {"seconds": 30.0})
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the pool's workers in /proc")
+def test_sigterm_to_every_process_starts_no_queued_cell(tiny_data, tmp_path, monkeypatch):
+    """As `kill -- -PGID` or a scheduler does: the study and its workers each get SIGTERM. The running cells stop;
+    the cell the pool had already handed a worker (it queues one ahead) must not start."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import depthattn.study.local as local
+
+    monkeypatch.setattr(local, "run_cell", _slow_cell_stopped_by_sigterm)  # the forked workers run it too
+    study = Study.load(write_study(tmp_path, tiny_data, seeds=[0, 1, 2, 3]))
+    cells, started = pending_cells(study), Path(study.out_dir)
+
+    def signal_everyone():
+        while len(list(started.glob("*-*"))) < 2:  # both workers are in a cell
+            time.sleep(0.05)
+        children = [int(stat.split()[0]) for stat in (Path(f"/proc/{pid}/stat").read_text()
+                                                      for pid in os.listdir("/proc") if pid.isdigit()
+                                                      if Path(f"/proc/{pid}/stat").exists())
+                    if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid()]
+        for pid in children:
+            os.kill(pid, signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=signal_everyone, daemon=True).start()
+    begun = time.monotonic()
+    with pytest.raises(KeyboardInterrupt, match="stopped by SIGTERM"):
+        LocalExecutor(workers=2).run(study, cells)
+    assert len(list(started.glob("*-*"))) == 2 and time.monotonic() - begun < 25  # nothing queued ran

@@ -27,6 +27,23 @@ def _run_distributed(study: Study, cell: Cell, threads: int | None, tasks: int) 
     return elastic_launch(config, run_cell)(study, cell, threads)[0]  # rank 0's result
 
 
+_stopped = False  # in a worker process: one of its cells was stopped by a signal, so it starts no other
+
+
+def _cell_in_worker(executor: LocalExecutor, study: Study, cell: Cell) -> CellResult | None:
+    """`executor._cell` in a pool worker. A signal sent to the whole process group (Ctrl-C, `kill -- -PGID`, a
+    scheduler) stops the worker's running cell at a checkpoint; the pool may already have handed the worker the
+    next cell, which must not start then: the study is stopping."""
+    global _stopped
+    if _stopped:
+        return None
+    try:
+        return executor._cell(study, cell)
+    except KeyboardInterrupt:  # train()'s TrainingInterrupted among them
+        _stopped = True
+        raise
+
+
 class LocalExecutor:
     """Cells on this machine (implements `study.runner.Executor`)."""
 
@@ -63,7 +80,7 @@ class LocalExecutor:
                 self._cell(study, cell)
             return True
         with ProcessPoolExecutor(self.workers) as pool, _sigterm_as_interrupt():
-            futures = [pool.submit(self._cell, study, cell) for cell in cells]
+            futures = [pool.submit(_cell_in_worker, self, study, cell) for cell in cells]
             try:
                 for i, (cell, future) in enumerate(zip(cells, futures), 1):
                     result = future.result()
