@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
+from depthattn.data import embedded_corpus_documents, prepare
 from depthattn.study import (
     Cell,
     CellResult,
@@ -451,8 +452,20 @@ branches = true
 """
 
 
-def test_a_branched_budget_axis_trains_one_run_per_method_and_seed(tiny_data, tmp_path):
-    study = Study.load(write_study(tmp_path, tiny_data, axes=WSD_BUDGETS, methods=["vanilla"], seeds=[0]))
+@pytest.fixture(scope="module")
+def short_data(tmp_path_factory):
+    """tiny_data's documents cut to 3,000 characters: each budget is scored on the whole held-out split, which is
+    a tenth of tiny_data's here."""
+    root = tmp_path_factory.mktemp("short_data")
+    source = root / "docs.jsonl"
+    documents = [doc[:3000] for _, doc in zip(range(12), embedded_corpus_documents())]
+    source.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents))
+    prepare([str(source)], root / "prepared", vocab_size=384, val_fraction=0.25, seed=0, progress=False)
+    return root / "prepared"
+
+
+def test_a_branched_budget_axis_trains_one_run_per_method_and_seed(short_data, tmp_path):
+    study = Study.load(write_study(tmp_path, short_data, axes=WSD_BUDGETS, methods=["vanilla"], seeds=[0]))
     long, short = {"budget": "long"}, {"budget": "short"}
     assert pending_cells(study) == [Cell(long, "vanilla", 0)]  # one run, named by its longest budget
     run_study(study)
@@ -463,7 +476,7 @@ def test_a_branched_budget_axis_trains_one_run_per_method_and_seed(tiny_data, tm
     assert short_train["steps"] == 3 and short_train["branch_steps"] == []
 
     # the short budget's result equals a standalone WSD run of 3 steps, stored under the same cell key
-    plain = Study.load(write_study(tmp_path, tiny_data, axes=WSD_BUDGETS.replace("branches = true", ""),
+    plain = Study.load(write_study(tmp_path, short_data, axes=WSD_BUDGETS.replace("branches = true", ""),
                                    methods=["vanilla"], seeds=[0], name="plain.toml"))
     assert plain.result_path(short, "vanilla", 0) == study.result_path(short, "vanilla", 0)
     alone = tmp_path / "alone"
