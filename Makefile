@@ -25,18 +25,21 @@ $(VENV)/transformers-lower/.done: $(VENV)/.installed
 # one pytest-xdist worker per CPU; a module's tests stay on one worker (they share its fixtures)
 test: $(VENV)/.installed $(VENV)/transformers-tests/.done $(VENV)/transformers-lower/.done
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n logical --dist loadscope
+	$(PY) -m pytest -n logical --dist loadscope --durations=15
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/depthattn demo
 
-# The whole study (hours on 2 cores; resumable, finished cells are skipped), then its pages in docs/results/.
+# The whole study (hours on 2 cores; resumable, finished cells are skipped), then its pages in docs/results/ and
+# their tables pasted into README.md and docs/results.md.
 STUDIES := core retrofit budget depth tokenization ablations search confirm moda budget_wsd budget_sweep
 study: $(VENV)/.installed
 	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) --workers 2 --threads 1 --index docs/results/study.md
+	$(PY) docs/paste_results.py
 
 study-report: $(VENV)/.installed
 	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) --report-only --index docs/results/study.md
+	$(PY) docs/paste_results.py
 
 clean:
 	rm -rf $(VENV) .venv-vllm runs

@@ -47,32 +47,32 @@ def test_python_examples_run_in_a_fresh_interpreter(tmp_path):
     assert main(["checksums", str(demo)]) == 0 and edited_files(demo) == []
 
 
-def index_table(text: str) -> list[str]:
-    """The study's index table: the rows from its `| setting | study |` header to the first blank line."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| setting | study |"))
-    return lines[start:lines.index("", start)]
-
-
 def section(text: str, start: str, end: str) -> str:
     return text[text.index(start):text.index(end)]
 
 
 def test_readme_study_tables_are_the_generated_ones():
-    """The README's headline table is docs/results/study.md's index table, row for row, and every table row of
-    docs/results.md's study section is a row of docs/results/study.md, which `depthattn study` writes from the
-    committed cells; both give its progress line. Regenerate (`make study-report`) and paste again when they
-    change."""
-    generated_text = STUDY.read_text()
-    generated = set(generated_text.splitlines())
-    progress = next(line for line in generated_text.splitlines() if line.startswith("Finished:"))
+    """The study tables of README.md and docs/results.md are the generated ones, pasted by docs/paste_results.py
+    under their markers (the index table of every setting in both, the budget sweep's gains), with the progress
+    line docs/results/study.md counts; every other table row of docs/results.md's study section is a row of
+    docs/results/study.md, which `depthattn study` writes from the committed cells. After `make study-report`
+    (which pastes) nothing here may differ."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("paste_results", ROOT / "docs" / "paste_results.py")
+    paste = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paste)
+    generated = set(STUDY.read_text().splitlines())
     headline = section(README.read_text(), "## Results", "### The demo")
     full = section(RESULTS.read_text(), "## Where Depth-Attention stands", "## The demo")
-    for name, text in (("README.md", headline), ("docs/results.md", full)):
-        assert index_table(text) == index_table(generated_text), (
-            f"{name}'s table of every setting is not docs/results/study.md's (regenerate and paste)")
-        assert f"Progress at this commit, from `docs/results/study.md`: {progress}" in text, (
-            f"{name}'s study progress is not the one docs/results/study.md counts")
+    for page, text in ((README, headline), (RESULTS, full)):
+        name = page.relative_to(ROOT)
+        markers = paste.MARKER.findall(text)
+        assert ("docs/results/study.md", "setting") in markers, f"{name} has no index table to paste into"
+        assert ("docs/results/study/budget_sweep.md", "gain") in markers, f"{name} lacks the budget sweep's gains"
+        assert paste.PROGRESS + "Finished:" in text, f"{name} does not give the study's progress"
+        assert paste.pasted(page.read_text()) == page.read_text(), (
+            f"{name}'s study tables are not the generated ones (make study-report pastes them)")
     rows = [line for line in full.splitlines() if line.startswith("|")]
     assert len(rows) > 30
     stale = [row for row in rows if row not in generated]
