@@ -25,6 +25,7 @@ from depthattn.study import (
     write_report,
 )
 from depthattn.study.local import LocalExecutor
+from tests.data.data_helpers import write_jsonl
 
 BASE = """
 [base.model]
@@ -457,9 +458,7 @@ def short_data(tmp_path_factory):
     """tiny_data's documents cut to 3,000 characters: each budget is scored on the whole held-out split, which is
     a tenth of tiny_data's here."""
     root = tmp_path_factory.mktemp("short_data")
-    source = root / "docs.jsonl"
-    documents = [doc[:3000] for _, doc in zip(range(12), embedded_corpus_documents())]
-    source.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents))
+    source = write_jsonl(root / "docs.jsonl", [doc[:3000] for _, doc in zip(range(12), embedded_corpus_documents())])
     prepare([str(source)], root / "prepared", vocab_size=384, val_fraction=0.25, seed=0, progress=False)
     return root / "prepared"
 
