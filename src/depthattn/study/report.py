@@ -141,9 +141,9 @@ def _trend_table(study: Study, results: list[dict]) -> list[str]:
     epochs = {r["setting"][axis.name]: r.get("data_epochs") for r in results}
     lines = ["Against the budget (tokens per parameter of the baseline model; all budgets of a seed come from one WSD "
              "run). Epochs over the training data: " + ", ".join(
-                 f"{x_of[label]:.3g}: {epochs[label]:.2f}" for label in labels if epochs.get(label) is not None)
+                 f"{x_of[label]:.2g}: {epochs[label]:.2f}" for label in labels if epochs.get(label) is not None)
              + ".", "",
-             "| gain | " + " | ".join(f"{x_of[label]:.3g} tok/param" for label in labels)
+             "| gain | " + " | ".join(f"{x_of[label]:.2g} tok/param" for label in labels)
              + " | slope per decade [95% CI] | fitted band reaches zero at |",
              "|---|" + "---|" * (len(labels) + 2)]
     for method, against in trend_pairs(study):
