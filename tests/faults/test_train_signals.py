@@ -23,7 +23,7 @@ from tests.faults.conftest import train_args
 # runs `depthattn` with what the tests need to catch a run mid-way, set by environment variables read only here:
 # LAUNCH_STEP_SECONDS, a pause before each step; LAUNCH_SLOW_SAVES_AFTER=N, a trainer state of a step after N is
 # written, then LAUNCH_MARKER is touched and the process sleeps; LAUNCH_PIDS, a folder where each process writes
-# its pid as rank<RANK>.pid
+# its pid as rank<RANK>.pid; LAUNCH_STEPS_STARTED, a file holding how many steps have started
 LAUNCHER = """
 import os, pathlib, sys, time
 import torch
@@ -34,7 +34,12 @@ if os.environ.get("LAUNCH_PIDS"):
     pathlib.Path(os.environ["LAUNCH_PIDS"], f"rank{os.environ.get('RANK', '0')}.pid").write_text(str(os.getpid()))
 pause = float(os.environ.get("LAUNCH_STEP_SECONDS", "0"))
 real_step = loop.train_step
+started = 0
 def train_step(*args, **kwargs):
+    global started
+    started += 1
+    if os.environ.get("LAUNCH_STEPS_STARTED"):
+        pathlib.Path(os.environ["LAUNCH_STEPS_STARTED"]).write_text(str(started))
     time.sleep(pause)
     return real_step(*args, **kwargs)
 loop.train_step = train_step
@@ -140,10 +145,11 @@ def test_a_signal_checkpoints_the_current_step_and_resume_is_exact(tiny_data, tm
 
 
 def test_a_second_signal_during_the_checkpoint_write_stops_at_once(tiny_data, tmp_path, launcher, whole_run):
-    out_dir, marker = tmp_path / "run", tmp_path / "writing"
+    out_dir, marker, started = tmp_path / "run", tmp_path / "writing", tmp_path / "started"
     argv = train_args(tiny_data, out_dir, STEPS, 2, *RUN)
-    process = launch(launcher, argv, step_seconds=0.3, slow_saves_after=2, marker=marker)
-    wait_for((out_dir / "checkpoints" / "step_00000002").exists, process)
+    process = launch(launcher, argv, step_seconds=0.3, slow_saves_after=2, marker=marker, steps_started=started)
+    # past step 2's checkpoint: a signal before step 3 starts would find that checkpoint current and write none
+    wait_for(lambda: started.exists() and int(started.read_text() or 0) >= 3, process)
     process.send_signal(signal.SIGINT)  # the run finishes its step, then writes its checkpoint ...
     wait_for(marker.exists, process)
     time.sleep(0.5)  # (two signals close together may arrive as one)
