@@ -123,7 +123,7 @@ def test_tokenizer_without_eos(tmp_path):
     PreTrainedTokenizerFast(tokenizer_object=word_level, unk_token="[UNK]").save_pretrained(tmp_path / "tok")
     with pytest.raises(DataError, match=f"tokenizer {tmp_path / 'tok'} has no eos_token"):
         prepare(
-            [str(write_jsonl(tmp_path / "docs.jsonl", ["a a"]))],
+            [str(write_jsonl(tmp_path / "docs.jsonl", [f"a {i}" for i in range(100)]))],  # enough for both splits
             tmp_path / "out",
             tokenizer=tmp_path / "tok",
             progress=False,

@@ -158,7 +158,8 @@ def test_a_failure_in_a_worker_leaves_the_output_as_it_was(tmp_path, prepared_di
     prepare([str(write_jsonl(tmp_path / "good.jsonl", small_docs))], out, **options)
     before = {name: (out / name).read_bytes() for name in dataset_files(out)}
     bad = tmp_path / "bad.jsonl"  # the third document holds a lone surrogate, which no tokenizer encodes
-    bad.write_text('{"text": "fine"}\n\n{"text": "also fine"}\n{"text": "bad \\ud800 text"}\n')
+    bad.write_text('{"text": "fine"}\n\n{"text": "also fine"}\n{"text": "bad \\ud800 text"}\n'
+                   + "".join(f'{{"text": "more {i}"}}\n' for i in range(20)))  # enough for both splits
     with pytest.raises(DataError, match=r"input .*bad.jsonl, document 3: character 4 is a lone surrogate"):
         prepare([str(bad)], out, overwrite=True, workers=2, **options)
     with pytest.raises(DataError, match=r"input .*bad.jsonl, document 3: character 4 is a lone surrogate"):
@@ -167,7 +168,7 @@ def test_a_failure_in_a_worker_leaves_the_output_as_it_was(tmp_path, prepared_di
     word_level = Tokenizer(models.WordLevel({"<|endoftext|>": 0, "fine": 1}))  # no unknown token: others fail
     word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     PreTrainedTokenizerFast(tokenizer_object=word_level, eos_token="<|endoftext|>").save_pretrained(tmp_path / "words")
-    words = write_jsonl(tmp_path / "words.jsonl", ["fine"] * 30 + ["fine unknown"])
+    words = write_jsonl(tmp_path / "words.jsonl", ["fine"] * 30 + ["fine unknown"] + [f"more {i}" for i in range(20)])
     with pytest.raises(DataError, match=r"input .*words.jsonl, document 31: the tokenizer cannot encode it"):
         prepare([str(words)], out, tokenizer=tmp_path / "words", overwrite=True, workers=2, progress=False)
 

@@ -15,7 +15,7 @@ from ..data.prepare import (
     default_workers,
     prepare,
 )
-from ..data.sources import DEFAULT_CHUNK_CHARS, EMBEDDED
+from ..data.sources import DEFAULT_CHUNK_CHARS, DEFAULT_MAX_DOCUMENT_CHARS, EMBEDDED
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=[EMBEDDED],
         metavar="PATH",
-        help="input files (.txt, .jsonl, .parquet), hf:NAME[:CONFIG] for a Hugging Face dataset, "
+        help="input files or folders (.txt, .jsonl, .parquet), hf:NAME[:CONFIG] for a Hugging Face dataset, "
         f"or {EMBEDDED} for the built-in Shakespeare corpus (default)",
     )
     parser.add_argument(
@@ -77,6 +77,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cut .txt inputs at blank lines into documents of about N characters (default %(default)s)",
     )
     parser.add_argument(
+        "--max-document-chars",
+        type=int,
+        default=DEFAULT_MAX_DOCUMENT_CHARS,
+        metavar="N",
+        help="cut any document longer than N characters into pieces of at most N, at paragraph, line or word ends "
+        "where possible; if a split would then get no document, N is halved until both get one and there are "
+        "2 / val-fraction documents, down to 512 (default %(default)s)",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         metavar="N",
@@ -99,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             shard_tokens=args.shard_tokens,
             chunk_chars=args.chunk_chars,
+            max_document_chars=args.max_document_chars,
             hf_split=args.hf_split,
             workers=args.workers,
             overwrite=args.overwrite,
@@ -110,4 +120,9 @@ def run(args: argparse.Namespace) -> int:
     for split, info in manifest["splits"].items():
         num_shards = len(info["files"])
         print(f"  {split}: {info['num_documents']:,} documents, {info['num_tokens']:,} tokens, {num_shards} shard(s)")
+    cut = manifest["document_cut"]
+    if cut["num_documents_cut"]:
+        lowered = f" (lowered from {cut['max_chars_requested']:,} so that both splits get documents)"
+        print(f"  cut {cut['num_documents_cut']:,} documents longer than {cut['max_chars']:,} characters into "
+              f"{cut['num_pieces']:,} pieces{lowered if cut['max_chars'] < cut['max_chars_requested'] else ''}")
     return 0

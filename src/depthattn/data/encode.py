@@ -32,10 +32,16 @@ BATCH_CHARS = 1 << 18  # characters per batch: a fraction of a second of one wor
 START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
+def split_key(text: str, seed: int) -> int:
+    """A seeded hash of the text alone, uniform in [0, 2**64): the document goes to val if it is below
+    val_fraction * 2**64."""
+    digest = hashlib.sha256(f"{seed}\n{text}".encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
 def document_split(text: str, seed: int, val_fraction: float) -> str:
     """Return "val" for about `val_fraction` of documents, picked by a seeded hash of the text alone; else "train"."""
-    digest = hashlib.sha256(f"{seed}\n{text}".encode("utf-8", "surrogatepass")).digest()
-    return "val" if int.from_bytes(digest[:8], "big") < val_fraction * 2**64 else "train"
+    return "val" if split_key(text, seed) < val_fraction * 2**64 else "train"
 
 
 def utf8_size(text: str, where: str) -> int:

@@ -7,9 +7,11 @@
 
 The tokens of a split are its shards concatenated in manifest order; each document ends with EOS.
 Manifest keys: format, format_version, source, text_field, seed, val_fraction, chunk_chars,
-shard_tokens, dtype, tokenizer {path, origin, vocab_size, eos_id; for a BPE that prepare trained also
-sample_bytes (requested) and sample_bytes_used (UTF-8 bytes of train text it was trained on)}, and
+document_cut, shard_tokens, dtype, tokenizer {path, origin, vocab_size, eos_id; for a BPE that prepare trained
+also sample_bytes (requested) and sample_bytes_used (UTF-8 bytes of train text it was trained on)}, and
 splits {train, val}, each {num_documents, num_tokens, files: [{name, num_tokens, sha256}]}.
+document_cut: {max_chars (the limit used), max_chars_requested, num_documents_cut (the documents longer than
+max_chars), num_pieces (the documents they were cut into)}.
 """
 
 import json

@@ -1,6 +1,11 @@
 """`depthattn prepare`: turn text into token shards and a manifest (layout in manifest.py).
 
-1. Read the documents of every input, lazily (sources.py says what a document is for each kind of input).
+1. Read the documents of every input, lazily (sources.py says what a document is for each kind of input),
+   and cut each document longer than `max_document_chars` characters (default 32,768) into pieces of at most
+   that many, at paragraph, line or word ends where there are any (sources.cut_document); each piece is a
+   document from then on. If with that limit one split would get no document (a single short text), the limit
+   is halved until both get one and the documents number at least 2 / val_fraction, down to 512
+   (document_limit.py). The manifest records the limit used and what was cut.
 2. Each document goes to train or val by a seeded hash of its text (encode.document_split): the split
    does not depend on input order, and identical documents always land together.
 3. Train a byte-level BPE on a bounded sample, the train documents in input order up to
@@ -28,10 +33,18 @@ import numpy as np
 from tqdm import tqdm
 
 from ..files import AtomicFile, atomic_write_json, fsync_directory, make_folder, reporting_full_disk, temporary_sibling
+from .document_limit import choose_max_document_chars
 from .encode import EncodeSettings, document_batches, document_split, encode_in_order, utf8_size
 from .errors import DataError
 from .manifest import DTYPES, FORMAT, FORMAT_VERSION, MANIFEST_NAME, SPLITS, TOKENIZER_DIR, token_dtype_name
-from .sources import DEFAULT_CHUNK_CHARS, describe_sources, numbered_documents, resolve_sources
+from .sources import (
+    DEFAULT_CHUNK_CHARS,
+    DEFAULT_MAX_DOCUMENT_CHARS,
+    CutStats,
+    describe_sources,
+    numbered_documents,
+    resolve_sources,
+)
 from .tokenizer import load_tokenizer, save_tokenizer, train_bpe_tokenizer
 
 DEFAULT_VOCAB_SIZE = 4096
@@ -175,12 +188,16 @@ def prepare(
     seed: int = DEFAULT_SEED,
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     chunk_chars: int = DEFAULT_CHUNK_CHARS,
+    max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
     hf_split: str = "train",
     workers: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
 ) -> dict:
     """Tokenize `inputs` (paths, hf:NAME, or "embedded"; empty means embedded) into `out_dir`; return the manifest.
+
+    Documents longer than `max_document_chars` characters are cut into pieces first; if then a split would get
+    no document, the limit is lowered (document_limit.py; the module docstring, step 1).
 
     With `tokenizer` (a Hugging Face tokenizer directory) that tokenizer is used, else a byte-level BPE of
     `vocab_size` tokens is trained on the first `tokenizer_sample_bytes` UTF-8 bytes of the train documents.
@@ -189,8 +206,9 @@ def prepare(
     """
     if not 0 < val_fraction < 1:
         raise DataError(f"val_fraction must be between 0 and 1 (exclusive), got {val_fraction}. Fix --val-fraction.")
-    if shard_tokens < 1 or chunk_chars < 1:
-        raise DataError(f"shard_tokens and chunk_chars must be positive, got {shard_tokens} and {chunk_chars}.")
+    if min(shard_tokens, chunk_chars, max_document_chars) < 1:
+        raise DataError(f"shard_tokens, chunk_chars and max_document_chars must be positive, got {shard_tokens}, "
+                        f"{chunk_chars} and {max_document_chars}.")
     if tokenizer_sample_bytes < 1:
         raise DataError(f"tokenizer_sample_bytes must be positive, got {tokenizer_sample_bytes}. "
                         "Fix --tokenizer-sample-bytes.")
@@ -202,10 +220,14 @@ def prepare(
     sources = resolve_sources(inputs)
     refuse_previous_output(out_dir, overwrite)
 
-    def documents(desc: str) -> tqdm:  # of (input, document number, text)
-        return tqdm(
-            numbered_documents(sources, text_field, hf_split, chunk_chars), desc=desc, unit="doc", disable=not progress
-        )
+    def documents_with_limit(limit: int, cuts: CutStats | None = None) -> Iterator[tuple[str, int, str]]:
+        return numbered_documents(sources, text_field, hf_split, chunk_chars, limit, cuts)  # (input, number, text)
+
+    limit = choose_max_document_chars(documents_with_limit, seed, val_fraction, max_document_chars)
+    encoded_cuts = CutStats()  # counted by the encoding pass, which reads every document
+
+    def documents(desc: str, cuts: CutStats | None = None) -> tqdm:
+        return tqdm(documents_with_limit(limit, cuts), desc=desc, unit="doc", disable=not progress)
 
     with building_dataset(out_dir) as build_dir:
         if tokenizer is None:
@@ -226,15 +248,7 @@ def prepare(
         settings = EncodeSettings(
             str(build_dir / TOKENIZER_DIR), hf_tokenizer.eos_token_id, DTYPES[dtype_name], seed, val_fraction
         )
-        splits = encode_splits(documents("encode"), settings, build_dir, shard_tokens, workers)
-
-        num_documents = sum(info["num_documents"] for info in splits.values())
-        for split, info in splits.items():
-            if info["num_documents"] == 0:
-                raise DataError(
-                    f"the {split} split got none of the {num_documents} documents (val_fraction {val_fraction}). "
-                    "Change --val-fraction or --seed, or give more documents."
-                )
+        splits = encode_splits(documents("encode", encoded_cuts), settings, build_dir, shard_tokens, workers)
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -243,6 +257,12 @@ def prepare(
             "seed": seed,
             "val_fraction": val_fraction,
             "chunk_chars": chunk_chars,
+            "document_cut": {
+                "max_chars": limit,
+                "max_chars_requested": max_document_chars,
+                "num_documents_cut": encoded_cuts.documents,
+                "num_pieces": encoded_cuts.pieces,
+            },
             "shard_tokens": shard_tokens,
             "dtype": dtype_name,
             "tokenizer": {

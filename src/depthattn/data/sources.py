@@ -13,10 +13,17 @@ What one document is, per input:
   rows are fetched as they are read rather than downloaded whole first).
 Blank documents are skipped; an input that yields no document at all is an error. Every input is
 read lazily, so memory does not grow with its size (beyond the largest single document).
+
+Then a document longer than `max_document_chars` characters (default 32,768, above the longest document of the
+embedded corpus, 28,762) is cut into pieces of at most that many (cut_document), each a document from then on:
+a single long text still gives the seeded train/val split many documents to choose from. prepare lowers the
+limit where a split would otherwise get no document (document_limit.py). Document numbers (in messages) count
+the documents after cutting.
 """
 
 import codecs
 import json
+import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +38,8 @@ HF_PREFIX = "hf:"
 FILE_KINDS = {".txt": "txt", ".md": "txt", ".rst": "txt", ".text": "txt", "": "txt", ".jsonl": "jsonl",
               ".parquet": "parquet"}
 DEFAULT_CHUNK_CHARS = 25_000
+DEFAULT_MAX_DOCUMENT_CHARS = 32_768
+PIECE_ENDS = ("\n\n", "\n", " ")  # where a piece of a long document may end, best first: a paragraph, a line, a word
 READ_BYTES = 1 << 20  # text files are read and decoded in pieces of this many bytes
 
 
@@ -88,21 +97,73 @@ def describe_sources(sources: Sequence[Source]) -> list[str]:
     return [source.name for source in sources]
 
 
+@dataclass
+class CutStats:
+    """What cutting met over one pass: the documents longer than the limit, the pieces they became, and the
+    length of the longest document (before cutting)."""
+
+    documents: int = 0
+    pieces: int = 0
+    longest: int = 0
+
+
 def iter_documents(
-    sources: Sequence[Source], text_field: str = "text", hf_split: str = "train", chunk_chars: int = DEFAULT_CHUNK_CHARS
+    sources: Sequence[Source], text_field: str = "text", hf_split: str = "train",
+    chunk_chars: int = DEFAULT_CHUNK_CHARS, max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS
 ) -> Iterator[str]:
-    """Yield every non-blank document of every source, in order."""
-    for source in sources:
-        yield from source_documents(source, text_field, hf_split, chunk_chars)
+    """Yield every non-blank document of every source, in order, long ones cut into pieces."""
+    for _, _, text in numbered_documents(sources, text_field, hf_split, chunk_chars, max_document_chars):
+        yield text
 
 
 def numbered_documents(
-    sources: Sequence[Source], text_field: str = "text", hf_split: str = "train", chunk_chars: int = DEFAULT_CHUNK_CHARS
+    sources: Sequence[Source], text_field: str = "text", hf_split: str = "train",
+    chunk_chars: int = DEFAULT_CHUNK_CHARS, max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
+    cuts: CutStats | None = None
 ) -> Iterator[tuple[str, int, str]]:
-    """Yield (input name, document number counting from 1 in that input, text) for every document, in order."""
+    """Yield (input name, document number counting from 1 in that input, text) for every document, in order; a
+    document longer than `max_document_chars` gives its pieces (cut_document), counted in `cuts` if given."""
+    cuts = CutStats() if cuts is None else cuts
     for source in sources:
-        for number, text in enumerate(source_documents(source, text_field, hf_split, chunk_chars), start=1):
-            yield source.name, number, text
+        number = 0
+        for document in source_documents(source, text_field, hf_split, chunk_chars):
+            pieces = cut_document(document, max_document_chars)
+            cuts.longest = max(cuts.longest, len(document))
+            if len(document) > max_document_chars:
+                cuts.documents, cuts.pieces = cuts.documents + 1, cuts.pieces + len(pieces)
+            for text in pieces:
+                number += 1
+                yield source.name, number, text
+
+
+def cut_document(text: str, max_chars: int) -> list[str]:
+    """`text` as it is if it has at most `max_chars` characters; else its pieces of at most `max_chars`, each
+    stripped of surrounding whitespace (blank ones dropped).
+
+    The pieces are about equal: while more than `max_chars` characters are left, the next piece takes the
+    remainder's even share (at most `max_chars`), ending at the last paragraph break (a blank line) in the
+    second half of that share, else the last line break there, else the last space, else right at the share.
+    """
+    if len(text) <= max_chars:
+        return [text]
+    pieces, start = [], 0
+    while len(text) - start > max_chars:
+        end = piece_end(text, start, max_chars)
+        pieces.append(text[start:end])
+        start = end
+    pieces.append(text[start:])
+    return [piece for piece in map(str.strip, pieces) if piece]
+
+
+def piece_end(text: str, start: int, max_chars: int) -> int:
+    """Where the piece of `text` that begins at `start` ends (cut_document)."""
+    remaining = len(text) - start
+    share = math.ceil(remaining / math.ceil(remaining / max_chars))
+    for end_mark in PIECE_ENDS:
+        found = text.rfind(end_mark, start + share // 2, start + share)
+        if found != -1:
+            return found + len(end_mark)
+    return start + share
 
 
 def source_documents(source: Source, text_field: str, hf_split: str, chunk_chars: int) -> Iterator[str]:
