@@ -44,6 +44,7 @@ from .sources import (
     describe_sources,
     numbered_documents,
     resolve_sources,
+    source_files,
 )
 from .tokenizer import load_tokenizer, save_tokenizer, train_bpe_tokenizer
 
@@ -194,7 +195,8 @@ def prepare(
     overwrite: bool = False,
     progress: bool = True,
 ) -> dict:
-    """Tokenize `inputs` (paths, hf:NAME, or "embedded"; empty means embedded) into `out_dir`; return the manifest.
+    """Tokenize `inputs` (paths, hf:NAME, "embedded" or "wikipedia"; empty means embedded) into `out_dir`; return
+    the manifest.
 
     Documents longer than `max_document_chars` characters are cut into pieces first; if then a split would get
     no document, the limit is lowered (document_limit.py; the module docstring, step 1).
@@ -253,6 +255,7 @@ def prepare(
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "source": describe_sources(sources),
+            "source_files": source_files(sources),
             "text_field": text_field,
             "seed": seed,
             "val_fraction": val_fraction,

