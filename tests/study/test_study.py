@@ -499,7 +499,8 @@ def synthetic_budget_results(study, gain_of, seeds=(0, 1, 2), noise=0.0):
             base = 3.0 - 0.1 * seed
             tokens = steps * 1000
             for method, loss in (("vanilla", base), ("depth_attention",
-                                                     base + gain_of(tokens / 100) + noise * (seed - 1))):
+                                                     base + gain_of(tokens / 100)
+                                                     + noise * (seed - sum(seeds) / len(seeds)))):
                 results.append({"method": method, "seed": seed, "val_loss": loss, "val_bits_per_byte": loss,
                                 "train_tokens": tokens, "params_total": 100, "params_extra_over_vanilla": 0,
                                 "tokens_per_s": 1.0, "curve": [], "setting": {"budget": label},
@@ -509,12 +510,13 @@ def synthetic_budget_results(study, gain_of, seeds=(0, 1, 2), noise=0.0):
 
 def test_the_budget_trend_fits_the_gain_and_finds_where_it_reaches_zero(tiny_data, tmp_path):
     from depthattn.study.report import markdown_report
-    from depthattn.study.trend import trend
+    from depthattn.study.trend import describe_zero, trend
 
     axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", '{ a = 1, b = 10, c = 100, d = 1000 }')
     study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
     # budgets of 10, 100, 1,000 and 10,000 tokens per parameter; the gain -0.1 + 0.025 log10(x) is gone at 10^4
-    results = synthetic_budget_results(study, lambda x: -0.1 + 0.025 * math.log10(x), noise=0.002)
+    five = (0, 1, 2, 3, 4)  # a band needs five seeds
+    results = synthetic_budget_results(study, lambda x: -0.1 + 0.025 * math.log10(x), seeds=five, noise=0.002)
     fit = trend(study, results, "depth_attention", "vanilla")
     assert fit["fit"]["slope_per_decade"] == pytest.approx(0.025, abs=1e-9)
     assert fit["fit"]["intercept"] == pytest.approx(-0.1, abs=1e-9)
@@ -523,12 +525,23 @@ def test_the_budget_trend_fits_the_gain_and_finds_where_it_reaches_zero(tiny_dat
     assert [p["tokens_per_parameter"] for p in fit["points"]] == [10, 100, 1000, 10000]
     assert all(p["diff_high"] < 0 for p in fit["points"][:2])
     # a gain that does not change with the budget: the band never holds zero
-    flat = trend(study, synthetic_budget_results(study, lambda x: -0.05, noise=0.001), "depth_attention", "vanilla")
+    flat = trend(study, synthetic_budget_results(study, lambda x: -0.05, seeds=five, noise=0.001), "depth_attention",
+                 "vanilla")
     assert flat["zero_at"] is None and flat["fit"]["slope_per_decade"] == pytest.approx(0, abs=1e-9)
     # no gain at all: the band holds zero from the smallest budget
-    none = trend(study, synthetic_budget_results(study, lambda x: 0.0, noise=0.01), "depth_attention", "vanilla")
+    none = trend(study, synthetic_budget_results(study, lambda x: 0.0, seeds=five, noise=0.01), "depth_attention",
+                 "vanilla")
     assert none["zero_from_the_start"]
-    assert trend(study, results[:4], "depth_attention", "vanilla") is None  # one budget: nothing to fit
+    assert trend(study, results[:10], "depth_attention", "vanilla") is None  # one budget: nothing to fit
+    # a gain that reaches zero far past the data: a bound, not an extrapolated number
+    short = Study.load(write_study(tmp_path, tiny_data, name="short.toml", axes=axes.replace(", d = 1000", "")))
+    far = trend(short, synthetic_budget_results(short, lambda x: -0.1 + 0.027 * math.log10(x), seeds=five,
+                                                noise=0.001), "depth_attention", "vanilla")
+    assert far["zero_at"] is None and far["zero_beyond"] == 2000 and "beyond 2e+03" in describe_zero(far)
+    # three seeds cannot carry a band: none, and the report says why
+    few = trend(study, synthetic_budget_results(study, lambda x: -0.05, noise=0.001), "depth_attention", "vanilla")
+    assert few["band"] is None and few["fit"]["slope_low"] is None and few["zero_at"] is None
+    assert "no band: 3 seeds" in describe_zero(few)
     text = markdown_report(study, results)
     assert "| depth_attention − vanilla |" in text and "+0.0250 [" in text and "Epochs over the training data" in text
 
@@ -569,16 +582,16 @@ def test_the_ladder_is_20_tokens_per_parameter_per_size_with_branches_and_priced
     study = Study.load("configs/study/ladder.toml")
     assert study.branch_axis.name == "budget" and len(pending_cells(study)) == 4 * 5 * 3  # one run per size
     for size in study.axes[0].values:
-        run = study.run_setting({"size": size, "budget": "1"})
+        run = study.run_setting({"size": size, "budget": "1"}, "vanilla")
         cost = run_flops(study, run, "vanilla")
         assert cost["tokens"] == pytest.approx(20 * cost["params"], rel=0.01), size
-        budgets = [study.cell_config(s, "vanilla", 0).train.steps for s in study.budget_settings(run)]
+        budgets = [study.cell_config(s, "vanilla", 0).train.steps for s in study.budget_settings(run, "vanilla")]
         assert budgets == [round(f * budgets[-1]) for f in (0.05, 0.1, 0.25, 0.5, 1.0)]
         # one run with four decays costs far less than five runs
         assert 1.3 < cost["separate_flops"] / cost["flops"] < 2
     smoke = Study.load("configs/study/ladder_smoke.toml")
     assert [smoke.cell_config(s, "moda", 0).train.steps for s in smoke.budget_settings(
-        {"size": "8x256", "budget": "whole"})] == [75, 150, 300]
+        {"size": "8x256", "budget": "whole"}, "moda")] == [75, 150, 300]
 
 
 @pytest.mark.parametrize("damage, message", [

@@ -45,7 +45,7 @@ def run_cell(study: Study, cell: Cell, threads: int | None = None) -> CellResult
     `check_split`); the first process then scores and writes the results, which record the world size, and the
     others return None."""
     setting, method, seed = cell.setting, cell.method, cell.seed
-    budgets = [s for s in study.budget_settings(setting) if not study.has_result(s, method, seed)]
+    budgets = [s for s in study.budget_settings(setting, method) if not study.has_result(s, method, seed)]
     if not budgets:
         return study.read_result(setting, method, seed)
     if threads:
@@ -100,7 +100,7 @@ def write_result(study: Study, cell: Cell, folder: Path, run: Path, started: flo
         **{f"params_{k}": v for k, v in count_parameters(model).items()},
         "seconds": time.perf_counter() - started, "threads": torch.get_num_threads(),
         **({"world_size": world_size, "parallel": cfg.train.parallel} if world_size > 1 else {}),
-        **({"branched_from_steps": study.cell_config(study.run_setting(setting), method, seed).train.steps}
+        **({"branched_from_steps": study.cell_config(study.run_setting(setting, method), method, seed).train.steps}
            if folder != run else {}),
         "device": device, "config": config, **run_metadata(),
     })

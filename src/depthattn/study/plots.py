@@ -143,9 +143,11 @@ def plot_trend(study: Study, fits: list[dict], out_png: Path) -> Path:
             ax.errorbar(xs, means, yerr=[low, high], fmt="o", capsize=3, color=colour,
                         label=f"{fit['method']} ({len(fit['seeds'])} seeds)")
             band = fit["band"]
-            line = [fit["fit"]["intercept"] + fit["fit"]["slope_per_decade"] * math.log10(x) for x in band["x"]]
-            ax.plot(band["x"], line, "-", color=colour, lw=1)
-            ax.fill_between(band["x"], band["low"], band["high"], color=colour, alpha=0.12)
+            grid = band["x"] if band else [min(xs), max(xs)]
+            line = [fit["fit"]["intercept"] + fit["fit"]["slope_per_decade"] * math.log10(x) for x in grid]
+            ax.plot(grid, line, "-", color=colour, lw=1)
+            if band:  # none where the seeds cannot carry one
+                ax.fill_between(band["x"], band["low"], band["high"], color=colour, alpha=0.12)
             if fit["zero_at"] and not fit["zero_from_the_start"]:
                 ax.axvline(fit["zero_at"], color=colour, ls=":", lw=1)
         ax.axhline(0, color="black", lw=0.8)
@@ -158,5 +160,44 @@ def plot_trend(study: Study, fits: list[dict], out_png: Path) -> Path:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
     fig.suptitle(study.title, fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, out_png)
+
+
+def plot_multipliers(study: Study, found: dict, out_png: Path) -> Path:
+    """Each method's data multiplier over the baseline against tokens per parameter (log-log): points with their
+    95% intervals (none below five seeds), open where read beyond the baseline's measured curve, and the line
+    k x^gamma of the slope that gives the verdict."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    colours = {m: f"C{i}" for i, m in enumerate(study.methods)}
+    for row in found["rows"]:
+        points = [p for p in row["points"] if p["printable"]]
+        colour = colours[row["method"]]
+        for p in points:
+            k = p["multiplier"]
+            yerr = [[k - p["low"]], [p["high"] - k]] if p["low"] is not None and math.isfinite(p["high"]) else None
+            ax.errorbar(p["tokens_per_parameter"], k, yerr=yerr, fmt="o", capsize=3, color=colour,
+                        mfc="white" if p["extrapolated"] else colour)
+        trend = row["trend"]
+        label = row["method"] + (f" (slope {trend['gamma']:+.3f}: {trend['verdict']})" if trend["verdict"] else "")
+        fitted = [p for p in points if math.isfinite(p["multiplier"])]
+        if fitted and math.isfinite(trend["gamma"]):
+            xs = [p["tokens_per_parameter"] for p in fitted]
+            logs = [math.log(p["multiplier"]) - trend["gamma"] * math.log(p["tokens_per_parameter"]) for p in fitted]
+            c = math.exp(statistics.fmean(logs))
+            ax.plot(xs, [c * x ** trend["gamma"] for x in xs], "-", color=colour, lw=1, label=label)
+    ax.axhline(1, color="black", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("training tokens per parameter (log); open: read beyond the baseline's measured budgets")
+    ax.set_ylabel(f"data multiplier over {study.baseline} (log); above 1: better")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title(study.title, fontsize=9)
     fig.tight_layout()
     return save_figure(fig, out_png)

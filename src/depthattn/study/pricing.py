@@ -44,13 +44,13 @@ def run_flops(study: Study, setting: dict, method: str) -> dict:
     """`cell_flops` of the run that trains `setting`'s cell: with a branched budget axis the longest budget's run
     plus the decay of each shorter branch, beside the FLOPs of training every budget as a run of its own."""
     run = cell_flops(study, setting, method)
-    budgets = [cell_flops(study, s, method) for s in study.budget_settings(setting)]
+    budgets = [cell_flops(study, s, method) for s in study.budget_settings(setting, method)]
     if study.branch_axis is None:
         return {**run, "separate_flops": run["flops"]}
     fraction = study.cell_config(setting, method, study.seeds[0]).optim.decay_fraction
     decays = sum(b["flops"] * round(fraction * steps) / steps for b, steps in (
         (b, study.cell_config(s, method, study.seeds[0]).train.steps)
-        for b, s in zip(budgets, study.budget_settings(setting))) if b["tokens"] < run["tokens"])
+        for b, s in zip(budgets, study.budget_settings(setting, method))) if b["tokens"] < run["tokens"])
     return {**run, "flops": run["flops"] + decays, "separate_flops": sum(b["flops"] for b in budgets)}
 
 

@@ -11,7 +11,10 @@ from pathlib import Path
 from ..files import atomic_write_bytes, atomic_write_json
 from ..presets import METHOD_PRESETS
 from ..train.config import read_toml
-from .plots import cell_curve, plot_curve_differences, plot_differences, plot_overview, plot_trend
+from .multiplier import EXTRAPOLATION_LIMIT, REPEATS_FLAG, format_multiplier, multipliers
+from .multiplier import RESAMPLES as MULTIPLIER_RESAMPLES
+from .plots import cell_curve, plot_curve_differences, plot_differences, plot_multipliers, plot_overview, plot_trend
+from .pricing import cell_flops
 from .runner import uncertain_cells
 from .spec import Study, setting_label
 from .stats import format_interval, paired_difference, summarize, verdict
@@ -34,6 +37,7 @@ def markdown_report(study: Study, results: list[dict]) -> str:
         lines += [*_compare_table(study, results), ""]
     if study.branch_axis:
         lines += [*_trend_table(study, results), ""]
+        lines += [*_multiplier_tables(study, results), ""]
     for label, table in loss.items():
         if not table["rows"]:
             continue
@@ -159,14 +163,77 @@ def _trend_table(study: Study, results: list[dict]) -> list[str]:
                 cells.append("—")
         if fit:
             f = fit["fit"]
-            tail = (f"{f['slope_per_decade']:+.4f} [{f['slope_low']:+.4f}, {f['slope_high']:+.4f}] | "
-                    f"{describe_zero(fit)} |")
+            interval = f" [{f['slope_low']:+.4f}, {f['slope_high']:+.4f}]" if f["slope_low"] is not None else ""
+            tail = f"{f['slope_per_decade']:+.4f}{interval} | {describe_zero(fit)} |"
         else:
             tail = "— | — |"
         lines.append(f"| {method} − {against} | " + " | ".join(cells) + f" | {tail}")
     return [*lines, "", "Each cell: mean [95% t-interval] (n seeds in brackets where too few), ✓ better, ✗ worse, "
                         "· no difference shown. Fit: gain = a + b log10(tokens per parameter) through the mean "
                         f"gains; band and slope interval from {RESAMPLES:,} bootstrap resamples of the seeds."]
+
+
+def flops_ratios(study: Study) -> dict[str, float]:
+    """Each method's training FLOPs per token over the baseline's (the library's costs; at the first setting)."""
+    setting = study.settings()[0]
+    base = cell_flops(study, setting, study.baseline)["flops"]
+    return {m: cell_flops(study, setting, m)["flops"] / base for m in study.methods}
+
+
+def study_multipliers(study: Study, results: list[dict]) -> dict | None:
+    return multipliers(study, results, flops_ratios(study))
+
+
+def _multiplier_tables(study: Study, results: list[dict]) -> list[str]:
+    """Each method's data and compute multiplier over the baseline at every budget, the slope of the multiplier
+    with the budget (the verdict) and the joint fit."""
+    found = study_multipliers(study, results)
+    if found is None:
+        return []
+    x = dict(zip(found["labels"], found["x"]))
+    head = " | ".join(f"{x[label]:.2g} tok/param" for label in found["labels"])
+    n = len(found["seeds"])
+    fit = found["fit"]
+    lines = [f"As multipliers: the tokens {study.baseline} needs to reach each method's mean loss, over the "
+             f"method's tokens (data multiplier; divided by the method's training FLOPs per token over "
+             f"{study.baseline}'s: compute multiplier), from {study.baseline}'s mean loss curve over the budgets "
+             f"(made non-increasing, interpolated in log tokens per parameter), {n} seeds common to every method "
+             "and budget.", "",
+             f"| data multiplier | {head} | gamma: slope of log multiplier per log budget [95% CI] | verdict |",
+             "|---|" + "---|" * (len(found["labels"]) + 2)]
+    for row in found["rows"]:
+        trend = row["trend"]
+        gamma = f"{trend['gamma']:+.3f}" + (f" [{trend['low']:+.3f}, {trend['high']:+.3f}]" if trend["low"] is not
+                                            None else "")
+        lines.append(f"| {row['method']} | " + " | ".join(format_multiplier(p) for p in row["points"])
+                     + f" | {gamma} | {trend['verdict'] or f'too few seeds ({n})'} |")
+    lines += ["", f"| compute multiplier | FLOPs per token over {study.baseline} | {head} |",
+              "|---|---|" + "---|" * len(found["labels"])]
+    for row in found["rows"]:
+        ratio = row["flops_ratio"] or 1.0
+        lines.append(f"| {row['method']} | {ratio:.3f} | "
+                     + " | ".join(format_multiplier(p, ratio) for p in row["points"]) + " |")
+    epochs = [f"{x[p['label']]:.2g}: {p['read_epochs']:.2f}" for p in found["rows"][0]["points"]
+              if p["read_epochs"] is not None] if found["rows"] else []
+    lines += ["", f"Joint fit over {', '.join(found['fit_budgets'])} tokens per parameter (the budgets that pass "
+                  f"over the data at most {REPEATS_FLAG:g} times): L_m(D) = E + B (k_m D^(1 + gamma_m))^-beta, "
+                  f"E = {fit['E']:.3f}, B = {fit['B']:.3f}, beta = {fit['beta']:.3f}, root-mean-square residual "
+                  f"{fit['rms_residual']:.4f} nats:", "",
+              "| method | k (at 1 tok/param) | gamma [95% CI] | multiplier at 20 tok/param [95% CI] | joint fit says |",
+              "|---|---|---|---|---|"]
+    for method, row in fit["methods"].items():
+        ci = (lambda lo, hi: f" [{lo:+.3f}, {hi:+.3f}]") if row["gamma_low"] is not None else (lambda lo, hi: "")
+        at = f"{row['at']:.2f}x" + (f" [{row['at_low']:.2f}, {row['at_high']:.2f}]" if row["at_low"] else "")
+        lines.append(f"| {method} | {row['k']:.3f} | {row['gamma']:+.4f}{ci(row['gamma_low'], row['gamma_high'])}"
+                     f" | {at} | {row['verdict'] or f'too few seeds ({n})'} |")
+    return [*lines, "", f"Each multiplier: point [95% interval from {MULTIPLIER_RESAMPLES:,} bootstrap resamples of "
+                        f"the seeds; none below five seeds]; † read beyond {study.baseline}'s measured budgets (a "
+                        f"power law anchored at the curve's end; not printed past {EXTRAPOLATION_LIMIT:g} x, a bound "
+                        f"instead); ‡ reads {study.baseline}'s curve past {REPEATS_FLAG:g} epochs, where repeating "
+                        "the data flattens it and inflates the multiplier. Epochs of that curve where the first "
+                        "method's multipliers read it: " + (", ".join(epochs) or "not recorded") + ". Verdict: "
+                        "gamma's interval above zero: the multiplier grows with the budget; below: fades; across "
+                        "zero: holds."]
 
 
 def _short_verdict(row: dict) -> str:
@@ -258,6 +325,10 @@ def write_report(study: Study) -> Path:
         if fits:
             plot_trend(study, fits, root / f"{study.name}_trend.png")
             text += f"\n![gains against the budget]({study.name}_trend.png)\n"
+        found = study_multipliers(study, results) if study.branch_axis else None
+        if found:
+            plot_multipliers(study, found, root / f"{study.name}_multiplier.png")
+            text += f"\n![multipliers against the budget]({study.name}_multiplier.png)\n"
     atomic_write_bytes(root / f"{study.name}.md", text.encode())
     summary = {label: table for label, table in summarize(study, results).items()}
     atomic_write_json(root / f"{study.name}.json", {"study": study.name, "title": study.title, "summary": summary})
@@ -270,7 +341,7 @@ def _cell(row: dict | None) -> str:
 
 def _cell_paths(studies: list[Study], seeds_of) -> set[Path]:
     return {study.result_path(setting, method, seed) for study in studies for setting in study.settings()
-            for method in study.methods for seed in seeds_of(study)}
+            for method in study.methods if study.trains(setting, method) for seed in seeds_of(study)}
 
 
 def _progress(studies: list[Study]) -> str:

@@ -35,7 +35,8 @@ def runs_of(study: Study, cells: list[Cell]) -> list[Cell]:
     by its longest budget's cell, whose run branches off the shorter ones; else the cells themselves."""
     if not study.branch_axis:
         return cells
-    return list(dict.fromkeys(Cell(study.run_setting(cell.setting), cell.method, cell.seed) for cell in cells))
+    return list(dict.fromkeys(Cell(study.run_setting(cell.setting, cell.method), cell.method, cell.seed)
+                              for cell in cells))
 
 
 def pending_cells(study: Study, seeds: list[int] | None = None, methods: list[str] | None = None) -> list[Cell]:
@@ -43,7 +44,8 @@ def pending_cells(study: Study, seeds: list[int] | None = None, methods: list[st
     seeds = seeds or study.seeds
     methods = methods or study.methods
     return runs_of(study, [Cell(setting, method, seed) for seed in seeds for setting in study.settings()
-                           for method in methods if not study.has_result(setting, method, seed)])
+                           for method in methods
+                           if study.trains(setting, method) and not study.has_result(setting, method, seed)])
 
 
 def uncertain_cells(study: Study) -> list[Cell]:
@@ -59,7 +61,7 @@ def uncertain_cells(study: Study) -> list[Cell]:
                    if c["pair"] == pair and c.get("diff_low", 0) < 0 < c.get("diff_high", 0) for m in pair]
         for method in dict.fromkeys([study.baseline, *unsure] if unsure else []):
             wanted += [Cell(setting, method, s) for s in study.more_seeds
-                       if not study.has_result(setting, method, s)]
+                       if study.trains(setting, method) and not study.has_result(setting, method, s)]
     return runs_of(study, wanted)
 
 

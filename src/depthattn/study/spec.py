@@ -26,6 +26,7 @@ class Axis:
     key: str | None  # "section.key" or "model.overrides.field"; None: each value is a table {key: value}
     values: dict  # label -> value
     branches: bool = False  # train.steps only, with WSD: every value is a cooldown branch of one run (train/)
+    baseline_only: list[str] = field(default_factory=list)  # budgets only the baseline trains (past the others')
 
     def label_of(self, value) -> str:
         return next(label for label, v in self.values.items() if v == value)
@@ -122,9 +123,10 @@ class Study:
             raise ValueError(f"{path}: [study] needs {', '.join(sorted(missing))}")
         axes = []
         for name, axis in data.get("axes", {}).items():
-            if set(axis) not in ({"key", "values"}, {"values"}, {"key", "values", "branches"}):
+            if set(axis) not in ({"key", "values"}, {"values"}, {"key", "values", "branches"},
+                                 {"key", "values", "branches", "baseline_only"}):
                 raise ValueError(f"{path}: [axes.{name}] needs key and values, or values only (each a table of keys), "
-                                 f"and may set branches; got {sorted(axis)}")
+                                 f"and may set branches (and with it baseline_only); got {sorted(axis)}")
             values = axis["values"]
             if not isinstance(values, dict):
                 values = {str(v): v for v in values}
@@ -139,7 +141,13 @@ class Study:
             if (branches and not (steps or fractions)) or (axis.get("key") == STEPS_FRACTION and not fractions):
                 raise ValueError(f"{path}: [axes.{name}] branches = true takes key = \"train.steps\" and step counts, "
                                  f"or key = \"{STEPS_FRACTION}\" and fractions in (0, 1] of the setting's train.steps")
-            axes.append(Axis(name, axis.get("key"), values, branches))
+            baseline_only = [str(label) for label in axis.get("baseline_only", [])]
+            shared = [v for label, v in values.items() if label not in baseline_only]
+            if set(baseline_only) - set(values) or (baseline_only and (
+                    not shared or min(values[label] for label in baseline_only) <= max(shared))):
+                raise ValueError(f"{path}: [axes.{name}] baseline_only {baseline_only} must name budgets of its "
+                                 "values, each longer than every budget the other methods train")
+            axes.append(Axis(name, axis.get("key"), values, branches, baseline_only))
         datasets = {}
         for name, spec in data.get("datasets", {}).items():
             if set(spec) - {"path", "vocab_size"} or "path" not in spec:
@@ -239,20 +247,28 @@ class Study:
     def branch_axis(self) -> Axis | None:
         return next((axis for axis in self.axes if axis.branches), None)
 
-    def run_setting(self, setting: dict) -> dict:
-        """The setting of the run that trains `setting`'s cell: itself, or with a branched axis its longest budget,
-        whose run branches off every shorter one."""
+    def trains(self, setting: dict, method: str) -> bool:
+        """Whether the study has a cell of `method` in `setting`: every method has, but at the budgets only the
+        baseline trains (a branched axis's baseline_only, to read its curve past the others' longest budget)."""
+        axis = self.branch_axis
+        return axis is None or method == self.baseline or setting[axis.name] not in axis.baseline_only
+
+    def run_setting(self, setting: dict, method: str) -> dict:
+        """The setting of the run that trains `setting`'s cell of `method`: itself, or with a branched axis the
+        longest budget `method` trains, whose run branches off every shorter one."""
         axis = self.branch_axis
         if axis is None:
             return setting
-        return {**setting, axis.name: axis.label_of(max(axis.values.values()))}
+        return self.budget_settings(setting, method)[-1]
 
-    def budget_settings(self, setting: dict) -> list[dict]:
-        """The settings a run trains: `setting`, or with a branched axis one per budget, shortest first."""
+    def budget_settings(self, setting: dict, method: str) -> list[dict]:
+        """The settings a run of `method` trains: `setting`, or with a branched axis one per budget, shortest
+        first."""
         axis = self.branch_axis
         if axis is None:
             return [setting]
-        return [{**setting, axis.name: label} for label, _ in sorted(axis.values.items(), key=lambda lv: lv[1])]
+        budgets = [{**setting, axis.name: label} for label, _ in sorted(axis.values.items(), key=lambda lv: lv[1])]
+        return [budget for budget in budgets if self.trains(budget, method)]
 
     def cell_path(self, setting: dict, method: str, seed: int) -> Path:
         return Path(cell_key(self.setting_config(setting))) / method / f"seed_{seed}"
@@ -302,7 +318,7 @@ class Study:
         """The result of every finished cell of this study as a row of its tables: every field and the setting."""
         return [result.row(setting) for setting in self.settings() for method in self.methods
                 for seed in self.seeds + self.more_seeds
-                if (result := self.read_result(setting, method, seed)) is not None]
+                if self.trains(setting, method) and (result := self.read_result(setting, method, seed)) is not None]
 
     def set_aside_damaged(self) -> list[Path]:
         """Move every damaged result file of the study to `<name>.damaged`, saying so, so that its cell trains again;

@@ -8,6 +8,7 @@ import statistics
 from .spec import Study, setting_label
 
 CONFIDENCE = 0.95
+MIN_SEEDS = 5  # below it a seed bootstrap has too few distinct resamples to carry an interval: none is shown
 
 
 def paired_difference(values: list[float], baseline: list[float], confidence: float = CONFIDENCE) -> dict:

@@ -6,19 +6,23 @@ gain(x) = a + b log10(x), x = training tokens per parameter of the baseline mode
 mean gains; 2,000 bootstrap resamples of the seeds (with replacement, each seed keeping all its budgets, so the
 pairing holds) give the 95% band; the first budget on a grid where that band holds zero is where the gain is gone
 (an extrapolation beyond the largest budget measured).
+
+Bands only where the seeds can carry them: with fewer than MIN_SEEDS seeds the fit has no band, no slope interval
+and no zero crossing (a bootstrap over two or three seeds has a handful of distinct resamples and a band far
+narrower than any budget's own interval); a zero crossing more than ZERO_LIMIT times past the largest budget is
+stated as a bound, not a number.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .spec import Study
-from .stats import paired_difference
+from .stats import MIN_SEEDS, paired_difference
 
 RESAMPLES = 2000
 GRID = np.logspace(-1, 4, 501)  # 0.1 to 10,000 tokens per parameter
+ZERO_LIMIT = 2.0
 
 
 def tokens_per_parameter(study: Study, results: list[dict]) -> dict[str, float]:
@@ -63,6 +67,16 @@ def trend(study: Study, results: list[dict], method: str, against: str, seed: in
     x = np.array([x_of[label] for label in labels])
     table = np.array([[pairs[label][s][0] - pairs[label][s][1] for s in seeds] for label in labels])  # (budgets, seeds)
     a, b = fit_line(x, table.mean(axis=1))
+    points = []  # at each budget every seed that has both cells, not only the seeds common to all budgets
+    for label in labels:
+        values, baseline = zip(*pairs[label].values())
+        points.append({"label": label, "tokens_per_parameter": x_of[label], **paired_difference(values, baseline)})
+    out = {"method": method, "against": against, "seeds": seeds, "points": points,
+           "fit": {"intercept": a, "slope_per_decade": b, "slope_low": None, "slope_high": None},
+           "band": None, "zero_at": None, "zero_is_extrapolated": False, "zero_from_the_start": False,
+           "zero_beyond": None}
+    if len(seeds) < MIN_SEEDS:
+        return out
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(seeds), size=(RESAMPLES, len(seeds)))
     fits = np.array([fit_line(x, table[:, draw].mean(axis=1)) for draw in draws])  # (RESAMPLES, 2)
@@ -70,22 +84,23 @@ def trend(study: Study, results: list[dict], method: str, against: str, seed: in
     low, high = np.percentile(curves, [2.5, 97.5], axis=0)
     holds_zero = (low <= 0) & (high >= 0) & (GRID >= x.min())
     zero = float(GRID[np.argmax(holds_zero)]) if holds_zero.any() else None
-    points = []  # at each budget every seed that has both cells, not only the seeds common to all budgets
-    for label in labels:
-        values, baseline = zip(*pairs[label].values())
-        points.append({"label": label, "tokens_per_parameter": x_of[label], **paired_difference(values, baseline)})
-    return {
-        "method": method, "against": against, "seeds": seeds, "points": points,
-        "fit": {"intercept": a, "slope_per_decade": b, "slope_low": float(np.percentile(fits[:, 1], 2.5)),
-                "slope_high": float(np.percentile(fits[:, 1], 97.5))},
-        "band": {"x": GRID.tolist(), "low": low.tolist(), "high": high.tolist()},
-        "zero_at": zero, "zero_is_extrapolated": zero is not None and zero > x.max(),
-        "zero_from_the_start": zero is not None and zero <= GRID[np.searchsorted(GRID, x.min())],
-    }
+    beyond = zero is not None and zero > ZERO_LIMIT * x.max()
+    slope_low, slope_high = np.percentile(fits[:, 1], [2.5, 97.5])
+    out["fit"].update(slope_low=float(slope_low), slope_high=float(slope_high))
+    out.update(band={"x": GRID.tolist(), "low": low.tolist(), "high": high.tolist()},
+               zero_at=None if beyond else zero, zero_is_extrapolated=zero is not None and zero > x.max(),
+               zero_from_the_start=zero is not None and zero <= GRID[np.searchsorted(GRID, x.min())],
+               zero_beyond=float(ZERO_LIMIT * x.max()) if beyond else None)
+    return out
 
 
 def describe_zero(fit: dict) -> str:
     """Where the fitted gain's 95% band first holds zero, in words."""
+    if fit["band"] is None:
+        return f"no band: {len(fit['seeds'])} seeds, fewer than the {MIN_SEEDS} a seed bootstrap needs"
+    if fit["zero_beyond"] is not None:
+        return (f"beyond {fit['zero_beyond']:,.3g} tokens per parameter ({ZERO_LIMIT:g} x the largest budget; "
+                "further is not extrapolated)")
     if fit["zero_from_the_start"]:
         return "its band holds zero already at the smallest budget"
     if fit["zero_at"] is None:
@@ -93,6 +108,3 @@ def describe_zero(fit: dict) -> str:
     where = f"{fit['zero_at']:,.3g} tokens per parameter"
     return f"{where} (extrapolated)" if fit["zero_is_extrapolated"] else where
 
-
-def fitted_gain(fit: dict, x: float) -> float:
-    return fit["fit"]["intercept"] + fit["fit"]["slope_per_decade"] * math.log10(x)

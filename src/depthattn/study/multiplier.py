@@ -1,0 +1,259 @@
+"""Gains as multipliers: how much more training the baseline needs to reach a method's loss.
+
+A gap in nats must shrink as the loss falls even for a method worth a constant amount of extra training: with
+L(D) = E + B D^-beta, a method that turns D tokens into the loss the baseline reaches with k D is ahead by
+B D^-beta (1 - k^-beta). The field states such gains as multipliers, and a multiplier is what can carry over to a
+larger model. The rule (written in configs/study/budget_sweep.toml, and in each sweep's config before its cells
+ran):
+
+- Data multiplier at budget D: the tokens the baseline needs to reach the method's mean loss at D, divided by D.
+  The baseline's curve is its mean loss at each measured budget, made non-increasing (isotonic regression) and
+  interpolated in log D by a monotone cubic (PCHIP); it needs no functional form between budgets. Beyond the
+  measured budgets (a method better than the baseline's longest run, or worse than its shortest) it is read from
+  a fitted L(D) = E + B D^-beta, anchored at the nearer end of the measured curve, and the multiplier is marked as
+  an extrapolation; one that reads the curve more than EXTRAPOLATION_LIMIT times past the measured budgets is
+  stated as a bound, not a number.
+- Epochs: the baseline's curve at the point read, in passes over the training data; a multiplier that reads it
+  past REPEATS_FLAG epochs is flagged (repeating the data flattens the curve, which inflates multipliers).
+- Compute multiplier: the data multiplier divided by the method's training FLOPs per token over the baseline's.
+- Intervals: 95% percentile intervals from RESAMPLES bootstrap resamples of the seeds, each resample keeping a
+  seed's cells of every method and budget together (the pairing holds); none with fewer than MIN_SEEDS seeds.
+- Verdict per method: gamma, the least-squares slope of log multiplier against log D over the budgets that pass
+  over the data at most REPEATS_FLAG times, with its bootstrap interval: above zero the multiplier **grows** with
+  the budget, below it **fades**, across zero it **holds**.
+- Beside it, the joint fit over the same budgets: L_m(D) = E + B (k_m D^(1 + gamma_m))^-beta, E, B and beta shared
+  by every method, the baseline's k = 1 and gamma = 0 (k_m D^gamma_m is method m's multiplier at D tokens per
+  parameter), with its residual: where the power law misses the baseline's curve by as much as the gains, its
+  gammas say more about the misfit than about the methods.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from .spec import Study
+from .stats import MIN_SEEDS
+from .trend import tokens_per_parameter
+
+RESAMPLES = 2000
+FIT_RESAMPLES = 400  # the joint fit is a nonlinear least squares: fewer resamples, each warm-started
+EXTRAPOLATION_LIMIT = 2.0
+REPEATS_FLAG = 2.0
+FIT_AT = 20.0  # the fitted multiplier is stated at 20 tokens per parameter, about compute-optimal
+
+
+@dataclass
+class BaselineCurve:
+    """The baseline's loss against tokens per parameter: measured budgets `x` (ascending) with non-increasing mean
+    losses, and the power law L = E + B x^-beta through them for reading beyond them (None where it cannot be
+    fitted)."""
+
+    x: np.ndarray
+    loss: np.ndarray
+    power: tuple[float, float, float] | None
+
+    @classmethod
+    def fit(cls, x: np.ndarray, loss: np.ndarray) -> BaselineCurve:
+        from scipy.optimize import isotonic_regression
+
+        monotone = isotonic_regression(loss, increasing=False).x
+        return cls(x, monotone, power_law(x, monotone))
+
+    def tokens_for(self, loss: float) -> float:
+        """Tokens per parameter at which the curve reaches `loss` (inf where it never does, nan where unknown)."""
+        if self.loss[-1] <= loss <= self.loss[0]:
+            from scipy.interpolate import PchipInterpolator
+
+            # log x against loss, monotone cubic (a straight line between budgets would lie above a convex curve
+            # and overstate every multiplier); a flat stretch is reached at its start
+            loss_values, first = np.unique(self.loss, return_index=True)
+            if len(first) < 2:
+                return float(self.x[0])
+            return float(np.exp(PchipInterpolator(loss_values, np.log(self.x[first]))(loss)))
+        if self.power is None:
+            return math.nan
+        E, _, beta = self.power  # the fitted shape, anchored at the nearer end of the measured curve
+        end = -1 if loss < self.loss[-1] else 0
+        if loss <= E:
+            return math.inf
+        return float(self.x[end] * ((self.loss[end] - E) / (loss - E)) ** (1 / beta))
+
+
+def power_law(x: np.ndarray, loss: np.ndarray) -> tuple[float, float, float] | None:
+    """Least squares L = E + B x^-beta, 0 <= E < min(L), B > 0, 0 < beta < 2; None with fewer than three budgets
+    or when the fit fails."""
+    from scipy.optimize import curve_fit
+
+    if len(x) < 3:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            params, _ = curve_fit(lambda t, E, B, beta: E + B * t ** -beta, x, loss,
+                                  p0=(0.8 * loss.min(), loss.max() - 0.8 * loss.min(), 0.3),
+                                  bounds=([0, 1e-9, 1e-3], [loss.min(), np.inf, 2]), maxfev=20000)
+    except (RuntimeError, ValueError):
+        return None
+    return tuple(float(p) for p in params)
+
+
+def loss_table(study: Study, results: list[dict]) -> tuple[list[str], np.ndarray, list[int], dict[str, np.ndarray]]:
+    """Budget labels (ascending), their tokens per parameter, the seeds every method of the study has at every
+    budget, and per method its losses as an array (budgets, seeds)."""
+    x_of = tokens_per_parameter(study, results)
+    axis = study.branch_axis
+    labels = sorted(x_of, key=x_of.get)
+    loss = {(r["method"], r["setting"][axis.name], r["seed"]): r["val_loss"] for r in results}
+    methods = [m for m in study.methods if any(key[0] == m for key in loss)]
+    seeds = sorted({key[2] for key in loss})
+    seeds = [s for s in seeds if all((m, label, s) in loss for m in methods for label in labels)]
+    table = {m: np.array([[loss[m, label, s] for s in seeds] for label in labels]).reshape(len(labels), len(seeds))
+             for m in methods}
+    return labels, np.array([x_of[label] for label in labels]), seeds, table
+
+
+def data_multipliers(x: np.ndarray, baseline: np.ndarray, method: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per budget: the data multiplier of mean losses `method` (budgets, seeds) over `baseline` (budgets, seeds),
+    and the tokens per parameter where the baseline's curve was read."""
+    curve = BaselineCurve.fit(x, baseline.mean(axis=1))
+    read = np.array([curve.tokens_for(loss) for loss in method.mean(axis=1)])
+    return read / x, read
+
+
+def _interval(draws: np.ndarray) -> tuple[float, float]:
+    low, high = np.quantile(draws, [0.025, 0.975], method="inverted_cdf")  # no interpolation between inf values
+    return float(low), float(high)
+
+
+def multipliers(study: Study, results: list[dict], flops_ratio: dict[str, float] | None = None,
+                seed: int = 0) -> dict | None:
+    """Every method's data (and, given each method's FLOPs per token over the baseline's, compute) multiplier at
+    each budget, with bootstrap intervals where the seeds can carry them; None without a branched axis, three
+    budgets and one seed that every method has at every budget."""
+    if study.branch_axis is None:
+        return None
+    labels, x, seeds, table = loss_table(study, results)
+    if len(labels) < 3 or not seeds or study.baseline not in table:
+        return None
+    epochs_per_x = _epochs_per_token_per_parameter(study, results)
+    fitted = x * (epochs_per_x or 0) <= REPEATS_FLAG  # the joint fit leaves out budgets that repeat the data more
+    base = table[study.baseline]
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(seeds), size=(RESAMPLES, len(seeds))) if len(seeds) >= MIN_SEEDS else None
+    rows = []
+    for method in (m for m in table if m != study.baseline):
+        k, read = data_multipliers(x, base, table[method])
+        if draws is not None:
+            boot = np.array([data_multipliers(x, base[:, d], table[method][:, d])[0] for d in draws])
+        points = []
+        for i, label in enumerate(labels):
+            outside = max(read[i] / x[-1], x[0] / read[i]) if read[i] > 0 else math.inf
+            point = {"label": label, "tokens_per_parameter": float(x[i]), "multiplier": float(k[i]),
+                     "read_at": float(read[i]), "extrapolated": not x[0] <= read[i] <= x[-1],
+                     "printable": bool(outside <= EXTRAPOLATION_LIMIT) if not math.isnan(read[i]) else False,
+                     "read_epochs": epochs_per_x * read[i] if epochs_per_x else None,
+                     "curve_low": float(x[0]), "curve_high": float(x[-1]), "low": None, "high": None}
+            if draws is not None:
+                point["low"], point["high"] = _interval(boot[:, i])
+            points.append(point)
+        trend = {"gamma": _log_slope(x[fitted], k[fitted]), "low": None, "high": None, "verdict": None}
+        if draws is not None:
+            trend["low"], trend["high"] = _interval(np.array([_log_slope(x[fitted], b[fitted]) for b in boot]))
+            trend["verdict"] = "grows" if trend["low"] > 0 else "fades" if trend["high"] < 0 else "holds"
+        rows.append({"method": method, "flops_ratio": (flops_ratio or {}).get(method), "points": points,
+                     "trend": trend})
+    return {"labels": labels, "x": x.tolist(), "seeds": seeds, "baseline": study.baseline, "rows": rows,
+            "fit": joint_fit(x[fitted], {m: t[fitted] for m, t in table.items()}, study.baseline,
+                             rng if draws is not None else None, len(seeds)),
+            "fit_budgets": [label for label, keep in zip(labels, fitted) if keep],
+            "curve": BaselineCurve.fit(x, base.mean(axis=1)).power}
+
+
+def _log_slope(x: np.ndarray, k: np.ndarray) -> float:
+    """gamma of k = c x^gamma, least squares in log-log over the finite multipliers (nan with fewer than two)."""
+    keep = np.isfinite(k) & (k > 0)
+    return float(np.polyfit(np.log(x[keep]), np.log(k[keep]), 1)[0]) if keep.sum() >= 2 else math.nan
+
+
+def _epochs_per_token_per_parameter(study: Study, results: list[dict]) -> float | None:
+    """Passes over the training data per token per parameter of the baseline model (from the cells' data_epochs)."""
+    x_of = tokens_per_parameter(study, results)
+    axis = study.branch_axis
+    for r in results:
+        if r["method"] == study.baseline and r.get("data_epochs") is not None:
+            return r["data_epochs"] / x_of[r["setting"][axis.name]]
+    return None
+
+
+def _predict(params: np.ndarray, x: np.ndarray, n_methods: int) -> np.ndarray:
+    """Joint-fit losses (methods, budgets); params: E, log B, beta, then log k and gamma of each non-baseline
+    method (the baseline is row 0)."""
+    E, log_b, beta = params[:3]
+    log_k = np.concatenate([[0.0], params[3::2][:n_methods - 1]])
+    gamma = np.concatenate([[0.0], params[4::2][:n_methods - 1]])
+    log_d = log_k[:, None] + (1 + gamma[:, None]) * np.log(x)[None, :]
+    return E + np.exp(log_b - beta * log_d)
+
+
+def _solve(x: np.ndarray, means: np.ndarray, start: np.ndarray) -> np.ndarray:
+    from scipy.optimize import least_squares
+
+    lower = np.r_[0.0, -np.inf, 1e-3, [-np.inf, -1.0] * (len(means) - 1)]
+    upper = np.r_[means.min(), np.inf, 2.0, [np.inf, 1.0] * (len(means) - 1)]
+    fit = least_squares(lambda p: (_predict(p, x, len(means)) - means).ravel(), np.clip(start, lower + 1e-9,
+                        upper - 1e-9), bounds=(lower, upper))
+    return fit.x
+
+
+def joint_fit(x: np.ndarray, table: dict[str, np.ndarray], baseline: str, rng: np.random.Generator | None,
+              n_seeds: int) -> dict:
+    """The joint fit of every method's mean losses; per method k (its multiplier at 1 token per parameter),
+    gamma, the fitted multiplier at FIT_AT tokens per parameter and, with a generator (enough seeds), bootstrap
+    intervals and the verdict on gamma."""
+    methods = [baseline, *(m for m in table if m != baseline)]
+    stack = np.stack([table[m] for m in methods])  # (methods, budgets, seeds)
+    means = stack.mean(axis=2)
+    power = power_law(x, means[0]) or (0.8 * means.min(), 1.0, 0.3)
+    start = np.r_[power[0], math.log(power[1]), power[2], [0.0, 0.0] * (len(methods) - 1)]
+    params = _solve(x, means, start)
+    boot = None
+    if rng is not None:
+        draws = rng.integers(0, n_seeds, size=(FIT_RESAMPLES, n_seeds))
+        boot = np.array([_solve(x, stack[:, :, d].mean(axis=2), params) for d in draws])
+    residual = _predict(params, x, len(methods)) - means
+    out = {"E": float(params[0]), "B": float(math.exp(params[1])), "beta": float(params[2]),
+           "rms_residual": float(np.sqrt((residual ** 2).mean())), "methods": {}}
+    for i, method in enumerate(methods[1:]):
+        log_k, gamma = params[3 + 2 * i], params[4 + 2 * i]
+        row = {"k": math.exp(log_k), "gamma": float(gamma), "at": math.exp(log_k + gamma * math.log(FIT_AT)),
+               "gamma_low": None, "gamma_high": None, "at_low": None, "at_high": None, "verdict": None}
+        if boot is not None:
+            row["gamma_low"], row["gamma_high"] = _interval(boot[:, 4 + 2 * i])
+            row["at_low"], row["at_high"] = _interval(np.exp(boot[:, 3 + 2 * i] + boot[:, 4 + 2 * i]
+                                                             * math.log(FIT_AT)))
+            row["verdict"] = ("grows" if row["gamma_low"] > 0 else "fades" if row["gamma_high"] < 0 else "holds")
+        out["methods"][method] = row
+    return out
+
+
+def format_multiplier(point: dict, flops_ratio: float = 1.0) -> str:
+    """'1.23x [1.10, 1.41]' with † for an extrapolation and ‡ where the baseline's curve is read past
+    REPEATS_FLAG epochs; the limit where it reads too far past the measured budgets."""
+    if not point["printable"]:  # a bound instead: the limit of the curve that may be read
+        if math.isnan(point["read_at"]):
+            return "—"
+        x, read, limit = point["tokens_per_parameter"], point["read_at"], EXTRAPOLATION_LIMIT
+        bound = point["curve_high"] * limit if read > x else point["curve_low"] / limit
+        return f"{'>' if read > x else '<'} {bound / x / flops_ratio:.2f}x†"
+    text = f"{point['multiplier'] / flops_ratio:.2f}x"
+    if point["low"] is not None:
+        text += f" [{point['low'] / flops_ratio:.2f}, {point['high'] / flops_ratio:.2f}]"
+    if point["extrapolated"]:
+        text += "†"
+    if point["read_epochs"] is not None and point["read_epochs"] > REPEATS_FLAG:
+        text += "‡"
+    return text

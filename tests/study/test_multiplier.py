@@ -1,0 +1,108 @@
+"""Multipliers recover what is planted: a method worth k times the baseline's data, constant or growing."""
+
+
+import numpy as np
+import pytest
+
+from depthattn.study import Study
+from depthattn.study.multiplier import BaselineCurve, format_multiplier, multipliers
+from depthattn.study.report import markdown_report
+from tests.study.test_study import WSD_BUDGETS, write_study
+
+E, B, BETA = 1.0, 2.0, 0.4
+BUDGETS = '{ a = 1, b = 2, c = 5, d = 10, e = 20, f = 50 }'  # steps; x 1,000 tokens / 100 parameters
+
+
+def loss(x):
+    return E + B * x ** -BETA
+
+
+def planted_results(study, multiplier_of, seeds=range(5), noise=0.0, epochs_per_x=0.01):
+    """Cells whose vanilla loss is L(x) and whose depth_attention loss is L(k(x) x): a data multiplier k(x).
+    Seed s shifts both by the same offset (pairing) and the method by noise * (s - 2)."""
+    results = []
+    for label, steps in study.branch_axis.values.items():
+        x = steps * 10.0  # tokens per parameter
+        for seed in seeds:
+            shift = 0.01 * seed
+            for method, value in (("vanilla", loss(x)),
+                                  ("depth_attention", loss(multiplier_of(x) * x) + noise * (seed - 2))):
+                results.append({"method": method, "seed": seed, "val_loss": value + shift,
+                                "setting": {"budget": label},
+                                "train_tokens": steps * 1000, "params_total": 100, "data_epochs": epochs_per_x * x,
+                                "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "curve": [],
+                                "val_bits_per_byte": value})
+    return results
+
+
+@pytest.fixture
+def study(tiny_data, tmp_path):
+    return Study.load(write_study(tmp_path, tiny_data, axes=WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS)))
+
+
+def test_a_constant_multiplier_is_recovered_at_every_budget_and_holds(study):
+    found = multipliers(study, planted_results(study, lambda x: 1.3, noise=0.005))
+    row = found["rows"][0]
+    inside = [p for p in row["points"] if not p["extrapolated"]]
+    assert len(inside) >= 4
+    for p in inside:  # the monotone cubic in log x follows the power law between budgets
+        assert p["multiplier"] == pytest.approx(1.3, rel=0.02)
+        assert p["low"] <= p["multiplier"] <= p["high"]
+    assert row["trend"]["verdict"] == "holds"
+    assert found["fit"]["methods"]["depth_attention"]["k"] == pytest.approx(1.3, rel=0.02)
+    assert found["fit"]["beta"] == pytest.approx(BETA, rel=0.05)
+
+
+def test_a_growing_multiplier_is_called_growing_and_a_fading_one_fading(study):
+    grows = multipliers(study, planted_results(study, lambda x: 1.1 * x ** 0.1, noise=0.005))
+    assert grows["rows"][0]["trend"]["verdict"] == "grows"
+    assert grows["rows"][0]["trend"]["gamma"] == pytest.approx(0.1, abs=0.02)
+    assert grows["fit"]["methods"]["depth_attention"]["gamma"] == pytest.approx(0.1, abs=0.02)
+    fades = multipliers(study, planted_results(study, lambda x: 2.0 * x ** -0.1, noise=0.005))
+    assert fades["rows"][0]["trend"]["verdict"] == "fades"
+
+
+def test_reading_past_the_curve_is_marked_and_far_past_it_is_a_bound(study):
+    found = multipliers(study, planted_results(study, lambda x: 1.5, epochs_per_x=0.005))
+    last = found["rows"][0]["points"][-1]  # at 500 tokens per parameter: vanilla's curve ends there
+    assert last["extrapolated"] and last["printable"] and format_multiplier(last).endswith("†‡")
+    assert last["multiplier"] == pytest.approx(1.5, rel=0.05)  # the anchored power law is the planted one
+    assert last["read_epochs"] > 2 and "‡" in format_multiplier(last)
+    far = multipliers(study, planted_results(study, lambda x: 4.0))["rows"][0]["points"][-1]
+    assert not far["printable"] and format_multiplier(far) == "> 2.00x†"
+
+
+def test_three_seeds_give_points_but_no_intervals_or_verdicts(study):
+    found = multipliers(study, planted_results(study, lambda x: 1.3, seeds=range(3)))
+    row = found["rows"][0]
+    assert all(p["low"] is None for p in row["points"]) and row["trend"]["verdict"] is None
+    assert found["fit"]["methods"]["depth_attention"]["verdict"] is None
+    text = markdown_report(study, planted_results(study, lambda x: 1.3, seeds=range(3)))
+    assert "too few seeds (3)" in text and "| data multiplier |" in text and "1.30x" in text
+
+
+def test_the_report_states_data_and_compute_multipliers(study):
+    text = markdown_report(study, planted_results(study, lambda x: 1.3, noise=0.005))
+    assert "| compute multiplier | FLOPs per token over vanilla |" in text and "| depth_attention | 1.0" in text
+    assert "holds |" in text and "Joint fit over" in text
+
+
+def test_the_baseline_curve_is_made_monotone_and_read_in_log_budget():
+    curve = BaselineCurve.fit(np.array([1.0, 10.0, 100.0]), np.array([3.0, 2.0, 2.1]))  # a rise: pooled
+    assert curve.loss.tolist() == pytest.approx([3.0, 2.05, 2.05])
+    assert 1 < curve.tokens_for(2.525) < 10 and curve.tokens_for(3.0) == pytest.approx(1.0)  # on the monotone cubic
+    assert curve.tokens_for(2.05) == pytest.approx(10.0)  # a flat stretch is reached at its start
+
+
+def test_baseline_only_budgets_train_the_baseline_alone(tiny_data, tmp_path):
+    from depthattn.study import pending_cells
+
+    axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", "{ short = 3, long = 6, longer = 9 }").replace(
+        "branches = true", 'branches = true\nbaseline_only = ["longer"]')
+    study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
+    runs = {(c.method, c.setting["budget"]) for c in pending_cells(study)}
+    assert runs == {("vanilla", "longer"), ("depth_attention", "long")}
+    assert not study.trains({"budget": "longer"}, "depth_attention") and study.trains({"budget": "longer"}, "vanilla")
+    bad = axes.replace('baseline_only = ["longer"]', 'baseline_only = ["short"]')
+    with pytest.raises(ValueError, match="each longer than every budget the other methods train"):
+        Study.load(write_study(tmp_path, tiny_data, axes=bad, name="bad.toml"))
