@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[dev,analysis,parquet,eval,serve]"
+	$(PY) -m pip install --quiet -e ".[dev,analysis,parquet,eval,serve,wikipedia]"
 	touch $@
 
 # transformers' own common model tests (tests/native) come from the installed version's sdist; without a registry
@@ -32,7 +32,8 @@ demo: $(VENV)/.installed
 
 # The whole study (hours on 2 cores; resumable, finished cells are skipped), then its pages in docs/results/ and
 # their tables pasted into README.md and docs/results.md.
-STUDIES := core retrofit budget depth tokenization ablations search confirm moda budget_wsd budget_sweep
+STUDIES := core retrofit budget depth tokenization ablations search confirm moda budget_wsd budget_sweep \
+           budget_sweep_layers4 budget_sweep_wiki budget_sweep_layers16
 study: $(VENV)/.installed
 	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) --workers 2 --threads 1 --index docs/results/study.md
 	$(PY) docs/paste_results.py

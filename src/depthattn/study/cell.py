@@ -31,8 +31,10 @@ def ensure_dataset(study: Study, path: str) -> None:
     if path not in study.datasets:
         raise FileNotFoundError(f"{path} holds no prepared data; run depthattn prepare --out {path}, or declare it "
                                 f"under [datasets.NAME] in the study config so the study prepares it")
-    print(f"preparing the embedded corpus into {path} ({study.datasets[path]})")
-    prepare(["embedded"], Path(path), **study.datasets[path])
+    settings = dict(study.datasets[path])
+    source = settings.pop("input")
+    print(f"preparing {source} into {path} ({settings})")
+    prepare([source], Path(path), **settings)
 
 
 def run_cell(study: Study, cell: Cell, threads: int | None = None) -> CellResult | None:

@@ -150,9 +150,11 @@ class Study:
             axes.append(Axis(name, axis.get("key"), values, branches, baseline_only))
         datasets = {}
         for name, spec in data.get("datasets", {}).items():
-            if set(spec) - {"path", "vocab_size"} or "path" not in spec:
-                raise ValueError(f"{path}: [datasets.{name}] takes path and vocab_size, got {sorted(spec)}")
-            datasets[spec["path"]] = {"vocab_size": spec.get("vocab_size", 4096)}
+            if set(spec) - {"path", "vocab_size", "input"} or "path" not in spec:
+                raise ValueError(f"{path}: [datasets.{name}] takes path, vocab_size and input (what `depthattn "
+                                 f"prepare --input` takes; the embedded corpus by default), got {sorted(spec)}")
+            datasets[spec["path"]] = {"vocab_size": spec.get("vocab_size", 4096),
+                                      "input": spec.get("input", "embedded")}
         head.setdefault("title", path.stem)
         if head.get("start_from") and parent is None:
             raise ValueError(f"{path}: start_from names a method of the study this one extends; add extends")
