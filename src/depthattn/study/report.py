@@ -37,7 +37,8 @@ def markdown_report(study: Study, results: list[dict]) -> str:
         lines += [*_compare_table(study, results), ""]
     if study.branch_axis:
         lines += [*_trend_table(study, results), ""]
-        lines += [*_multiplier_tables(study, results), ""]
+        multiplier = _multiplier_tables(study, results)
+        lines += [*multiplier, ""] if multiplier else []
     for label, table in loss.items():
         if not table["rows"]:
             continue
