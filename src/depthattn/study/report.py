@@ -198,7 +198,7 @@ def _multiplier_tables(study: Study, results: list[dict]) -> list[str]:
     lines = [f"As multipliers: the tokens {study.baseline} needs to reach each method's mean loss, over the "
              f"method's tokens (data multiplier; divided by the method's training FLOPs per token over "
              f"{study.baseline}'s: compute multiplier), from {study.baseline}'s mean loss curve over the budgets "
-             f"(made non-increasing, interpolated in log tokens per parameter), {n} seeds common to every method "
+             f"(made non-increasing, interpolated in log tokens per parameter by a monotone cubic), {n} seeds common to every method "
              "and budget.", "",
              f"| data multiplier | {head} | gamma: slope of log multiplier per log budget [95% CI] | verdict |",
              "|---|" + "---|" * (len(found["labels"]) + 2)]
