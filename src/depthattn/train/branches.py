@@ -7,7 +7,9 @@ a run of B steps resumed from that checkpoint (weights, AdamW state, data positi
 standalone WSD run of B steps, bitwise on a CPU (tests/train/test_branches.py). The run then goes on from s(B) as
 if it had never branched, to its own budget, train.steps, which is the longest.
 
-Every budget, branches and the run itself, is scored on the whole validation split, and recorded in
+Every budget, branches and the run itself, is scored on the whole validation split (the training loop's held-out
+batches: non-overlapping windows, the last partial one left out, so a little off `depthattn eval`'s number for the
+same weights; docs/commands.md says how the held-out losses differ), and recorded in
 `branches.json` once its folder is final: {"B": {"steps", "decay_start", "tokens", "val_loss", "folder"}}, the
 folder relative to the run's (the run's own budget is "."). A run
 that is killed resumes where it stopped: a recorded branch is not trained again, and an unfinished one resumes from
