@@ -230,9 +230,14 @@ RENAMED_METHODS = {"none": "vanilla"}
 # checks with the same wording for the backbone's fields and the methods'
 def check_choice(name: str, value, allowed):
     if value not in allowed:
-        close = difflib.get_close_matches(value, list(allowed), 1) if isinstance(value, str) else []
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}{hint}")
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}"
+                         + did_you_mean(value, allowed))
+
+
+def did_you_mean(value, choices) -> str:
+    """` (did you mean 'x'?)`, naming the choice closest to `value` where one is close; else an empty string."""
+    close = difflib.get_close_matches(value, list(choices), 1) if isinstance(value, str) else []
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def check_bool(name: str, value):

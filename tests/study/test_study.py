@@ -714,3 +714,12 @@ def test_sigterm_to_every_process_starts_no_queued_cell(tiny_data, tmp_path, mon
     with pytest.raises(KeyboardInterrupt, match="stopped by SIGTERM"):
         LocalExecutor(workers=2).run(study, cells)
     assert len(list(started.glob("*-*"))) == 2 and time.monotonic() - begun < 25  # nothing queued ran
+
+
+def test_an_unknown_model_override_or_a_misspelled_method_is_refused_with_a_suggestion(tmp_path):
+    study = write_study(tmp_path, "data")
+    study.write_text(study.read_text().replace("num_hidden_layers = 2", "n_layers = 2"))
+    with pytest.raises(ValueError, match="unknown key 'n_layers' \\(did you mean 'num_hidden_layers'\\?\\)"):
+        Study.load(study)
+    with pytest.raises(ValueError, match="'depth_atention' is not a preset \\(did you mean 'depth_attention'\\?\\)"):
+        Study.load(write_study(tmp_path, "data", methods=("vanilla", "depth_atention")))

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,23 @@ def test_configs_resolve_to_the_installed_copy_outside_a_checkout(tmp_path, monk
     assert TrainConfig.load("configs/tiny.toml").train.steps == 3  # a local file wins
     with pytest.raises(FileNotFoundError, match="configs/nope.toml does not exist"):
         TrainConfig.load("configs/nope.toml")
+
+
+@pytest.mark.parametrize("key, message", [
+    ("num_layers", "unknown key 'num_layers' (did you mean 'num_hidden_layers'?)"),
+    ("hidden_dim", "(did you mean 'hidden_size'?)"),
+    ("depth_window_size", "(did you mean 'depth_window'?)"),
+    ("n_layer", "unknown key 'n_layer'; known: vocab_size, hidden_size, "),
+    ("dropout", "; known: "),
+    ("banana", "; known: "),
+    ("num_loops", "(it is 'model.num_loops'"),
+    ("cross_layer", "model.overrides.cross_layer is set by model.method"),
+])
+def test_an_override_that_is_not_a_model_field_is_refused(key, message):
+    """DepthAttentionConfig keeps an unknown key as an attribute: the run would train the preset and save the key."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TrainConfig.from_dict({"model": {"overrides": {key: 2}}})
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TrainConfig.load(None, [f"--model.overrides.{key}", "2"])
+    fields = {"num_hidden_layers": 2, "attention_dropout": 0.1, "depth_stride": 2, "hc_streams": 2}
+    assert TrainConfig.from_dict({"model": {"overrides": fields}}).model.overrides == fields

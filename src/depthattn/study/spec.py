@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import did_you_mean
 from ..presets import METHOD_PRESETS
 from ..train import TrainConfig
 from ..train.config import config_path, read_toml
@@ -203,7 +204,8 @@ class Study:
                              f"{self.parent.methods}")
         for method in self.methods:
             if method not in METHOD_PRESETS:
-                raise ValueError(f"study method {method!r} is not a preset; choose from {', '.join(METHOD_PRESETS)}")
+                raise ValueError(f"study method {method!r} is not a preset{did_you_mean(method, METHOD_PRESETS)}; "
+                                 f"choose from {', '.join(METHOD_PRESETS)}")
         if self.baseline not in self.methods:
             raise ValueError(f"the baseline {self.baseline!r} must be one of the study's methods {self.methods}")
         for table in ("paper", "describe"):

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import DepthAttentionConfig, check_choice
+from ..config import DepthAttentionConfig, check_choice, did_you_mean, method_fields
 from ..presets import METHOD_PRESETS
 
 MODEL_PRESETS = {
@@ -50,6 +49,22 @@ class ModelSection:
         check_choice("model.preset", self.preset, MODEL_PRESETS)
         check_choice("model.method", self.method, METHOD_PRESETS)
         _positive("model.num_loops", self.num_loops)
+        self._check_overrides()
+
+    def _check_overrides(self):
+        """Each key a field of the model config: DepthAttentionConfig would keep any other as an unused attribute."""
+        own = typing.get_type_hints(ModelSection)  # num_loops, max_position_embeddings: the error names model.NAME
+        fields = [name for name in (*DepthAttentionConfig.__annotations__, *method_fields())
+                  if name not in own and name not in SET_BY_TRAINING]
+        for key in self.overrides:
+            if key in SET_BY_TRAINING:
+                raise ValueError(f"model.overrides.{key} is set by {SET_BY_TRAINING[key]}; drop the override")
+            if key not in fields:
+                raise ValueError(_unknown(f"model.overrides: unknown key {key!r}", key, fields))
+
+
+# model config fields that training sets from elsewhere
+SET_BY_TRAINING = {"cross_layer": "model.method", "eos_token_id": "the tokenizer of data.path"}
 
 
 @dataclass
@@ -295,8 +310,7 @@ def _unknown(message: str, key: str, known) -> str:
                  if key in typing.get_type_hints(section.default_factory)]
     if elsewhere:
         return message + f" (it is {' and '.join(map(repr, elsewhere))}: --{elsewhere[0]})"
-    match = difflib.get_close_matches(key, list(known), 1)
-    return message + (f" (did you mean {match[0]!r}?)" if match else f"; known: {', '.join(known)}")
+    return message + (did_you_mean(key, known) or f"; known: {', '.join(known)}")
 
 
 def config_keys() -> list[tuple[str, str, object]]:
