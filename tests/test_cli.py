@@ -144,3 +144,15 @@ def test_help_imports_no_optional_extra_beyond_the_package(argv):
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
     loaded = set(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
     assert "usage: depthattn" in done.stdout and not loaded & set(OPTIONAL_EXTRAS), loaded & set(OPTIONAL_EXTRAS)
+
+
+def test_a_refused_run_leaves_no_folder_behind(tiny_data, tmp_path, capsys):
+    out_dir = tmp_path / "new" / "run"
+    for refused, message in ((["--model.overrides.hidden_size", "30"], "head_dim is not set"),  # once the data is read
+                             (["--data.path", str(tmp_path / "nowhere")], "no manifest.json")):
+        assert main(["train", "--data.path", str(tiny_data), "--train.out_dir", str(out_dir), *refused]) == 1
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "new").exists()
+    (tmp_path / "new").mkdir()  # a folder that was there stays
+    assert main(["train", "--data.path", str(tmp_path / "nowhere"), "--train.out_dir", str(out_dir)]) == 1
+    assert (tmp_path / "new").is_dir() and not out_dir.exists()

@@ -7,6 +7,7 @@ command that resumes, and the signal's exit status (130, 143); a second one stop
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -30,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     """`depthattn train`; `args.overrides` are the command line's --section.key value pairs."""
     main = os.environ.get("RANK", "0") == "0"
     cfg = TrainConfig.load(args.config, args.overrides)
+    created = missing_folders(Path(cfg.train.out_dir))
     try:
         summary = train(cfg, resume=args.resume)
     except TrainingInterrupted as stopped:
@@ -37,9 +39,23 @@ def run(args: argparse.Namespace) -> int:
             resume = "" if stopped.complete else f"; resume with: {resume_command(args)}"
             print(f"depthattn train: {stopped}{resume}", file=sys.stderr, flush=True)
         return stopped.exit_status
+    finally:
+        if main:  # a run refused before it wrote anything leaves no folder behind
+            remove_empty(created)
     if main:
         print(human_summary(cfg, summary))
     return 0
+
+
+def missing_folders(path: Path) -> list[Path]:
+    """`path` and those of its parents that do not exist yet, deepest first."""
+    return [folder for folder in (path, *path.parents) if not folder.exists()]
+
+
+def remove_empty(folders: list[Path]):
+    for folder in folders:
+        with contextlib.suppress(OSError):  # not empty (the run wrote something), or never made
+            folder.rmdir()
 
 
 def human_summary(cfg: TrainConfig, summary: dict) -> str:
