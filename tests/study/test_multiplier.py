@@ -1,8 +1,6 @@
 """Multipliers recover what is planted: a method worth k times the baseline's data, constant or growing."""
 
 
-import json
-
 import numpy as np
 import pytest
 
@@ -109,15 +107,3 @@ def test_baseline_only_budgets_train_the_baseline_alone(tiny_data, tmp_path):
     with pytest.raises(ValueError, match="each longer than every budget the other methods train"):
         Study.load(write_study(tmp_path, tiny_data, axes=bad, name="bad.toml"))
 
-
-def test_a_study_prepares_its_declared_dataset_from_the_input_it_names(tmp_path):
-    from depthattn.study.cell import ensure_dataset
-    from tests.data.data_helpers import write_jsonl
-
-    source = write_jsonl(tmp_path / "mine.jsonl", [f"document {i}: " + "some text. " * 40 for i in range(40)])
-    data = tmp_path / "prepared"
-    config = write_study(tmp_path, data, head=f'[datasets.mine]\npath = "{data}"\nvocab_size = 258\n'
-                                              f'input = "{source}"')
-    ensure_dataset(Study.load(config), str(data))
-    manifest = json.loads((data / "manifest.json").read_text())
-    assert manifest["source"] == [str(source)] and manifest["splits"]["train"]["num_documents"] > 0

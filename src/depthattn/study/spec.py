@@ -92,13 +92,14 @@ class Study:
     axes: list[Axis] = field(default_factory=list)
     datasets: dict = field(default_factory=dict)  # path -> prepare settings
     base: dict = field(default_factory=dict)
+    config_file: str = ""  # the file it was loaded from, as reports name it (relative to the working folder)
 
     def __post_init__(self):
         self.baseline = self.baseline or (self.methods[0] if self.methods else "")
 
     @classmethod
     def load(cls, path: str | Path) -> Study:
-        path = config_path(path)
+        given, path = Path(path), config_path(path)
         data = read_toml(path, "study config", "configs/study/")
         unknown = set(data) - {"study", "axes", "datasets", "base", "slurm"}
         if unknown:
@@ -164,7 +165,7 @@ class Study:
                 head["search"] = Search(**head["search"])
             except TypeError as err:
                 raise ValueError(f"{path}: [study.search] takes candidates, pick, metric and seeds ({err})") from None
-        study = cls(name=path.stem, axes=axes, datasets=datasets, base=data.get("base", {}),
+        study = cls(name=path.stem, config_file=_shown(given), axes=axes, datasets=datasets, base=data.get("base", {}),
                     slurm=data.get("slurm", {}),
                     parent=cls.load(parent) if parent else None, **head)
         if study.confirm:
@@ -366,6 +367,16 @@ def cell_key(config: dict) -> str:
         if changed:
             chosen[section] = changed
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _shown(path: Path) -> str:
+    """`path` as given, an absolute one relative to the working folder where it lies below it."""
+    if not path.is_absolute():
+        return str(path)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _merge(base: dict, top: dict) -> dict:
