@@ -357,3 +357,18 @@ def test_cli_training_config(tmp_path, capsys):
     assert "| depth_quarter " in capsys.readouterr().out
     with pytest.raises(ValueError, match="unknown method"):
         costs_command.run(_args(["--preset", "tiny", "--methods", "nope"]))
+
+
+def test_cli_training_config_prices_its_datas_vocabulary_or_says_which_it_assumes(tiny_data, tmp_path, capsys):
+    vocab = json.loads((tiny_data / "manifest.json").read_text())["tokenizer"]["vocab_size"]
+    config, out = tmp_path / "run.toml", tmp_path / "costs.json"
+    config.write_text(f'[model]\npreset = "tiny"\nmethod = "vanilla"\n[data]\npath = "{tiny_data}"\n')
+    assert costs_command.run(_args(["--config", str(config), "--methods", "vanilla", "--out", str(out)])) == 0
+    settings = dict(MODEL_PRESETS["tiny"], vocab_size=vocab, **depthattn.method_settings("vanilla", 4))
+    assert json.loads(out.read_text()) == [costs.method_costs(depthattn.DepthAttentionConfig(**settings),
+                                                              name="vanilla")]
+    assert f"vocabulary: {vocab:,} tokens, the tokenizer of {tiny_data}" in capsys.readouterr().out
+    config.write_text(f'[model]\npreset = "tiny"\n[data]\npath = "{tmp_path / "unprepared"}"\n')
+    assert costs_command.run(_args(["--config", str(config), "--methods", "vanilla"])) == 0
+    assert (f"vocabulary: 50,304 tokens assumed (the paper's), as {tmp_path / 'unprepared'} is not prepared yet: "
+            "prepare it (depthattn prepare), or pass --vocab-size N") in capsys.readouterr().out

@@ -4,8 +4,10 @@ paper's Table 2)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..config import DepthAttentionConfig
+from ..data.manifest import MANIFEST_NAME, read_manifest
 from ..evaluate.costs import (
     DEFAULT_CONTEXT,
     DEFAULT_DTYPE_BYTES,
@@ -18,6 +20,8 @@ from ..files import atomic_write_json
 from ..presets import METHOD_PRESETS
 from ..train import MODEL_PRESETS, TrainConfig
 
+PAPER_VOCAB = DepthAttentionConfig.vocab_size  # 50,304
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group()
@@ -25,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     source.add_argument("--preset", help="a model preset of depthattn.train.MODEL_PRESETS, e.g. 3b (default)")
     parser.add_argument("--num-loops", type=int, default=None, help="looped model (with --preset; default 1)")
     parser.add_argument("--vocab-size", type=int, default=None,
-                        help="vocabulary size (default: the config's override, else 50304, the paper's)")
+                        help="vocabulary size (default: the config's model.overrides.vocab_size, else the "
+                             "tokenizer of its prepared data.path, else 50304, the paper's)")
     parser.add_argument("--context", type=int, default=DEFAULT_CONTEXT,
                         help="prefill length for the extra-state column (default %(default)s)")
     parser.add_argument("--dtype-bytes", type=int, default=DEFAULT_DTYPE_BYTES,
@@ -37,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def configs_from_args(args) -> dict[str, DepthAttentionConfig]:
-    overrides, own_method = {}, None
+def configs_from_args(args) -> tuple[dict[str, DepthAttentionConfig], str]:
+    """The configs to price, and a line saying which vocabulary they have and where it comes from."""
+    overrides, own_method, cfg = {}, None, None
     if args.config is not None:
         cfg = TrainConfig.load(args.config)
         preset, num_loops = cfg.model.preset, cfg.model.num_loops
@@ -53,8 +59,7 @@ def configs_from_args(args) -> dict[str, DepthAttentionConfig]:
             raise ValueError(f"--preset must be one of {', '.join(map(repr, MODEL_PRESETS))}; got {preset!r}")
     if num_loops < 1:
         raise ValueError(f"--num-loops must be >= 1, got {num_loops}")
-    if args.vocab_size is not None:
-        overrides["vocab_size"] = args.vocab_size
+    overrides["vocab_size"], vocab_line = vocabulary(args, cfg)
     if args.methods:
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     else:
@@ -63,14 +68,32 @@ def configs_from_args(args) -> dict[str, DepthAttentionConfig]:
     unknown = [m for m in methods if m not in METHOD_PRESETS]
     if unknown:
         raise ValueError(f"unknown method(s) {', '.join(map(repr, unknown))}; choose among {', '.join(METHOD_PRESETS)}")
-    return method_configs(MODEL_PRESETS[preset], methods, num_loops, overrides)
+    return method_configs(MODEL_PRESETS[preset], methods, num_loops, overrides), vocab_line
+
+
+def vocabulary(args, cfg: TrainConfig | None) -> tuple[int, str]:
+    """The vocabulary size that training builds (its override, else the data's tokenizer), and where it comes from."""
+    if args.vocab_size is not None:
+        return args.vocab_size, f"vocabulary: {args.vocab_size:,} tokens (--vocab-size)"
+    if cfg is None:
+        return PAPER_VOCAB, f"vocabulary: {PAPER_VOCAB:,} tokens, the paper's (--vocab-size N to change)"
+    if "vocab_size" in cfg.model.overrides:
+        size = cfg.model.overrides["vocab_size"]
+        return size, f"vocabulary: {size:,} tokens (model.overrides.vocab_size)"
+    if (Path(cfg.data.path) / MANIFEST_NAME).is_file():
+        size = read_manifest(cfg.data.path)["tokenizer"]["vocab_size"]
+        return size, f"vocabulary: {size:,} tokens, the tokenizer of {cfg.data.path}"
+    return PAPER_VOCAB, (f"vocabulary: {PAPER_VOCAB:,} tokens assumed (the paper's), as {cfg.data.path} is not "
+                         "prepared yet: prepare it (depthattn prepare), or pass --vocab-size N")
 
 
 def run(args) -> int:
     if args.context < 0 or args.dtype_bytes <= 0:
         raise ValueError(f"--context must be >= 0 and --dtype-bytes > 0, got {args.context} and {args.dtype_bytes}")
-    records = costs_table(configs_from_args(args), args.context, args.dtype_bytes)
+    configs, vocab_line = configs_from_args(args)
+    records = costs_table(configs, args.context, args.dtype_bytes)
     print(format_table(records))
+    print(vocab_line)
     if args.out:
         atomic_write_json(args.out, records)
         print(f"wrote {args.out}")
