@@ -24,7 +24,7 @@ from .trend import RESAMPLES, describe_zero, paired_by_budget, tokens_per_parame
 def markdown_report(study: Study, results: list[dict]) -> str:
     loss, bpb = summarize(study, results, "val_loss"), summarize(study, results, "val_bits_per_byte")
     lines = [f"### {study.title}", "",
-             f"`depthattn study {study.config_file or f'configs/study/{study.name}.toml'}`; val loss = mean next-token loss (nats) over the "
+             f"`depthattn study {study.config_file}`; val loss = mean next-token loss (nats) over the "
              f"whole held-out split; Δ = method − {study.baseline} paired by seed, with its 95% t-interval; "
              "negative is better.", ""]
     if study.waiting:
@@ -80,7 +80,7 @@ def _search_table(study: Study) -> list[str]:
     search = study.search
     result = search.result(study)
     seeds = ", ".join(map(str, search.seeds))
-    lines = [f"Pre-registered search (written in `{study.config_file or f'configs/study/{study.name}.toml'}` before its cells ran): the "
+    lines = [f"Pre-registered search (written in `{study.config_file}` before its cells ran): the "
              f"{search.pick} candidates with the lowest mean {search.metric} over seeds {seeds} go on.", "",
              f"| rank | candidate | seeds | mean {search.metric} ± sd |", "|---|---|---|---|"]
     for rank, row in enumerate(result["ranking"], 1):
@@ -198,8 +198,8 @@ def _multiplier_tables(study: Study, results: list[dict]) -> list[str]:
     lines = [f"As multipliers: the tokens {study.baseline} needs to reach each method's mean loss, over the "
              f"method's tokens (data multiplier; divided by the method's training FLOPs per token over "
              f"{study.baseline}'s: compute multiplier), from {study.baseline}'s mean loss curve over the budgets "
-             f"(made non-increasing, interpolated in log tokens per parameter by a monotone cubic), {n} seeds common to every method "
-             "and budget.", "",
+             "(made non-increasing, interpolated in log tokens per parameter by a monotone cubic), "
+             f"{n} seeds common to every method and budget.", "",
              f"| data multiplier | {head} | gamma: slope of log multiplier per log budget [95% CI] | verdict |",
              "|---|" + "---|" * (len(found["labels"]) + 2)]
     for row in found["rows"]:

@@ -96,6 +96,7 @@ class Study:
 
     def __post_init__(self):
         self.baseline = self.baseline or (self.methods[0] if self.methods else "")
+        self.config_file = self.config_file or f"configs/study/{self.name}.toml"
 
     @classmethod
     def load(cls, path: str | Path) -> Study:
