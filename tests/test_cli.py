@@ -156,3 +156,17 @@ def test_a_refused_run_leaves_no_folder_behind(tiny_data, tmp_path, capsys):
     (tmp_path / "new").mkdir()  # a folder that was there stays
     assert main(["train", "--data.path", str(tmp_path / "nowhere"), "--train.out_dir", str(out_dir)]) == 1
     assert (tmp_path / "new").is_dir() and not out_dir.exists()
+
+
+def test_generate_with_a_prompt_that_fills_the_context_asks_for_a_shorter_prompt(tiny_data, tmp_path, capsys):
+    import re
+
+    from tests.faults.conftest import train_args
+
+    assert main(train_args(tiny_data, tmp_path / "run", 1, 1, "--model.max_position_embeddings", "32")) == 0
+    capsys.readouterr()
+    assert main(["generate", str(tmp_path / "run" / "final"), "the end " * 40, "--max-new-tokens", "4"]) == 1
+    refused = re.search(r"a prompt of (\d+) tokens and 4 new ones exceed the model's context of 32 tokens "
+                        r"\(max_position_embeddings\): the prompt alone fills it; shorten the prompt by at least "
+                        r"(\d+) tokens", capsys.readouterr().err)
+    assert refused and int(refused[2]) == int(refused[1]) + 4 - 32

@@ -34,11 +34,13 @@ def sample(model, tokenizer, prompt: str, max_new_tokens: int, temperature: floa
            compile: str | None = None) -> str:
     torch.manual_seed(seed)
     ids = tokenizer(prompt, return_tensors="pt").input_ids if prompt else torch.tensor([[start_token_id(tokenizer)]])
-    context = model.config.max_position_embeddings
-    if ids.shape[1] + max_new_tokens > context:
-        raise ValueError(f"a prompt of {ids.shape[1]} tokens and {max_new_tokens} new ones exceed the model's context "
-                         f"of {context} tokens (max_position_embeddings): ask for at most "
-                         f"{max(context - ids.shape[1], 0)} new tokens")
+    context, prompt_tokens = model.config.max_position_embeddings, ids.shape[1]
+    if prompt_tokens + max_new_tokens > context:
+        fix = (f"ask for at most {context - prompt_tokens} new tokens" if prompt_tokens < context else
+               f"the prompt alone fills it; shorten the prompt by at least {prompt_tokens + max_new_tokens - context} "
+               "tokens")
+        raise ValueError(f"a prompt of {prompt_tokens} tokens and {max_new_tokens} new ones exceed the model's "
+                         f"context of {context} tokens (max_position_embeddings): {fix}")
     sampling = dict(do_sample=True, temperature=temperature, top_k=top_k) if temperature > 0 else dict(do_sample=False)
     if compile is not None:  # transformers compiles the decoding step when the cache is static
         sampling.update(cache_implementation="static", compile_config=compile_config(compile))
