@@ -14,7 +14,8 @@ from depthattn.evaluate import harness  # noqa: E402
 from depthattn.evaluate.tasks import LOCAL_TASKS, TASKS_DIR  # noqa: E402
 
 
-def test_harness_runs_the_local_tasks_offline(trained_model, tmp_path, capsys, monkeypatch):
+def test_harness_runs_the_local_tasks_offline(trained_model, tmp_path, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # outside a git checkout: lm-eval's git probe must not print git's "fatal: ..."
     # lm-eval forks a process pool for the perplexity bootstrap; forked from this test worker (execnet's, torch's
     # and tqdm's threads) a child once hung the whole run (Python 3.11.2). Its single-process path draws the same.
     monkeypatch.setenv("DISABLE_MULTIPROC", "1")
@@ -22,9 +23,11 @@ def test_harness_runs_the_local_tasks_offline(trained_model, tmp_path, capsys, m
     harness_command.add_arguments(parser)
     out = tmp_path / "harness.json"
     args = parser.parse_args([str(trained_model), "--task-set", "local", "--num-fewshot", "0", "2", "--limit", "24",
-                              "--batch-size", "16", "--bootstrap-iters", "50", "--out", str(out)])
+                              "--batch-size", "16", "--bootstrap-iters", "50", "--out", str(out), "--any-corpus"])
     assert harness_command.run(args) == 0
-    assert "depthattn_shakespeare_mc" in capsys.readouterr().out
+    printed = capfd.readouterr()
+    assert "depthattn_shakespeare_mc" in printed.out and "fatal" not in printed.err
+    assert "warning: the local tasks come from the held-out split of the embedded Shakespeare corpus" in printed.err
     result = json.loads(out.read_text())
     assert result["lm_eval_version"] == metadata.version("lm_eval")
     assert result["task_versions"] == {task: 1.0 for task in LOCAL_TASKS}
@@ -39,6 +42,51 @@ def test_harness_runs_the_local_tasks_offline(trained_model, tmp_path, capsys, m
         assert 0 <= mc["acc,none"] <= 1 and 0 <= mc["acc_norm,none"] <= 1
         assert 0 <= lastword["acc,none"] <= 1 and lastword["perplexity,none"] > 1
     assert result["n_samples"]["depthattn_shakespeare_mc"] == {"original": 150, "effective": 24}
+    assert "the model was trained on" in result["local_tasks"]
+
+
+def test_local_tasks_refuse_a_model_trained_on_other_data(trained_model):
+    """The fixture's data is a jsonl slice split with seed 0: not the split the local tasks hold out."""
+    with pytest.raises(ValueError, match=r"the local tasks come from the held-out split .* trained on .*"
+                                         r"seed 0, val_fraction 0.2\).*--task-set paper8.*--any-corpus"):
+        harness.run_harness(trained_model, task_set="local")
+
+
+def write_run(folder, manifest: dict | None):
+    """A model folder in a run whose train_config.json names a prepared dataset with `manifest` (none: no config)."""
+    from depthattn.data.manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME
+
+    (folder / "data").mkdir(parents=True)
+    (folder / "final").mkdir()
+    if manifest is not None:
+        (folder / "data" / MANIFEST_NAME).write_text(json.dumps(
+            {"format": FORMAT, "format_version": FORMAT_VERSION, **manifest}))
+        (folder / "train_config.json").write_text(json.dumps({"data": {"path": str(folder / "data")}}))
+    return folder / "final"
+
+
+def test_local_tasks_say_where_they_come_from(tmp_path):
+    from depthattn.data.prepare import DEFAULT_SEED, DEFAULT_VAL_FRACTION
+
+    held_out = write_run(tmp_path / "a", {"source": ["embedded"], "seed": DEFAULT_SEED,
+                                          "val_fraction": DEFAULT_VAL_FRACTION})
+    assert harness.local_tasks_origin(held_out).startswith("local tasks: the held-out split of the embedded")
+    unknown = write_run(tmp_path / "b", None)
+    assert "the model's training data is unknown" in harness.local_tasks_origin(unknown)
+    wikipedia = write_run(tmp_path / "c", {"source": ["wikipedia"], "seed": DEFAULT_SEED,
+                                           "val_fraction": DEFAULT_VAL_FRACTION})
+    with pytest.raises(ValueError, match="source wikipedia"):
+        harness.local_tasks_origin(wikipedia)
+    assert harness.local_tasks_origin(wikipedia, any_corpus=True).startswith("warning: ")
+
+
+def test_lm_evals_git_probe_is_quiet_outside_a_checkout(tmp_path, monkeypatch, capfd):
+    import lm_eval.evaluator
+
+    monkeypatch.chdir(tmp_path)
+    with harness.quiet_lm_eval_git_probe():
+        assert lm_eval.evaluator.get_git_commit_hash() is None
+    assert capfd.readouterr().err == ""
 
 
 def test_lm_evals_hf_model_loads_a_saved_folder_after_import(trained_model):

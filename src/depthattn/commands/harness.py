@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             f"{', '.join(LOCAL_TASKS)} (tag {LOCAL_TAG})")
     which.add_argument("--task-set", choices=list(TASK_SETS),
                        help="paper8: the paper's eight tasks (needs their data: Hub or datasets cache); "
-                            "local: the offline tasks from the embedded corpus's held-out split")
+                            "local: the offline tasks from the embedded Shakespeare corpus's held-out split, for a "
+                            "model trained on that corpus")
     parser.add_argument("--num-fewshot", nargs="+", type=int, default=[0], metavar="N",
                         help="few-shot examples; several counts run one after the other, e.g. 0 5 (default 0)")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
@@ -45,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-iters", type=int, default=100_000, metavar="N",
                         help="bootstrap resamples for the stderr of non-mean metrics (lm-eval's default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="lm-eval's random seeds (default %(default)s)")
+    parser.add_argument("--any-corpus", action="store_true",
+                        help="run the local tasks on a model trained on other data than their corpus (refused "
+                             "otherwise: their scores would not measure it)")
     parser.add_argument("--out", metavar="FILE", help="write the results and their metadata as JSON")
     parser.add_argument("--verbose", action="store_true", help="show lm-eval's log")
 
@@ -72,8 +76,10 @@ def run(args: argparse.Namespace) -> int:
         args.model, tasks=args.tasks, task_set=args.task_set, num_fewshot=args.num_fewshot, batch_size=args.batch_size,
         max_length=args.max_length, limit=args.limit, tokenizer=args.tokenizer, dtype=args.dtype, device=args.device,
         skip_unreachable=args.skip_unreachable, bootstrap_iters=args.bootstrap_iters, seed=args.seed,
-        verbose=args.verbose,
+        verbose=args.verbose, any_corpus=args.any_corpus,
     )
+    if result["local_tasks"]:
+        print(result["local_tasks"], file=sys.stderr)
     print(format_table(result))
     print(f"lm-eval {result['lm_eval_version']}, dtype {result['dtype']}, batch size {result['batch_size']}, "
           f"task versions {result['task_versions']}")

@@ -9,7 +9,8 @@ model type with transformers' Auto classes):
 
 Presets: `paper8` is the paper's eight tasks (LAMBADA, PIQA, WinoGrande, SciQ, HellaSwag, ARC-Easy,
 ARC-Challenge, RACE; their data comes from the Hugging Face Hub or the datasets cache); `local` is the two
-offline tasks built from the held-out split of the embedded corpus (depthattn/evaluate/tasks).
+offline tasks built from the held-out split of the embedded Shakespeare corpus (depthattn/evaluate/tasks): they
+measure a model trained on that corpus, so a model whose train_config.json names other data is refused.
 Every results file records the lm-eval version, the task versions, dtype, batch size, model folder,
 depthattn version and date.
 """
@@ -22,12 +23,17 @@ import json
 import logging
 import os
 import socket
+import subprocess
 from collections.abc import Sequence
 from importlib import metadata
+from pathlib import Path
 from urllib.parse import urlparse
 
+from ..data import DataError, read_manifest
+from ..data.prepare import DEFAULT_SEED, DEFAULT_VAL_FRACTION
+from ..data.sources import EMBEDDED
 from ..loading import check_vocab, max_positions_of, model_dtype_name, open_model, run_metadata
-from .tasks import LOCAL_TAG, LOCAL_TASKS, TASKS_DIR
+from .tasks import LOCAL_DATA, LOCAL_TAG, LOCAL_TASKS, TASKS_DIR
 
 PAPER8 = ("lambada_openai", "piqa", "winogrande", "sciq", "hellaswag", "arc_easy", "arc_challenge", "race")
 TASK_SETS = {"paper8": PAPER8, "local": LOCAL_TASKS}
@@ -99,6 +105,62 @@ def resolve_tasks(tasks: Sequence[str] | str | None = None, task_set: str | None
 
 def _local_only(task_names: Sequence[str]) -> bool:
     return all(name in (*LOCAL_TASKS, LOCAL_TAG) for name in task_names)
+
+
+def _uses_local(task_names: Sequence[str]) -> bool:
+    return any(name in (*LOCAL_TASKS, LOCAL_TAG) for name in task_names)
+
+
+def training_data(model_dir: os.PathLike) -> tuple[str, dict] | None:
+    """(path, manifest) of the prepared dataset that train_config.json in or above the model folder names, when
+    it can be read."""
+    for config_path in (Path(model_dir) / "train_config.json", Path(model_dir).parent / "train_config.json"):
+        try:
+            data_path = json.loads(config_path.read_text())["data"]["path"]
+            return data_path, read_manifest(data_path)
+        except (OSError, ValueError, KeyError, TypeError, DataError):
+            continue
+    return None
+
+
+def local_tasks_origin(model_dir: os.PathLike, any_corpus: bool = False) -> str:
+    """A line saying where the local tasks come from and whether the model was trained on that corpus; ValueError,
+    unless `any_corpus`, when its training data is known to be another (the scores would say nothing about it)."""
+    trained = training_data(model_dir)
+    if trained is None:
+        return (f"warning: the local tasks come from {LOCAL_DATA}; the model's training data is unknown (no "
+                f"train_config.json naming a prepared dataset in or above {model_dir}), so they may not measure it")
+    data_path, manifest = trained
+    split = (manifest.get("source"), manifest.get("seed"), manifest.get("val_fraction"))
+    if split == ([EMBEDDED], DEFAULT_SEED, DEFAULT_VAL_FRACTION):
+        return f"local tasks: {LOCAL_DATA}, which the model's training data ({data_path}) held out"
+    problem = (f"the model was trained on {data_path} (source {', '.join(map(str, split[0] or ['?']))}, seed "
+               f"{split[1]}, val_fraction {split[2]})")
+    if any_corpus:
+        return f"warning: the local tasks come from {LOCAL_DATA}, but {problem}"
+    raise ValueError(
+        f"the local tasks come from {LOCAL_DATA}, but {problem}: they measure nothing a model of other text learnt, "
+        "and a model trained on another split of the embedded corpus has seen some of their passages. Score it on "
+        "tasks of its own domain (--task-set paper8, or lm-eval task names), or pass --any-corpus to run the local "
+        "tasks anyway")
+
+
+def quiet_git_hash() -> str | None:
+    """lm-eval's record of `git describe --always` in the working directory, without git's "fatal: not a git
+    repository" on the terminal outside a checkout (git has no switch or variable that silences it)."""
+    try:
+        return subprocess.check_output(["git", "describe", "--always"], stderr=subprocess.DEVNULL, text=True).strip()
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return None
+
+
+@contextlib.contextmanager
+def quiet_lm_eval_git_probe():
+    """lm-eval's evaluator with `quiet_git_hash` in place of its git probe, for the block."""
+    from unittest import mock
+
+    with mock.patch("lm_eval.evaluator.get_git_commit_hash", quiet_git_hash):
+        yield
 
 
 def make_task_manager(task_names: Sequence[str]):
@@ -221,7 +283,7 @@ def harness_evaluate(
     offline = hub_offline_by_env() or _local_only(tasks) or not hub_reachable()
     level = logging.INFO if verbose else logging.ERROR
     runs, versions, skipped, n_samples, configs = {}, {}, {}, {}, {}
-    with _lm_eval_log_level(level), hub_offline(offline):
+    with _lm_eval_log_level(level), hub_offline(offline), quiet_lm_eval_git_probe():
         lm = context_checked_lm(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size,
                                 max_length=max_length)
         task_manager = make_task_manager(tasks)
@@ -274,10 +336,13 @@ def run_harness(
     bootstrap_iters: int = 100_000,
     seed: int = 0,
     verbose: bool = False,
+    any_corpus: bool = False,
 ) -> dict:
-    """`harness_evaluate` on the model saved in `model_dir` (with its own tokenizer unless `tokenizer`)."""
+    """`harness_evaluate` on the model saved in `model_dir` (with its own tokenizer unless `tokenizer`); the local
+    tasks only for a model trained on their corpus unless `any_corpus` (`local_tasks_origin`, under "local_tasks")."""
     require_lm_eval()
     task_names = resolve_tasks(tasks, task_set)
+    origin = local_tasks_origin(model_dir, any_corpus) if _uses_local(task_names) else None
     opened = open_model(model_dir, dtype=dtype, device=device, tokenizer=tokenizer)
     max_positions = opened.max_positions
     if max_length is None:
@@ -288,4 +353,4 @@ def run_harness(
                               batch_size=batch_size, max_length=max_length, limit=limit,
                               skip_unreachable=skip_unreachable, bootstrap_iters=bootstrap_iters, seed=seed,
                               verbose=verbose)
-    return {"model": str(opened.path), "task_set": task_set, **result}
+    return {"model": str(opened.path), "task_set": task_set, "local_tasks": origin, **result}

@@ -5,12 +5,13 @@
 
 is `lm_eval ...` after `import depthattn` (which registers the depth_attention model type with transformers'
 Auto classes, so `--model hf` loads a saved folder), with this package's task folder added to
-`--include_path` unless the command names one."""
+`--include_path` unless the command names one, and lm-eval's git probe kept quiet outside a checkout."""
 
 import sys
 
 import depthattn  # noqa: F401  (registers the model type)
 
+from .harness import quiet_lm_eval_git_probe
 from .tasks import TASKS_DIR
 
 
@@ -26,7 +27,8 @@ def main(argv: list[str] | None = None) -> None:
         args += ["--include_path", str(TASKS_DIR)]
     saved, sys.argv = sys.argv, ["lm_eval", *args]  # lm-eval's parser reads sys.argv
     try:
-        cli_evaluate()
+        with quiet_lm_eval_git_probe():
+            cli_evaluate()
     finally:
         sys.argv = saved
 

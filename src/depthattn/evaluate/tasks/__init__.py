@@ -1,4 +1,5 @@
-"""Local lm-evaluation-harness tasks that run offline, built from the held-out split of the embedded corpus.
+"""Local lm-evaluation-harness tasks that run offline, built from the held-out split of the embedded corpus: they
+measure a model trained on the embedded Shakespeare corpus, on passages its training held out.
 
 - depthattn_shakespeare_mc: 4-way multiple choice, "which line comes next?" (acc, acc_norm).
 - depthattn_shakespeare_lastword: LAMBADA-style prediction of a verse line's last word, a word that occurs
@@ -13,3 +14,4 @@ from pathlib import Path
 TASKS_DIR = Path(__file__).parent
 LOCAL_TASKS = ("depthattn_shakespeare_mc", "depthattn_shakespeare_lastword")
 LOCAL_TAG = "depthattn_local"
+LOCAL_DATA = "the held-out split of the embedded Shakespeare corpus (`depthattn prepare`'s default split)"
