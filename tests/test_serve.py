@@ -30,6 +30,7 @@ CONTEXT = 64
 PROMPTS = ["the cat sat on", "when we see them", "a", "it was the first time that he"]
 MAX_TOKENS = 8
 SERVED_NAME = "tiny-depth-attention"
+TRAINED_CONTEXT = 32  # the moda server's folder sits in a run trained at this seq_len (train_config.json)
 SERVERS = {"depth_attention": (dict(depth_stride=1, depth_impl="compiled"),
                                ["--continuous-batching", "--depth-impl", "reference",
                                 "--served-model-name", SERVED_NAME]),
@@ -65,6 +66,8 @@ def servers(tmp_path_factory):
     for name, (settings, args) in SERVERS.items():
         folder = tmp_path_factory.mktemp(name)
         save_model_folder(folder, chat_template=CHAT_TEMPLATE if name == "depth_attention" else None, **settings)
+        if name == "moda":
+            (folder / "train_config.json").write_text(json.dumps({"data": {"seq_len": TRAINED_CONTEXT}}))
         started[name] = Server(str(folder), ["--device", "cpu", *args], folder / "server.log", threads=1)
     try:
         for server in started.values():
@@ -171,6 +174,9 @@ BAD_REQUESTS = {
                              "temperature must be a number >= 0"),
     "chat without a chat template": ("/v1/chat/completions", dict(messages=[{"role": "user", "content": "hi"}]), 400,
                                      "no chat template"),
+    "no prompt": ("/v1/completions", dict(max_tokens=2), 422, 'prompt is missing: a completion needs a prompt ("" '),
+    "unexpected field": ("/v1/completions", dict(prompt="the", colour="red"), 422,
+                         "Unexpected fields in the request: {'colour'}"),  # transformers' 422, FastAPI's {"detail"}
 }
 
 
@@ -178,7 +184,39 @@ BAD_REQUESTS = {
 def test_bad_request_is_a_4xx_with_a_message(servers, case):
     route, body, status, message = BAD_REQUESTS[case]
     got, answer = servers["vanilla"].request(route, body)
-    assert got == status and message in json.loads(answer)["error"]["message"]
+    error = json.loads(answer)["error"]
+    assert got == status and message in error["message"], error
+    assert not error["message"].lstrip().startswith("{")  # a message, not a JSON body inside a string
+
+
+def test_a_validation_errors_list_stays_a_list():
+    from depthattn.serving.server import _openai_error
+
+    problems = [{"loc": ["body", "prompt"], "msg": "Field required", "type": "missing"}]
+    response = _openai_error(422, json.dumps({"detail": problems}).encode())
+    error = json.loads(response.body)["error"]
+    assert response.status_code == 422 and error["message"] == "prompt: Field required" and error["detail"] == problems
+
+
+def test_the_served_context_is_the_trained_one(servers):
+    server = servers["moda"]
+    assert f"with a context of {TRAINED_CONTEXT} tokens (the training seq_len; max_position_embeddings {CONTEXT})" \
+        in server.log.read_text()
+    got, answer = server.request("/v1/completions", dict(prompt="the " * (TRAINED_CONTEXT + 1), max_tokens=1))
+    assert got == 400 and f"no room in the model's context of {TRAINED_CONTEXT} tokens (the training seq_len)" \
+        in json.loads(answer)["error"]["message"]
+
+
+def test_context_length_option_beyond_the_trained_one_warns(tmp_path):
+    from depthattn.commands.serve import served_context
+
+    (tmp_path / "train_config.json").write_text(json.dumps({"data": {"seq_len": 128}}))
+    assert served_context(tmp_path, 4096, None) == (128, "the training seq_len", None)
+    length, origin, warning = served_context(tmp_path, 4096, 4096)
+    assert (length, origin) == (4096, "--context-length") and "beyond the 128 tokens the model was trained" in warning
+    assert served_context(tmp_path / "final", 4096, 100)[2] is None  # train_config.json above the folder counts too
+    with pytest.raises(ValueError, match="between 1 and the model's max_position_embeddings"):
+        served_context(tmp_path, 4096, 5000)
 
 
 def test_serving_benchmark_measures_both_servers_in_alternating_rounds(servers):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..compat import cb_worker_error, serve_available, served_model, start_cb_worker, stop_generation
 from ..config import METHODS, DepthAttentionConfig
-from ..loading import check_saved_model, resolve_device
+from ..loading import check_saved_model, default_context_length, resolve_device
 from ..ops import DEPTH_IMPLS
 from ..serving.cache import paged_cache_bytes, paged_cache_config
 from ..serving.server import RequestChecks, build_server
@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default %(default)s)")
     parser.add_argument("--compile", action="store_true",
                         help="a static KV cache per request, whose decoding steps transformers compiles on a GPU")
+    parser.add_argument("--context-length", type=int, metavar="N",
+                        help="longest prompt plus completion in tokens (default: the training seq_len from "
+                             "train_config.json in or above the folder, else max_position_embeddings)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: auto)")
     parser.add_argument("--depth-impl", choices=DEPTH_IMPLS,
                         help="the depth mixing implementation, over the saved config's (e.g. cpu: the C++ kernel, "
@@ -62,6 +65,22 @@ def paged_cache_blocks(args, config: DepthAttentionConfig) -> int:
     return paged.num_blocks
 
 
+def served_context(path: Path, max_positions: int, asked: int | None) -> tuple[int, str, str | None]:
+    """(context length, where it comes from, a warning or None): --context-length when given (at most
+    max_position_embeddings), else the training seq_len when train_config.json gives it, else max_positions."""
+    trained = default_context_length(path, max_positions)
+    if asked is None:
+        origin = "the training seq_len" if trained < max_positions else "max_position_embeddings"
+        return trained, origin, None
+    if not 1 <= asked <= max_positions:
+        raise ValueError(f"--context-length must be between 1 and the model's max_position_embeddings "
+                         f"({max_positions}), got {asked}")
+    warning = None if asked <= trained else (
+        f"--context-length {asked} is beyond the {trained} tokens the model was trained on (train_config.json): "
+        "text past them is extrapolation, usually worse")
+    return asked, "--context-length", warning
+
+
 def run(args) -> int:
     path = check_saved_model(args.model)
     if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
@@ -78,6 +97,10 @@ def run(args) -> int:
     if args.continuous_batching and refusal:
         raise ValueError(f"--continuous-batching: {refusal}")
     blocks = paged_cache_blocks(args, config) if args.continuous_batching else None
+    context_length, context_origin, warning = served_context(path, config.max_position_embeddings,
+                                                             args.context_length)
+    if warning:
+        print(f"depthattn serve: warning: {warning}", file=sys.stderr, flush=True)
 
     # uvicorn ends gracefully on SIGTERM and then raises the signal again with the handler it found: this one
     signal.signal(signal.SIGTERM, _exit_cleanly)
@@ -101,7 +124,9 @@ def run(args) -> int:
         app = serve.server.config.app
         app.add_middleware(RequestChecks, model_id=args.model, model_names=names,
                            listed_name=args.served_model_name or args.model, tokenizer=served.processor,
-                           context_length=served.model.config.max_position_embeddings)
+                           context_length=context_length, context_origin=context_origin)
+        print(f"depthattn serve: {args.model} with a context of {context_length} tokens ({context_origin}; "
+              f"max_position_embeddings {config.max_position_embeddings})", file=sys.stderr, flush=True)
         serve.server.config.timeout_graceful_shutdown = args.shutdown_grace
         died = _watch_generation_worker(serve) if args.continuous_batching else threading.Event()
         serve.server.run()

@@ -42,9 +42,10 @@ class RequestChecks:
     `depthattn generate` does). Requests may name the model by any of `model_names`; /v1/models lists
     `listed_name`; transformers' app sees `model_id`, the folder it loaded."""
 
-    def __init__(self, app, model_id: str, model_names: set[str], listed_name: str, tokenizer, context_length: int):
+    def __init__(self, app, model_id: str, model_names: set[str], listed_name: str, tokenizer, context_length: int,
+                 context_origin: str = "max_position_embeddings"):
         self.app, self.model_id, self.model_names, self.listed_name = app, model_id, model_names, listed_name
-        self.tokenizer, self.context_length = tokenizer, context_length
+        self.tokenizer, self.context_length, self.context_origin = tokenizer, context_length, context_origin
         self.start_text = tokenizer.convert_ids_to_tokens(start_token_id(tokenizer))
 
     async def __call__(self, scope, receive, send):
@@ -119,7 +120,7 @@ class RequestChecks:
 
         prompt_tokens = self.count_prompt_tokens(route, body)
         room = self.context_length - prompt_tokens
-        context = f"the model's context of {self.context_length} tokens (max_position_embeddings)"
+        context = f"the model's context of {self.context_length} tokens ({self.context_origin})"
         if room < 1:
             raise BadRequest(f"the prompt is {prompt_tokens} tokens, which leaves no room in {context}: "
                              "shorten the prompt", "messages" if route.endswith("chat/completions") else "prompt")
@@ -133,7 +134,10 @@ class RequestChecks:
 
     def count_prompt_tokens(self, route: str, body: dict) -> int:
         if route == "/v1/completions":
-            prompt = body.get("prompt", "")
+            if "prompt" not in body:  # 422 as FastAPI answers a missing field; OpenAI requires a prompt too
+                raise BadRequest('prompt is missing: a completion needs a prompt ("" starts a new document)',
+                                 "prompt", status=422)
+            prompt = body["prompt"]
             if not isinstance(prompt, str):
                 raise BadRequest("prompt must be a string (one prompt per request)", "prompt")
             tokens = len(self.tokenizer(prompt).input_ids)
@@ -177,21 +181,26 @@ def _check_number(body: dict, name: str, low: float, high: float = math.inf, int
 
 
 def _openai_error(status: int, body: bytes):
-    """An error response from transformers' app, with its message in OpenAI's shape."""
+    """An error response from transformers' app ({"error": ...}, or FastAPI's {"detail": ...}), with its message in
+    OpenAI's shape: a validation error's list of problems becomes the message, and stays a list under "detail"."""
     try:
-        error = json.loads(body)["error"]
-        if isinstance(error, dict) and "message" in error:
-            return _error_response(BadRequest(error["message"], error.get("param"), status))
-        message = error if isinstance(error, str) else json.dumps(error)
+        answer = json.loads(body)
+        error = answer["error"] if "error" in answer else answer["detail"]
     except (ValueError, KeyError, TypeError):
-        message = body.decode(errors="replace")
-    return _error_response(BadRequest(message, status=status))
+        return _error_response(BadRequest(body.decode(errors="replace"), status=status))
+    if isinstance(error, dict) and "message" in error:
+        return _error_response(BadRequest(error["message"], error.get("param"), status))
+    if isinstance(error, list) and all(isinstance(item, dict) and "msg" in item for item in error):
+        message = "; ".join(f"{'.'.join(map(str, item.get('loc', ())[1:]))}: {item['msg']}" for item in error)
+        return _error_response(BadRequest(message, status=status), detail=error)
+    return _error_response(BadRequest(error if isinstance(error, str) else json.dumps(error), status=status))
 
 
-def _error_response(error: BadRequest):
+def _error_response(error: BadRequest, detail: list | None = None):
     from starlette.responses import JSONResponse
 
     kind = "server_error" if error.status >= 500 else "invalid_request_error"
     kind = "not_found_error" if error.status == 404 else kind
-    return JSONResponse({"error": {"message": str(error), "type": kind, "param": error.param, "code": None}},
+    fields = {"message": str(error), "type": kind, "param": error.param, "code": None}
+    return JSONResponse({"error": fields if detail is None else {**fields, "detail": detail}},
                         status_code=error.status)
