@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      + "\n".join(f"  {key:<34} {kind:<6} {default!r}" for key, kind, default in config_keys()))
     parser.add_argument("--config", help="a TOML training config (see configs/)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in train.out_dir")
+    parser.add_argument("--reschedule", action="store_true",
+                        help="with --resume: let a new train.steps change the learning-rate schedule of the steps "
+                             "still to train (extending a cosine run); without it, such a resume is an error")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = TrainConfig.load(args.config, args.overrides)
     created = missing_folders(Path(cfg.train.out_dir))
     try:
-        summary = train(cfg, resume=args.resume)
+        summary = train(cfg, resume=args.resume, reschedule=args.reschedule)
     except TrainingInterrupted as stopped:
         if main:
             resume = "" if stopped.complete else f"; resume with: {resume_command(args)}"
@@ -80,5 +83,5 @@ def human_summary(cfg: TrainConfig, summary: dict) -> str:
 def resume_command(args: argparse.Namespace) -> str:
     """This command line with --resume (under torchrun: its launch, which only it knows, then this)."""
     command = shlex.join(["depthattn", "train", *(["--config", args.config] if args.config else []),
-                          *args.overrides, "--resume"])
+                          *args.overrides, "--resume", *(["--reschedule"] if args.reschedule else [])])
     return f"torchrun <the same options> -m {command}" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else command

@@ -30,11 +30,12 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from ..checksums import checksum_problems, write_checksums
+from ..checksums import checksum_problems, recorded_checksums, write_checksums
 from ..data.manifest import read_manifest
 from ..files import atomic_directory, atomic_write_json, make_folder, remove_temporaries, sha256_file, temporary_sibling
 from ..loading import nonfinite_tensors
 from .config import TrainConfig
+from .optim import schedule_change
 
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 WEIGHTS = "model.safetensors"
@@ -89,6 +90,16 @@ def save_model_files(folder: Path, unwrapped, state: dict, tokenizer_path: Path 
     if tokenizer_path and Path(tokenizer_path).is_dir():
         for item in Path(tokenizer_path).iterdir():
             shutil.copy(item, folder / item.name)
+
+
+def copy_added_files(old: Path, new: Path):
+    """Into the folder `new`: what the older `old` holds that `new` lacks (files a user added, e.g. a chat
+    template), so that rewriting a model folder keeps them."""
+    if not old.is_dir():
+        return
+    for item in old.iterdir():
+        if not (new / item.name).exists():
+            (shutil.copytree if item.is_dir() else shutil.copy2)(item, new / item.name)
 
 
 def step_name(step: int) -> str:
@@ -201,11 +212,14 @@ class CheckpointManager:
     """One run's checkpoints in `train.out_dir`: the one --resume continues from, one every `checkpoint_every`
     steps and at the last step, the newest `keep_checkpoints` kept, and `final/`, the exported model.
 
-    Every rank calls save and export (gathering sharded state is collective); the main process writes."""
+    Every rank calls save and export (gathering sharded state is collective); the main process writes.
+    `reschedule` lets a resumed run change its learning-rate schedule by a new train.steps (else an error)."""
 
-    def __init__(self, cfg: TrainConfig, resume: bool, is_main: bool):
+    def __init__(self, cfg: TrainConfig, resume: bool, is_main: bool, reschedule: bool = False):
         t = cfg.train
         self.out_dir = Path(t.out_dir)
+        self.optim, self.reschedule, self.is_main = cfg.optim, reschedule, is_main
+        self.rescheduled_from = None  # the run length whose schedule the resumed steps followed, if it changed
         self.every, self.keep, self.last_step = t.checkpoint_every, t.keep_checkpoints, t.steps
         if list_checkpoints(self.out_dir) and not resume:
             raise FileExistsError(f"{self.out_dir} already holds checkpoints; pass --resume to continue that run, "
@@ -243,11 +257,39 @@ class CheckpointManager:
         except Exception as error:
             raise ValueError(f"cannot read {state_path} ({error}); the file is corrupt - delete this checkpoint "
                              "folder to resume from the one before") from None
+        self._check_length(state["step"], state.get("schedule_steps") or self._planned_steps())
         set_optimizer_state_dict(model, optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True))
         scheduler.load_state_dict(state["scheduler"])
         batches.load_state_dict(state["data"])
         set_rng_state(state["rng"])
         return state["step"]
+
+    def _planned_steps(self) -> int | None:
+        """The length of the run that wrote an older checkpoint (without schedule_steps), from train_config.json."""
+        try:
+            return json.loads((self.out_dir / "train_config.json").read_text())["train"]["steps"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def _check_length(self, trained: int, planned_steps: int | None):
+        """A resumed run may not be shorter than the steps it has, nor change its schedule unless told to."""
+        if trained > self.last_step:
+            raise ValueError(f"{self.out_dir} already has {trained} steps ({self.resume_from}), more than "
+                             f"--train.steps {self.last_step}: to train a shorter run, use a new --train.out_dir, "
+                             "or the cooldown branches of a WSD run (train.branch_steps)")
+        change = planned_steps and schedule_change(trained, planned_steps, self.last_step, self.optim)
+        if not change:
+            return
+        if not self.reschedule:
+            raise ValueError(f"cannot resume {self.out_dir} as a run of {self.last_step} steps: {change}. Resume "
+                             f"with --train.steps {planned_steps}; or train the longer run in a new --train.out_dir "
+                             '(a run with optim.schedule = "wsd" extends cleanly while in its stable phase); or '
+                             "pass --reschedule to continue with the changed schedule")
+        if self.is_main:
+            print(f"warning: --reschedule: resuming {self.out_dir} as a run of {self.last_step} steps changes its "
+                  f"learning-rate schedule: {change}; metrics.jsonl records it at step {trained + 1}",
+                  file=sys.stderr)
+        self.rescheduled_from = planned_steps
 
     def due(self, step: int) -> bool:
         return step % self.every == 0 or step == self.last_step
@@ -265,8 +307,9 @@ class CheckpointManager:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_directory(path, needed=state_bytes(model_state, optim_state)) as tmp:
             save_model_files(tmp, unwrapped, model_state, self.tokenizer_path)
-            torch.save({"step": step, "optimizer": optim_state, "scheduler": scheduler.state_dict(),
-                        "data": batches.state_dict(), "rng": rng_state(), **extra}, tmp / TRAINER_STATE)
+            torch.save({"step": step, "schedule_steps": self.last_step, "optimizer": optim_state,
+                        "scheduler": scheduler.state_dict(), "data": batches.state_dict(), "rng": rng_state(),
+                        **extra}, tmp / TRAINER_STATE)
             atomic_write_json(tmp / SETTINGS, self.settings)
             write_checksums(tmp)
         for old in list_checkpoints(self.out_dir)[:-self.keep]:
@@ -277,10 +320,20 @@ class CheckpointManager:
         return path
 
     def export(self, model, unwrapped):
-        """final/: a Hugging Face folder (config, safetensors weights, tokenizer) that AutoModelForCausalLM loads."""
+        """final/: a Hugging Face folder (config, safetensors weights, tokenizer) that AutoModelForCausalLM loads.
+        The files a user added to an older final/ stay."""
         state = full_model_state(model)
         if not is_main_process():
             return
-        with atomic_directory(self.out_dir / "final", needed=state_bytes(state)) as tmp:
+        final = self.out_dir / "final"
+        with atomic_directory(final, needed=state_bytes(state)) as tmp:
             save_model_files(tmp, unwrapped, state, self.tokenizer_path)
+            copy_added_files(final, tmp)
             write_checksums(tmp)
+
+    def final_is_current(self) -> bool:
+        """Whether final/ holds the resumed checkpoint's weights (a finished run resumed has nothing to export)."""
+        if self.resume_from is None:
+            return False
+        weights, recorded = self.out_dir / "final" / WEIGHTS, recorded_checksums(self.resume_from) or {}
+        return weights.is_file() and sha256_file(weights) == recorded.get(WEIGHTS)

@@ -60,11 +60,12 @@ def build_model(cfg: TrainConfig, shards: TokenShards, world: World, checkpoints
     return model, parallelize(model, t.parallel, world)
 
 
-def train(cfg: TrainConfig, resume: bool = False, on_budget=None) -> dict:
+def train(cfg: TrainConfig, resume: bool = False, on_budget=None, reschedule: bool = False) -> dict:
     """Run (or resume) one training run described by `cfg`; returns a summary of the final metrics.
 
     With `train.branch_steps`, each shorter budget is a cooldown branch of this run (branches.py), and
     `on_budget(steps, folder)` hears of each budget, the run's own last, once its folder is final and recorded.
+    A resumed run whose new train.steps would change its learning-rate schedule is an error unless `reschedule`.
 
     SIGINT or SIGTERM (in the main thread) stops it after the current step with a checkpoint there, raising
     TrainingInterrupted; a second signal stops it at once (interrupt.py has the rules)."""
@@ -72,7 +73,7 @@ def train(cfg: TrainConfig, resume: bool = False, on_budget=None) -> dict:
     with StopSignals() as stop:
         try:
             try:
-                return _train(cfg, resume, init_world(), stop, on_budget)
+                return _train(cfg, resume, init_world(), stop, on_budget, reschedule=reschedule)
             finally:
                 close_world()
         except StopNow as second:
@@ -80,10 +81,10 @@ def train(cfg: TrainConfig, resume: bool = False, on_budget=None) -> dict:
 
 
 def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_budget=None,
-           score_whole_split: bool = False) -> dict:
+           score_whole_split: bool = False, reschedule: bool = False) -> dict:
     t = cfg.train
     branches = Branches(cfg, resume, world.is_main) if t.branch_steps else None
-    checkpoints = CheckpointManager(cfg, resume, world.is_main)
+    checkpoints = CheckpointManager(cfg, resume, world.is_main, reschedule)
     stop.newest = checkpoints.resume_from
     torch.manual_seed(t.seed)
     train_shards = TokenShards(cfg.data.path, "train")
@@ -167,6 +168,8 @@ def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_b
             if checkpoints.due(step):
                 check_weights_finite(model, step, checkpoints.out_dir)
             record = metrics.record(step, step_metrics)
+            if step == start + 1 and checkpoints.rescheduled_from:
+                record["rescheduled_from_steps"] = checkpoints.rescheduled_from
             if step % t.eval_every == 0 or step == t.steps:
                 val_loss = evaluate(wrapped, val_shards, t.batch_size, cfg.data.seq_len, t.eval_batches, world, amp)
                 record.update(val_loss=val_loss, val_ppl=math.exp(val_loss))
@@ -179,7 +182,8 @@ def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_b
     finally:
         metrics.close()
     # the weights were checked before the last step's checkpoint (or, with no step left, are a checked checkpoint's)
-    checkpoints.export(wrapped, model)
+    if start < t.steps or not checkpoints.final_is_current():  # a finished run resumed keeps its final/ as it is
+        checkpoints.export(wrapped, model)
     if branches or score_whole_split:  # every budget is scored alike
         whole = evaluate(wrapped, val_shards, t.batch_size, cfg.data.seq_len, None, world, amp)
         metrics.last["val_loss_whole_split"] = whole

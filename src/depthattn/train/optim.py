@@ -51,6 +51,19 @@ def lr_factor(step: int, total_steps: int, optim: OptimSection) -> float:
     return low + (1 - low) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def schedule_change(trained: int, planned_steps: int, steps: int, optim: OptimSection) -> str | None:
+    """How resuming after `trained` steps of a run planned for `planned_steps` as a run of `steps` changes its
+    learning-rate schedule; None when the steps trained so far follow the new schedule too (a WSD run resumed in
+    its stable phase)."""
+    if all(lr_factor(step, planned_steps, optim) == lr_factor(step, steps, optim) for step in range(trained)):
+        return None
+    was, becomes = (optim.lr * lr_factor(trained - 1, planned_steps, optim),
+                    optim.lr * lr_factor(trained, steps, optim))
+    return (f"its {optim.schedule} schedule was laid out for {planned_steps} steps, so its {trained} steps are not "
+            f"the start of a {steps}-step run: the learning rate would go from {was:.2e} at step {trained} to "
+            f"{becomes:.2e} at step {trained + 1}")
+
+
 def build_scheduler(optimizer, optim: OptimSection, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, total_steps, optim))
 
