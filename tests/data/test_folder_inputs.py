@@ -1,0 +1,55 @@
+"""A folder as an input: files whose extension names no format (GPL-3, Apache-2.0, notes.html) are read by content,
+and files that cannot be read are skipped with a note each, where a file given by name is an error."""
+
+from pathlib import Path
+
+import pytest
+
+from depthattn.data import DataError, prepare
+from depthattn.data.sources import iter_documents, resolve_sources
+
+LICENSES = Path("/usr/share/common-licenses")
+
+
+def licence_folder(tmp_path):
+    folder = tmp_path / "licenses"
+    folder.mkdir()
+    (folder / "Apache-2.0").write_text("Apache License\nVersion 2.0\n")
+    (folder / "GPL-3").write_text("GNU GENERAL PUBLIC LICENSE\nVersion 3\n")
+    (folder / "notes.html").write_text("<p>notes</p>\n")
+    (folder / "empty").write_text("")
+    (folder / "logo.2").write_bytes(bytes(range(256)))  # not UTF-8
+    return folder
+
+
+def test_a_folder_reads_files_by_content_and_skips_the_unreadable_with_a_note(tmp_path, capsys):
+    folder = licence_folder(tmp_path)
+    documents = list(iter_documents(resolve_sources([folder])))
+    assert documents == ["Apache License\nVersion 2.0", "GNU GENERAL PUBLIC LICENSE\nVersion 3", "<p>notes</p>"]
+    notes = capsys.readouterr().err.splitlines()
+    assert notes == [f"note: skipped {folder / 'empty'}: empty",
+                     f"note: skipped {folder / 'logo.2'}: not UTF-8 text, JSONL or Parquet (convert a text file "
+                     "to UTF-8, e.g. iconv -f latin1 -t utf-8)",
+                     f"note: skipped 2 of the 5 files in {folder}"]
+
+
+def test_a_file_given_by_name_that_cannot_be_read_is_still_an_error(tmp_path):
+    folder = licence_folder(tmp_path)
+    with pytest.raises(DataError, match="unsupported input file type: .*logo.2. Use text"):
+        resolve_sources([folder / "logo.2"])
+    with pytest.raises(DataError, match="contains no documents"):
+        list(iter_documents(resolve_sources([folder / "empty"])))
+
+
+def test_a_folder_with_nothing_readable_is_an_error(tmp_path):
+    folder = licence_folder(tmp_path)
+    for name in ("Apache-2.0", "GPL-3", "notes.html"):
+        (folder / name).unlink()
+    with pytest.raises(DataError, match=f"input folder {folder} holds no readable file .*Add UTF-8 text"):
+        resolve_sources([folder])
+
+
+@pytest.mark.skipif(not LICENSES.is_dir(), reason="needs /usr/share/common-licenses (Debian, Ubuntu)")
+def test_prepare_reads_the_common_licenses_folder(tmp_path):
+    manifest = prepare([str(LICENSES)], tmp_path / "licenses", vocab_size=300, progress=False)
+    assert len(manifest["source"]) >= 10 and manifest["splits"]["val"]["num_documents"] >= 1
