@@ -4,6 +4,7 @@ stand, estimate what they cost, and write their reports."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from ..study.report import IndexPage, write_index, write_report
 from ..study.runner import Executor, pending_cells, run_study, uncertain_cells
 from ..study.slurm import SlurmExecutor, SlurmSettings, print_status
 from ..study.spec import Study
+from ..train import TrainingInterrupted
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,7 +126,12 @@ def run(args: argparse.Namespace) -> int:
     for study in studies:
         if not args.report_only:
             started = time.perf_counter()
-            if run_study(study, make_executor(args, study), args.methods, args.seeds):
+            try:
+                finished = run_study(study, make_executor(args, study), args.methods, args.seeds)
+            except TrainingInterrupted as stopped:  # Ctrl-C or SIGTERM: one line, the signal's exit status
+                print(f"depthattn study: {stopped}", file=sys.stderr, flush=True)
+                return stopped.exit_status
+            if finished:
                 print(f"study {study.name}: done in {time.perf_counter() - started:.0f} s")
             else:
                 complete = False

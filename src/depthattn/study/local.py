@@ -5,15 +5,21 @@ GPUs)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
+import os
 import signal
+import sys
 import threading
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
+from dataclasses import dataclass
 
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from ..train import TrainingInterrupted
+from ..train.interrupt import SIGNALS, signal_name
 from .cell import check_split, run_cell
 from .records import Cell, CellResult
 from .spec import Study
@@ -27,21 +33,54 @@ def _run_distributed(study: Study, cell: Cell, threads: int | None, tasks: int) 
     return elastic_launch(config, run_cell)(study, cell, threads)[0]  # rank 0's result
 
 
-_stopped = False  # in a worker process: one of its cells was stopped by a signal, so it starts no other
+_main_pid = 0  # in a pool worker: the study's main process
+_stopped = False  # in a pool worker: a signal came, so it starts no other cell
+_in_cell = False  # in a pool worker: a cell is running (train() handles its own signals while it trains)
 
 
-def _cell_in_worker(executor: LocalExecutor, study: Study, cell: Cell) -> CellResult | None:
-    """`executor._cell` in a pool worker. A signal sent to the whole process group (Ctrl-C, `kill -- -PGID`, a
-    scheduler) stops the worker's running cell at a checkpoint; the pool may already have handed the worker the
-    next cell, which must not start then: the study is stopping."""
+@dataclass(frozen=True)
+class Stopped:
+    """What a cell stopped by a signal sends back from its worker: train()'s TrainingInterrupted does not unpickle,
+    and a result the pool cannot read breaks the pool, which then kills the other workers' cells."""
+
+    message: str
+
+
+def _start_worker(main_pid: int) -> None:
+    """A pool worker's set-up. Its own process group: a signal to the study's group (Ctrl-C) reaches only the main
+    process, which passes it on once (a second signal would stop a cell at once, without a checkpoint). On Linux,
+    SIGTERM when the main process dies without passing one on."""
+    global _main_pid
+    _main_pid = main_pid
+    os.setpgrp()
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    for signum in SIGNALS:
+        signal.signal(signum, _stop_worker)
+
+
+def _stop_worker(signum, frame):
+    """A signal outside train(): a running cell stops; an idle worker starts no other."""
     global _stopped
-    if _stopped:
-        return None
+    _stopped = True
+    if _in_cell:
+        raise KeyboardInterrupt(f"stopped by {signal_name(signum)}")
+
+
+def _in_worker(fn: Callable, *args):
+    """`fn(*args)` (a cell) in a pool worker, unless a signal came: then None, and a cell it stopped gives
+    Stopped."""
+    global _in_cell, _stopped
     try:
-        return executor._cell(study, cell)
-    except KeyboardInterrupt:  # train()'s TrainingInterrupted among them
+        _in_cell = True
+        return None if _stopped else fn(*args)
+    except KeyboardInterrupt as stop:  # train() took the signal itself
         _stopped = True
-        raise
+        if os.getppid() != _main_pid:  # the main process is gone: nobody reads the result or ends this worker
+            os._exit(128 + signal.SIGTERM)
+        return Stopped(str(stop))
+    finally:
+        _in_cell = False
 
 
 class LocalExecutor:
@@ -70,45 +109,84 @@ class LocalExecutor:
                 for seed in seeds:
                     fn(study, seed, self.threads)
                 return True
-            with ProcessPoolExecutor(min(self.workers, len(seeds))) as pool:
-                list(pool.map(fn, [study] * len(seeds), seeds, [self.threads] * len(seeds)))
+            self._in_pool([(fn, study, seed, self.threads) for seed in seeds], [f"seed {seed}" for seed in seeds])
             return True
         check_split(study, cells, self.tasks_per_cell)
         if self.workers == 1:
             for i, cell in enumerate(cells, 1):
                 print(f"[{i}/{len(cells)}] {cell.label}", flush=True)
-                self._cell(study, cell)
+                try:
+                    self._cell(study, cell)
+                except TrainingInterrupted as stopped:
+                    print(f"[{i}/{len(cells)}] {cell.label}: {stopped}", flush=True)
+                    raise _study_stopped(stopped.signum) from None
             return True
-        with ProcessPoolExecutor(self.workers) as pool, _sigterm_as_interrupt():
-            futures = [pool.submit(_cell_in_worker, self, study, cell) for cell in cells]
-            try:
-                for i, (cell, future) in enumerate(zip(cells, futures), 1):
-                    result = future.result()
-                    print(f"[{i}/{len(cells)}] {cell.label}: val loss {result.val_loss:.4f} "
-                          f"({result.get('seconds', math.nan):.0f} s)", flush=True)
-            except BaseException:  # a failed cell, Ctrl-C or SIGTERM: no queued cell starts; running ones, which
-                pool.shutdown(wait=True, cancel_futures=True)  # got the signal too, stop at a checkpoint
-                raise
+        self._in_pool([(self._cell, study, cell) for cell in cells], [cell.label for cell in cells])
         return True
 
+    def _in_pool(self, calls: list[tuple], labels: list[str]) -> None:
+        """`fn(*args)` for each of `calls`, `workers` at a time, a line for each as it finishes; a failing one stops
+        the rest with its error. SIGINT or SIGTERM to the main process (alone or with its group, as Ctrl-C sends
+        it) is passed on to the workers: the running calls stop at a checkpoint and say where, no other starts,
+        then TrainingInterrupted (its exit_status the signal's: 130, 143); a second signal stops them at once."""
+        with ProcessPoolExecutor(min(self.workers, len(calls)), initializer=_start_worker,
+                                 initargs=(os.getpid(),)) as pool, _PassOn(pool) as signals:
+            futures = [pool.submit(_in_worker, *call) for call in calls]
+            try:
+                for i, (label, future) in enumerate(zip(labels, futures), 1):
+                    if signals.signum:
+                        future.cancel()  # one not handed out yet
+                    result = _outcome(future)
+                    if isinstance(result, Stopped):
+                        print(f"[{i}/{len(calls)}] {label}: {result.message}", flush=True)
+                    elif isinstance(result, CellResult):
+                        print(f"[{i}/{len(calls)}] {label}: val loss {result.val_loss:.4f} "
+                              f"({result.get('seconds', math.nan):.0f} s)", flush=True)
+            except BaseException:  # a failed cell: no queued one starts, running ones finish
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+        if signals.signum:
+            raise _study_stopped(signals.signum)
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM raises KeyboardInterrupt in the main thread while the pool runs, as Ctrl-C does, so that the study
-    stops (cancelling the queued cells) instead of dying and leaving its workers to go on alone."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+def _study_stopped(signum: int) -> TrainingInterrupted:
+    return TrainingInterrupted(signum, f"stopped by {signal_name(signum)}: the running cells stopped at a checkpoint "
+                               "(lines above); the same command resumes them", None)
 
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous == signal.SIG_IGN:
-        yield
-        return
-    signal.signal(signal.SIGTERM, interrupt)
+
+def _outcome(future: Future):
+    """A call's result, Stopped if a signal cut it short, None if it never started."""
     try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        return future.result()
+    except KeyboardInterrupt as stop:  # a signal in the worker just before or after its cell
+        return Stopped(str(stop))
+    except CancelledError:
+        return None
+
+
+class _PassOn:
+    """While the pool runs, in the main thread: the first SIGINT or SIGTERM is sent on to every worker (each in a
+    process group of its own), which then start no other call; a second is sent on too; a third meets the
+    handlers found (Ctrl-C raises KeyboardInterrupt). A signal ignored stays ignored."""
+
+    def __init__(self, pool: ProcessPoolExecutor):
+        self.pool, self.signum, self.count, self.previous = pool, None, 0, {}
+
+    def __enter__(self) -> _PassOn:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {signum: signal.signal(signum, self._pass_on) for signum in SIGNALS
+                             if signal.getsignal(signum) != signal.SIG_IGN}
+        return self
+
+    def __exit__(self, *exc_info):
+        for signum, handler in self.previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        self.previous = {}
+
+    def _pass_on(self, signum, frame):
+        self.signum, self.count = self.signum or signum, self.count + 1
+        if self.count > 1:
+            self.__exit__()
+        for pid in list(self.pool._processes or {}):  # _processes: the pool's workers by pid
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
