@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .spec import Study
+from .spec import Study, setting_label
 from .stats import MIN_SEEDS
 from .trend import tokens_per_parameter
 
@@ -124,7 +124,7 @@ def data_multipliers(x: np.ndarray, baseline: np.ndarray, method: np.ndarray) ->
     return read / x, read
 
 
-def _interval(draws: np.ndarray) -> tuple[float, float]:
+def percentile_interval(draws: np.ndarray) -> tuple[float, float]:
     low, high = np.quantile(draws, [0.025, 0.975], method="inverted_cdf")  # no interpolation between inf values
     return float(low), float(high)
 
@@ -158,11 +158,13 @@ def multipliers(study: Study, results: list[dict], flops_ratio: dict[str, float]
                      "read_epochs": epochs_per_x * read[i] if epochs_per_x else None,
                      "curve_low": float(x[0]), "curve_high": float(x[-1]), "low": None, "high": None}
             if draws is not None:
-                point["low"], point["high"] = _interval(boot[:, i])
+                point["low"], point["high"] = percentile_interval(boot[:, i])
             points.append(point)
-        trend = {"gamma": _log_slope(x[fitted], k[fitted]), "low": None, "high": None, "verdict": None}
+        gamma, log_c = _log_fit(x[fitted], k[fitted])
+        trend = {"gamma": gamma, "log_c": log_c, "low": None, "high": None, "verdict": None, "draws": None}
         if draws is not None:
-            trend["low"], trend["high"] = _interval(np.array([_log_slope(x[fitted], b[fitted]) for b in boot]))
+            trend["draws"] = np.array([_log_fit(x[fitted], b[fitted]) for b in boot])  # (RESAMPLES, 2)
+            trend["low"], trend["high"] = percentile_interval(trend["draws"][:, 0])
             trend["verdict"] = "grows" if trend["low"] > 0 else "fades" if trend["high"] < 0 else "holds"
         rows.append({"method": method, "flops_ratio": (flops_ratio or {}).get(method), "points": points,
                      "trend": trend})
@@ -173,10 +175,24 @@ def multipliers(study: Study, results: list[dict], flops_ratio: dict[str, float]
             "curve": BaselineCurve.fit(x, base.mean(axis=1)).power}
 
 
-def _log_slope(x: np.ndarray, k: np.ndarray) -> float:
-    """gamma of k = c x^gamma, least squares in log-log over the finite multipliers (nan with fewer than two)."""
+def _log_fit(x: np.ndarray, k: np.ndarray) -> tuple[float, float]:
+    """(gamma, log c) of k = c x^gamma, least squares in log-log over the finite multipliers (nan with fewer than
+    two)."""
     keep = np.isfinite(k) & (k > 0)
-    return float(np.polyfit(np.log(x[keep]), np.log(k[keep]), 1)[0]) if keep.sum() >= 2 else math.nan
+    if keep.sum() < 2:
+        return math.nan, math.nan
+    gamma, log_c = np.polyfit(np.log(x[keep]), np.log(k[keep]), 1)
+    return float(gamma), float(log_c)
+
+
+def groups(study: Study, results: list[dict]) -> dict[str, list[dict]]:
+    """A branched study's results per setting of its other axes (a ladder's sizes), by that setting's label."""
+    axis = study.branch_axis
+    out = {}
+    for result in results:
+        rest = {name: label for name, label in result["setting"].items() if name != axis.name}
+        out.setdefault(setting_label(rest), []).append(result)
+    return out
 
 
 def _epochs_per_token_per_parameter(study: Study, results: list[dict]) -> float | None:
@@ -232,8 +248,8 @@ def joint_fit(x: np.ndarray, table: dict[str, np.ndarray], baseline: str, rng: n
         row = {"k": math.exp(log_k), "gamma": float(gamma), "at": math.exp(log_k + gamma * math.log(FIT_AT)),
                "gamma_low": None, "gamma_high": None, "at_low": None, "at_high": None, "verdict": None}
         if boot is not None:
-            row["gamma_low"], row["gamma_high"] = _interval(boot[:, 4 + 2 * i])
-            row["at_low"], row["at_high"] = _interval(np.exp(boot[:, 3 + 2 * i] + boot[:, 4 + 2 * i]
+            row["gamma_low"], row["gamma_high"] = percentile_interval(boot[:, 4 + 2 * i])
+            row["at_low"], row["at_high"] = percentile_interval(np.exp(boot[:, 3 + 2 * i] + boot[:, 4 + 2 * i]
                                                              * math.log(FIT_AT)))
             row["verdict"] = ("grows" if row["gamma_low"] > 0 else "fades" if row["gamma_high"] < 0 else "holds")
         out["methods"][method] = row

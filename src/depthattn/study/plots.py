@@ -185,12 +185,10 @@ def plot_multipliers(study: Study, found: dict, out_png: Path) -> Path:
                         mfc="white" if p["extrapolated"] else colour)
         trend = row["trend"]
         label = row["method"] + (f" (slope {trend['gamma']:+.3f}: {trend['verdict']})" if trend["verdict"] else "")
-        fitted = [p for p in points if math.isfinite(p["multiplier"])]
-        if fitted and math.isfinite(trend["gamma"]):
-            xs = [p["tokens_per_parameter"] for p in fitted]
-            logs = [math.log(p["multiplier"]) - trend["gamma"] * math.log(p["tokens_per_parameter"]) for p in fitted]
-            c = math.exp(statistics.fmean(logs))
-            ax.plot(xs, [c * x ** trend["gamma"] for x in xs], "-", color=colour, lw=1, label=label)
+        xs = [p["tokens_per_parameter"] for p in points if math.isfinite(p["multiplier"])]
+        if xs and math.isfinite(trend["gamma"]):
+            ax.plot(xs, [math.exp(trend["log_c"]) * x ** trend["gamma"] for x in xs], "-", color=colour, lw=1,
+                    label=label)
     ax.axhline(1, color="black", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")

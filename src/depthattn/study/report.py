@@ -11,7 +11,7 @@ from pathlib import Path
 from ..files import atomic_write_bytes, atomic_write_json
 from ..presets import METHOD_PRESETS
 from ..train.config import read_toml
-from .multiplier import EXTRAPOLATION_LIMIT, REPEATS_FLAG, format_multiplier, multipliers
+from .multiplier import EXTRAPOLATION_LIMIT, REPEATS_FLAG, format_multiplier, groups, multipliers
 from .multiplier import RESAMPLES as MULTIPLIER_RESAMPLES
 from .plots import cell_curve, plot_curve_differences, plot_differences, plot_multipliers, plot_overview, plot_trend
 from .pricing import cell_flops
@@ -36,9 +36,11 @@ def markdown_report(study: Study, results: list[dict]) -> str:
     if study.compare:
         lines += [*_compare_table(study, results), ""]
     if study.branch_axis:
-        lines += [*_trend_table(study, results), ""]
-        multiplier = _multiplier_tables(study, results)
-        lines += [*multiplier, ""] if multiplier else []
+        for label, group in groups(study, results).items():  # a ladder: per size
+            lines += [f"**{label}**, against the budget:", ""] if label else []
+            lines += [*_trend_table(study, group), ""]
+            multiplier = _multiplier_tables(study, group)
+            lines += [*multiplier, ""] if multiplier else []
     for label, table in loss.items():
         if not table["rows"]:
             continue
@@ -322,14 +324,16 @@ def write_report(study: Study) -> Path:
         text += f"\n![Δ along training]({study.name}_curves.png)\n"
         plot_differences(study, results, root / f"{study.name}_difference.png")
         plot_curve_differences(study, results, root / f"{study.name}_curves.png")
-        fits = [fit for pair in trend_pairs(study) if study.branch_axis and (fit := trend(study, results, *pair))]
-        if fits:
-            plot_trend(study, fits, root / f"{study.name}_trend.png")
-            text += f"\n![gains against the budget]({study.name}_trend.png)\n"
-        found = study_multipliers(study, results) if study.branch_axis else None
-        if found:
-            plot_multipliers(study, found, root / f"{study.name}_multiplier.png")
-            text += f"\n![multipliers against the budget]({study.name}_multiplier.png)\n"
+        for label, group in (groups(study, results) if study.branch_axis else {}).items():
+            name = f"{study.name}_{label}" if label else study.name
+            fits = [fit for pair in trend_pairs(study) if (fit := trend(study, group, *pair))]
+            if fits:
+                plot_trend(study, fits, root / f"{name}_trend.png")
+                text += f"\n![gains against the budget{', ' + label if label else ''}]({name}_trend.png)\n"
+            found = study_multipliers(study, group)
+            if found:
+                plot_multipliers(study, found, root / f"{name}_multiplier.png")
+                text += f"\n![multipliers against the budget{', ' + label if label else ''}]({name}_multiplier.png)\n"
     atomic_write_bytes(root / f"{study.name}.md", text.encode())
     summary = {label: table for label, table in summarize(study, results).items()}
     atomic_write_json(root / f"{study.name}.json", {"study": study.name, "title": study.title, "summary": summary})

@@ -1,0 +1,133 @@
+"""Predictions committed before the runs they predict: each method's data multiplier at another study's budgets
+(the GPU ladder's rungs, the paper's 1.5B shape), from a finished sweep's multiplier trend, and how they fared
+once that study's cells exist.
+
+A prediction reads the source sweep's trend k(x) = c x^gamma (depthattn.study.multiplier: least squares in log-log
+over the budgets that pass over the data at most twice) at each target budget's tokens per parameter, with the
+95% interval of the seed bootstrap's (c, gamma) pairs. That interval holds the seeds' uncertainty only, not the
+step from the source's scale to the target's: the file says what the prediction assumes. A prediction file is
+written once and never changed; a later one is a new file with its own date.
+
+Scoring: at each target budget the measured multiplier (with its own interval where the target has the seeds for
+one) **agrees** with the prediction when the two intervals overlap (the point where there is no interval), and is
+**above** or **below** it otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..files import atomic_write_json
+from .multiplier import groups, multipliers, percentile_interval
+from .pricing import cell_flops
+from .spec import Study, setting_label
+
+FORMAT = "depthattn-multiplier-prediction"
+PAPER_SHAPE = {"label": "paper 1.5B shape", "tokens_per_parameter": 20.0}
+
+
+def target_budgets(target: Study) -> list[dict]:
+    """Each setting of `target` with the tokens per parameter its baseline trains there."""
+    out = []
+    for setting in target.settings():
+        if not target.trains(setting, target.baseline):
+            continue
+        cost = cell_flops(target, setting, target.baseline)
+        rest = {name: label for name, label in setting.items() if name != target.branch_axis.name}
+        out.append({"group": setting_label(rest), "budget": setting[target.branch_axis.name],
+                    "tokens_per_parameter": cost["tokens"] / cost["params"]})
+    return out
+
+
+def _at(trend: dict, x: float) -> dict:
+    draws = trend["draws"]
+    values = np.exp(draws[:, 1] + draws[:, 0] * math.log(x))
+    low, high = percentile_interval(values)
+    return {"multiplier": math.exp(trend["log_c"] + trend["gamma"] * math.log(x)), "low": low, "high": high}
+
+
+def predict(source: Study, target: Study, date: str, assumes: str) -> dict:
+    """The prediction of `source`'s finished sweep for every budget of `target` (a branched study of the same
+    methods) and for the paper's shape at 20 tokens per parameter."""
+    if source.branch_axis is None or target.branch_axis is None:
+        raise ValueError(f"a prediction goes from one budget sweep to another: {source.name} and {target.name} both "
+                         "need a branched budget axis")
+    found_groups = groups(source, source.read_results())
+    if len(found_groups) != 1:
+        raise ValueError(f"{source.name} has {len(found_groups)} settings besides its budgets; predict from a sweep "
+                         "of one model")
+    found = multipliers(source, next(iter(found_groups.values())))
+    if found is None or any(row["trend"]["draws"] is None for row in found["rows"]):
+        raise ValueError(f"{source.name} needs every method at five seeds or more at three budgets or more before it "
+                         "can predict (`depthattn study` runs what is missing)")
+    budgets = target_budgets(target)
+    methods = {}
+    for row in found["rows"]:
+        if row["method"] not in target.methods:
+            continue
+        methods[row["method"]] = {
+            "trend": {"gamma": row["trend"]["gamma"], "gamma_low": row["trend"]["low"],
+                      "gamma_high": row["trend"]["high"], "c": math.exp(row["trend"]["log_c"])},
+            "at": [{**budget, **_at(row["trend"], budget["tokens_per_parameter"])} for budget in budgets],
+            "paper": {**PAPER_SHAPE, **_at(row["trend"], PAPER_SHAPE["tokens_per_parameter"])}}
+    return {"format": FORMAT, "date": date, "source": source.config_file, "target": target.config_file,
+            "seeds": found["seeds"], "fit_budgets": found["fit_budgets"], "baseline": source.baseline,
+            "assumes": assumes, "rule": __doc__.split("\n\n")[1].replace("\n", " "), "methods": methods}
+
+
+def write_prediction(prediction: dict, folder: Path) -> Path:
+    """Write `prediction` as <target>_from_<source>_<date>.json in `folder`; an existing file is never changed."""
+    name = f"{Path(prediction['target']).stem}_from_{Path(prediction['source']).stem}_{prediction['date']}.json"
+    path = Path(folder) / name
+    if path.exists():
+        raise FileExistsError(f"{path} exists: a prediction is written once; make a new one with another date")
+    atomic_write_json(path, prediction)
+    return path
+
+
+def read_prediction(path: str | Path) -> dict:
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a prediction file (format {FORMAT!r}); `depthattn study SWEEP "
+                         "--predict-for TARGET` writes one")
+    return data
+
+
+def score(prediction: dict, target: Study) -> list[dict]:
+    """Each predicted budget of `target` that its finished cells measure: predicted and measured multipliers and
+    whether they agree."""
+    measured = {}
+    for label, group in groups(target, target.read_results()).items():
+        found = multipliers(target, group)
+        for row in found["rows"] if found else []:
+            for point in row["points"]:
+                measured[row["method"], label, point["label"]] = point
+    rows = []
+    for method, entry in prediction["methods"].items():
+        for at in entry["at"]:
+            point = measured.get((method, at["group"], at["budget"]))
+            if point is None or not point["printable"]:
+                continue
+            low, high = (point["low"], point["high"]) if point["low"] is not None else (point["multiplier"],) * 2
+            agrees = "agrees" if low <= at["high"] and at["low"] <= high else (
+                "above" if low > at["high"] else "below")
+            rows.append({"method": method, "group": at["group"], "budget": at["budget"], "predicted": at,
+                         "measured": point, "verdict": agrees})
+    return rows
+
+
+def format_score(prediction: dict, rows: list[dict]) -> str:
+    lines = [f"prediction of {prediction['date']} from {prediction['source']} for {prediction['target']}:",
+             "| method | setting | budget | predicted [95%] | measured [95%] | verdict |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        p, m = row["predicted"], row["measured"]
+        interval = f" [{m['low']:.2f}, {m['high']:.2f}]" if m["low"] is not None else ""
+        lines.append(f"| {row['method']} | {row['group'] or '—'} | {row['budget']} | {p['multiplier']:.2f}x "
+                     f"[{p['low']:.2f}, {p['high']:.2f}] | {m['multiplier']:.2f}x{interval} | {row['verdict']} |")
+    if not rows:
+        lines.append("(no finished cells of the target measure a predicted budget yet)")
+    return "\n".join(lines)
