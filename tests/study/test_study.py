@@ -640,13 +640,14 @@ def test_pricing_a_slurm_study_needs_no_slurm(tiny_data, tmp_path, capsys, monke
 def _slow_cell(study, cell, threads=None):
     import time
 
-    time.sleep(2)
     (Path(study.out_dir) / f"{cell.method}-{cell.seed}").parent.mkdir(parents=True, exist_ok=True)
-    (Path(study.out_dir) / f"{cell.method}-{cell.seed}").write_text("trained")
+    (Path(study.out_dir) / f"{cell.method}-{cell.seed}").write_text("started")
+    time.sleep(2)
     return CellResult(cell.method, cell.seed, 1.0, {"seconds": 2.0})
 
 
 def test_sigterm_stops_a_study_of_several_workers_without_starting_queued_cells(tiny_data, tmp_path, monkeypatch):
+    """SIGTERM to the main process alone: passed on to the running cells, no queued cell starts."""
     import os
     import signal
     import threading
@@ -659,8 +660,8 @@ def test_sigterm_stops_a_study_of_several_workers_without_starting_queued_cells(
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
     with pytest.raises(KeyboardInterrupt, match="stopped by SIGTERM"):
         LocalExecutor(workers=2).run(study, cells)
-    trained = list(Path(study.out_dir).glob("*-*"))
-    assert 2 <= len(trained) < len(cells) == 8  # the running cells finish; the queued ones never start
+    started = list(Path(study.out_dir).glob("*-*"))
+    assert 1 <= len(started) < len(cells) == 8  # the running cells stop; the queued ones never start
     assert signal.getsignal(signal.SIGTERM) == before  # the study's handler lasts only while its pool runs
 
 
