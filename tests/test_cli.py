@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from depthattn.cli import main
+from depthattn.cli import COMMANDS, main
 
 
 @pytest.fixture(scope="module")
@@ -135,15 +135,30 @@ OPTIONAL_EXTRAS = ("matplotlib", "lm_eval", "uvicorn", "fastapi", "pyarrow", "te
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["study", "--help"], ["serve", "--help"]])
-def test_help_imports_no_optional_extra_beyond_the_package(argv):
+def test_help_imports_its_command_only_and_no_optional_extra(argv):
     """`depthattn --help` costs what `import depthattn` costs (torch and transformers' modeling_utils, which its
     registration with the Auto classes needs: 3.7 s on the idle 2-core EPYC VM, of which torch is 1.3 s); the CLI
-    must not add an extra's import on top (each command imports its extras where it runs)."""
+    must not add an extra's import on top (each command imports its extras where it runs), nor the modules of
+    commands not run (`python -m benchmarks.startup` times it against `transformers --help`)."""
     code = ("import sys, depthattn.cli\ntry:\n    depthattn.cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "print(sorted({m.split('.')[0] for m in sys.modules}))")
+            "print(sorted(sys.modules))")
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
-    loaded = set(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
-    assert "usage: depthattn" in done.stdout and not loaded & set(OPTIONAL_EXTRAS), loaded & set(OPTIONAL_EXTRAS)
+    loaded = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    extras = {m.split(".")[0] for m in loaded} & set(OPTIONAL_EXTRAS)
+    assert "usage: depthattn" in done.stdout and not extras, extras
+    commands = [m for m in loaded if m.startswith("depthattn.commands.")]
+    assert commands == ([] if argv == ["--help"] else [f"depthattn.commands.{COMMANDS[argv[0]][0]}"])
+
+
+def test_every_command_has_its_help(capsys):
+    with pytest.raises(SystemExit, match="0"):
+        main(["--help"])
+    listed = capsys.readouterr().out
+    for name in COMMANDS:
+        assert f"\n    {name}" in listed
+        with pytest.raises(SystemExit, match="0"):
+            main([name, "--help"])
+        assert capsys.readouterr().out.startswith(f"usage: depthattn {name} ")
 
 
 def test_a_refused_run_leaves_no_folder_behind(tiny_data, tmp_path, capsys):

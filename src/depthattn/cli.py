@@ -44,11 +44,14 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="depthattn", description="Depth-Attention language models")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)  # the command: the only module imported
     for name, (module_name, help_line) in COMMANDS.items():
-        module = importlib.import_module(f".commands.{module_name}", __package__)
         command = commands.add_parser(name, help=help_line)
-        module.add_arguments(command)
-        command.set_defaults(run=module.run)
+        if name == chosen:
+            module = importlib.import_module(f".commands.{module_name}", __package__)
+            module.add_arguments(command)
+            command.set_defaults(run=module.run)
 
     args, extra = parser.parse_known_args(argv)
     if extra and args.command not in TAKES_OVERRIDES:
