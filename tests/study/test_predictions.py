@@ -1,5 +1,7 @@
 """Predictions from a finished sweep for another study's budgets, written once, scored on the target's cells."""
 
+import json
+
 import pytest
 
 from depthattn.study import Study
@@ -26,9 +28,10 @@ def planted_target(target, multiplier, seeds=range(5)):
 
 @pytest.fixture
 def studies(tiny_data, tmp_path):
-    source = Study.load(write_study(tmp_path, tiny_data, name="sweep.toml",
+    seeds = range(5)
+    source = Study.load(write_study(tmp_path, tiny_data, name="sweep.toml", seeds=seeds,
                                     axes=WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS)))
-    target = Study.load(write_study(tmp_path, tiny_data, name="rungs.toml", axes=TARGET_AXES))
+    target = Study.load(write_study(tmp_path, tiny_data, name="rungs.toml", axes=TARGET_AXES, seeds=seeds))
     return source, target
 
 
@@ -64,3 +67,22 @@ def test_scoring_says_whether_the_measured_multiplier_agrees(studies, monkeypatc
         rows = score(prediction, target)
         assert rows and {row["verdict"] for row in rows} == {verdict}
         assert verdict in format_score(prediction, rows)
+
+
+def test_the_study_command_writes_a_prediction_and_scores_it_on_written_cells(studies, tmp_path, capsys):
+    from depthattn.cli import main
+
+    source, target = studies
+    target.results = str(tmp_path / "target_results")  # apart: their cells would share keys
+    for study, results in ((source, planted_results(source, lambda x: 1.3, noise=0.005)),
+                           (target, planted_target(target, 2.0))):
+        for result in results:
+            path = study.result_path(result["setting"], result["method"], result["seed"])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({k: v for k, v in result.items() if k != "setting"}))
+    assert main(["study", source.config_file, "--predict-for", target.config_file, "--assumes", "no change",
+                 "--predictions", str(tmp_path / "predictions")]) == 0
+    written = capsys.readouterr().out.split("prediction: ")[1].strip()
+    assert main(["study", target.config_file, "--score-predictions", written, "--results", target.results]) == 0
+    table = capsys.readouterr().out
+    assert table.count("| depth_attention |") == 6 and "above" in table and "agrees" not in table

@@ -4,12 +4,14 @@ stand, estimate what they cost, and write their reports."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 import time
 from pathlib import Path
 
 from ..study.local import LocalExecutor
 from ..study.mixing_maps import explain
+from ..study.predictions import format_score, predict, read_prediction, score, write_prediction
 from ..study.pricing import H100_BF16_TFLOPS, gpu_hours, run_flops
 from ..study.records import Cell
 from ..study.report import IndexPage, write_index, write_report
@@ -50,6 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index", help="also write one page for all the given studies (docs/results/study.md)")
     parser.add_argument("--index-config", help="--index: the page's title and the columns of its table, as in "
                         "depthattn/study/index.toml (the default)")
+    parser.add_argument("--predict-for", metavar="TARGET",
+                        help="write the prediction of this finished sweep's multiplier trend for every budget of the "
+                             "study config TARGET (the GPU ladder) into --predictions; train nothing")
+    parser.add_argument("--assumes", default="",
+                        help="--predict-for: what the prediction assumes about the step from this sweep to TARGET")
+    parser.add_argument("--predictions", default="docs/results/predictions",
+                        help="--predict-for: the folder of prediction files (default %(default)s)")
+    parser.add_argument("--score-predictions", metavar="FILE",
+                        help="compare a prediction file with this study's finished cells; train nothing")
     parser.add_argument("--out-dir", help="checkpoints and logs (default: the config's out_dir, runs/study)")
     parser.add_argument("--results",
                         help="cell results and reports (default: the config's results, docs/results/study)")
@@ -106,6 +117,18 @@ def status(study: Study, args: argparse.Namespace) -> None:
     print(f"study {study.name}: {done} finished, {len(wanted)} to run")
 
 
+def predictions(studies: list[Study], args: argparse.Namespace) -> int:
+    for study in studies:
+        if args.predict_for:
+            target = Study.load(args.predict_for)
+            found = predict(study, target, datetime.date.today().isoformat(), args.assumes)
+            print(f"prediction: {write_prediction(found, Path(args.predictions))}")
+        else:
+            prediction = read_prediction(args.score_predictions)
+            print(format_score(prediction, score(prediction, study)))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
@@ -118,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
             study.add_picks(Path(path).parent)
         if study.waiting:
             print(f"study {study.name}: {study.waiting}")
+    if args.predict_for or args.score_predictions:
+        return predictions(studies, args)
     if args.status or args.dry_run:
         for study in studies:
             status(study, args) if args.status else dry_run(study, args)

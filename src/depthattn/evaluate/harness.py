@@ -157,10 +157,14 @@ def quiet_git_hash() -> str | None:
 @contextlib.contextmanager
 def quiet_lm_eval_git_probe():
     """lm-eval's evaluator with `quiet_git_hash` in place of its git probe, for the block."""
-    from unittest import mock
+    import lm_eval.evaluator
 
-    with mock.patch("lm_eval.evaluator.get_git_commit_hash", quiet_git_hash):
+    probe = lm_eval.evaluator.get_git_commit_hash
+    lm_eval.evaluator.get_git_commit_hash = quiet_git_hash
+    try:
         yield
+    finally:
+        lm_eval.evaluator.get_git_commit_hash = probe
 
 
 def make_task_manager(task_names: Sequence[str]):
