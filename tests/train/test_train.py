@@ -136,3 +136,11 @@ def test_log_lines_without_a_progress_bar(tiny_data, tmp_path, capsys):
     lines = [line for line in capsys.readouterr().out.splitlines() if " step " in line]
     assert [line.split(" step ")[1].split(":")[0] for line in lines] == ["2/4", "3/4", "4/4"]
     assert "val " in lines[1] and "val " not in lines[0]
+
+
+def test_a_run_that_repeats_its_data_says_so(tiny_data, tmp_path, capsys):
+    # 18 steps of 64 x 256 tokens pass over the slice's 280,801 training tokens 1.05 times
+    train(config(tiny_data, tmp_path / "run", "--data.seq_len", "256", "--train.batch_size", "64", "--train.steps",
+                 "18", "--train.checkpoint_every", "100", "--model.overrides.hidden_size", "32",
+                 "--model.overrides.intermediate_size", "64", "--model.overrides.num_hidden_layers", "1"))
+    assert "training tokens 1.1 times: the data repeats" in capsys.readouterr().out

@@ -109,6 +109,10 @@ def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_b
         atomic_write_json(checkpoints.out_dir / "train_config.json", cfg.to_dict())
     amp = autocast_dtype(t.dtype, world.device)
     metrics = Metrics(cfg, world, sum(p.numel() for p in model.parameters()), start, resumed)
+    epochs = t.steps * metrics.tokens_per_step / len(train_shards)
+    if world.is_main and epochs > 1:
+        print(f"note: {t.steps:,} steps of {metrics.tokens_per_step:,} tokens pass over the {len(train_shards):,} "
+              f"training tokens {epochs:.1f} times: the data repeats (more data, or fewer steps, avoids it)")
 
     def save(step: int, loss: float):
         stop.saving = checkpoints.folder(step)
