@@ -83,7 +83,7 @@ def test_resume_takes_new_steps_and_optimizer_settings(tiny_run, tmp_path, tiny_
     out_dir = tmp_path / "run"
     shutil.copytree(tiny_run, out_dir)
     assert main(train_args(tiny_data, out_dir, 6, 3, "--optim.lr", "1e-3", "--train.keep_checkpoints", "1")
-                + ["--resume"]) == 0
+                + ["--resume", "--reschedule"]) == 0  # a new length: a new cosine schedule, asked for
     lrs = [r["lr"] for r in records(out_dir)]
     schedule = OptimSection(warmup_steps=1, min_lr_ratio=0.1)
     assert lrs[3] == 3e-3 * lr_factor(3, 4, schedule)  # step 4, before the resume
@@ -149,7 +149,7 @@ def test_a_torn_last_metrics_line_is_dropped_with_a_notice(tiny_run, tmp_path, t
     shutil.copytree(tiny_run, out_dir)
     with open(out_dir / "metrics.jsonl", "a") as file:
         file.write('{"step": 5, "loss": 4.1, "lr"')  # a write cut short
-    assert main(train_args(tiny_data, out_dir, 5, 2) + ["--resume"]) == 0
+    assert main(train_args(tiny_data, out_dir, 5, 2) + ["--resume", "--reschedule"]) == 0
     assert f"{out_dir / 'metrics.jsonl'}: dropped its last line" in capsys.readouterr().err
     assert [r["step"] for r in records(out_dir)] == [1, 2, 3, 4, 5]
 
@@ -159,7 +159,7 @@ def test_a_bad_metrics_line_before_the_last_names_the_file_and_line(tiny_run, tm
     shutil.copytree(tiny_run, out_dir)
     lines = (out_dir / "metrics.jsonl").read_text().splitlines()
     (out_dir / "metrics.jsonl").write_text("\n".join([lines[0], "{oops", *lines[1:]]) + "\n")
-    assert main(train_args(tiny_data, out_dir, 5, 2) + ["--resume"]) == 1
+    assert main(train_args(tiny_data, out_dir, 5, 2) + ["--resume", "--reschedule"]) == 1
     assert f"{out_dir / 'metrics.jsonl'}, line 2: not valid JSON" in capsys.readouterr().err
 
 
