@@ -11,7 +11,15 @@ from depthattn import METHOD_PRESETS, DepthAttentionConfig
 from depthattn.cli import main
 from depthattn.config import ConfigField, method_fields
 from depthattn.evaluate.costs import method_costs
-from depthattn.methods import INFERENCE_STATE, METHODS, count_parameters, register, unregister
+from depthattn.methods import (
+    INFERENCE_STATE,
+    METHODS,
+    CrossLayerMethod,
+    NoExtraCost,
+    count_parameters,
+    register,
+    unregister,
+)
 from depthattn.serving.vllm import check_servable
 from depthattn.study import Study, run_study, write_report
 from depthattn.study.pricing import run_flops
@@ -88,6 +96,25 @@ def test_register_then_unregister_leaves_no_trace():
     with pytest.raises(ValueError, match=r"another method has: \['depth_stride'\]"):
         register("clash", clash)
     assert "clash" not in METHODS
+
+
+def test_register_refuses_a_method_that_does_not_declare_its_costs():
+    silent = type("Silent", (CrossLayerMethod,), {})  # every cost member left to the base class
+    with pytest.raises(ValueError, match=r"Silent \(cross_layer='silent'\) does not declare its costs: define the "
+                                         "classmethods extra_parameters, flop_terms, io_elements, extra_state_elements"
+                                         ".*NoExtraCost"):
+        register("silent", silent)
+    partial = type("Partial", (CrossLayerMethod,), {"extra_parameters": classmethod(lambda cls, config: 0)})
+    with pytest.raises(ValueError, match="define the classmethods flop_terms, io_elements, extra_state_elements"):
+        register("partial", partial)
+    assert "silent" not in METHODS and "partial" not in METHODS
+    register("free", type("Free", (NoExtraCost, CrossLayerMethod), {}))  # says it adds nothing
+    try:
+        assert method_costs(tiny_config(cross_layer="free"))["extra_flops_per_token"] == 0
+    finally:
+        unregister("free")
+    with pytest.raises(NotImplementedError, match="Silent does not declare its costs"):
+        silent.flop_terms(tiny_config())
 
 
 def test_vllm_serves_or_refuses_a_registered_method_by_its_own_hooks(toy):

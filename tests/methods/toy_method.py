@@ -44,3 +44,12 @@ class ToyValueGain(CrossLayerMethod):
     def flop_terms(cls, config):
         d_kv = config.num_key_value_heads * config.head_dim
         return [FlopTerm("value gain V_u + g_u V_0", 2 * d_kv * max(config.unrolled_depth - 1, 0), "elementwise")]
+
+    @classmethod
+    def io_elements(cls, config):
+        d_kv = config.num_key_value_heads * config.head_dim
+        return {"read": 2 * d_kv * max(config.unrolled_depth - 1, 0), "write": d_kv * max(config.unrolled_depth - 1, 0)}
+
+    @classmethod
+    def extra_state_elements(cls, config, context):
+        return 0  # V_0 of every position is what KV-cache slot 0 holds

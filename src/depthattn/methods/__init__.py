@@ -18,7 +18,7 @@ from torch import nn
 
 from ..config import METHODS, DepthAttentionConfig
 from .attnres import AttnRes
-from .base import CrossLayerMethod, FlopTerm, Residual
+from .base import COST_MEMBERS, CrossLayerMethod, FlopTerm, NoExtraCost, Residual, undeclared_costs
 from .denseformer import DenseFormer
 from .depth_attention import DepthAttention
 from .hyper_connections import HyperConnections
@@ -40,6 +40,10 @@ def register(name: str, cls: type[CrossLayerMethod]):
              *(field for other, method in METHODS.items() if other != name for field in method.config_fields)}
     if clash := sorted(taken & set(cls.config_fields)):
         raise ValueError(f"{cls.__name__} declares config fields that the backbone or another method has: {clash}")
+    if missing := undeclared_costs(cls):
+        raise ValueError(f"{cls.__name__} (cross_layer={name!r}) does not declare its costs: define the classmethods "
+                         f"{', '.join(missing)} (docs/methods.md#costs), or derive it from NoExtraCost "
+                         f"(class {cls.__name__}(NoExtraCost, CrossLayerMethod)) if it adds nothing over vanilla")
     METHODS[name] = cls
     INFERENCE_STATE[name] = cls.inference_state
 
@@ -72,7 +76,8 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
 
 
 __all__ = [
-    "AttnRes", "CrossLayerMethod", "DenseFormer", "DepthAttention", "FlopTerm", "HyperConnections",
-    "INFERENCE_STATE", "METHODS", "MHC", "MUDD", "MoDA", "Residual", "ValueEmbeddings", "ValueResidual", "Vanilla",
-    "build_method", "count_parameters", "register", "unregister",
+    "AttnRes", "COST_MEMBERS", "CrossLayerMethod", "DenseFormer", "DepthAttention", "FlopTerm", "HyperConnections",
+    "INFERENCE_STATE", "METHODS", "MHC", "MUDD", "MoDA", "NoExtraCost", "Residual", "ValueEmbeddings", "ValueResidual",
+    "Vanilla",
+    "build_method", "count_parameters", "register", "undeclared_costs", "unregister",
 ]

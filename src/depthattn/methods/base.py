@@ -57,7 +57,9 @@ class CrossLayerMethod(nn.Module):
 
     Analytic costs per token over a vanilla decoder with the same backbone, in the conventions of
     `depthattn.evaluate.costs` (L = unrolled depth, D = hidden size, d_kv = num_key_value_heads * head_dim):
-    `extra_parameters`, `flop_terms`, `io_elements` and `extra_state_elements` at a context; zero here.
+    `extra_parameters`, `flop_terms`, `io_elements` and `extra_state_elements` at a context (`COST_MEMBERS`). Every
+    method defines them, or derives from `NoExtraCost` to say it adds none; `register` refuses one that does
+    neither, so that no method reports zero costs by omission.
     """
 
     # its config: its own fields, named variants of them, and those that change how it computes, not what (its
@@ -166,27 +168,61 @@ class CrossLayerMethod(nn.Module):
     @classmethod
     def extra_parameters(cls, config) -> int:
         """Parameters of the method (`count_parameters(model)["extra_over_vanilla"]`)."""
-        return 0
+        raise _undeclared_cost(cls)
 
     @classmethod
     def flop_terms(cls, config) -> list[FlopTerm]:
         """The extra arithmetic per token, term by term."""
-        return []
+        raise _undeclared_cost(cls)
 
     @classmethod
     def io_elements(cls, config) -> dict[str, int]:
-        """Extra activation elements read and written per token."""
-        return {"read": 0, "write": 0}
+        """Extra activation elements read and written per token: {"read": ..., "write": ...}."""
+        raise _undeclared_cost(cls)
 
     @classmethod
     def extra_state_elements(cls, config, context: int) -> int:
         """Elements held beyond the vanilla KV cache at the peak of a prefill of `context` tokens."""
-        return 0
+        raise _undeclared_cost(cls)
 
     @classmethod
     def cost_details(cls, config) -> dict:
         """Method-specific entries of its `depthattn.evaluate.costs.method_costs` record."""
         return {}
+
+
+COST_MEMBERS = ("extra_parameters", "flop_terms", "io_elements", "extra_state_elements")
+
+
+def undeclared_costs(cls: type[CrossLayerMethod]) -> list[str]:
+    """The cost members that `cls` leaves to `CrossLayerMethod`, which has no numbers to give."""
+    return [name for name in COST_MEMBERS if getattr(cls, name).__func__ is getattr(CrossLayerMethod, name).__func__]
+
+
+def _undeclared_cost(cls) -> NotImplementedError:
+    return NotImplementedError(f"{cls.__name__} does not declare its costs: define {', '.join(undeclared_costs(cls))} "
+                               "(docs/methods.md#costs), or derive it from NoExtraCost if it adds none")
+
+
+class NoExtraCost:
+    """Mixed into a method (before `CrossLayerMethod`) to declare that it costs nothing over the vanilla decoder:
+    no parameters, arithmetic, activation traffic or state."""
+
+    @classmethod
+    def extra_parameters(cls, config) -> int:
+        return 0
+
+    @classmethod
+    def flop_terms(cls, config) -> list[FlopTerm]:
+        return []
+
+    @classmethod
+    def io_elements(cls, config) -> dict[str, int]:
+        return {"read": 0, "write": 0}
+
+    @classmethod
+    def extra_state_elements(cls, config, context: int) -> int:
+        return 0
 
 
 class Residual(CrossLayerMethod):

@@ -131,6 +131,10 @@ class ValueEmbeddings(CrossLayerMethod):
         return {"read": 2 * chosen * d_kv, "write": chosen * d_kv}
 
     @classmethod
+    def extra_state_elements(cls, config, context):
+        return 0  # a table row is looked up from the token id when it is needed
+
+    @classmethod
     def cost_details(cls, config):
         return {"value_embedding_tables": cls.table_count(config),
                 "value_embedding_steps": [u for u, t in enumerate(cls.layer_tables(config)) if t is not None]}

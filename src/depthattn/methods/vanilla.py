@@ -6,9 +6,9 @@ Parameters: none beyond the backbone. Initialisation: the backbone's. Inference 
 
 from __future__ import annotations
 
-from .base import CrossLayerMethod
+from .base import CrossLayerMethod, NoExtraCost
 
 
-class Vanilla(CrossLayerMethod):
+class Vanilla(NoExtraCost, CrossLayerMethod):
     inference_state = "Across tokens: none (the KV cache only). Per token while it is processed: none."
     reentrant_checkpointing_safe = True
