@@ -1,6 +1,7 @@
 """Tiny models and configs shared by the tests."""
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 import depthattn
 
@@ -24,8 +25,9 @@ def tiny_model(dtype=torch.float32, seed=0, **overrides) -> depthattn.DepthAtten
     return model
 
 
-
-# Each cross-layer method in a tiny setting that exercises its options (4 layers = 8 sublayers).
+# Cross-layer methods in tiny settings that exercise their options (4 layers = 8 sublayers), for the tests of a
+# method's own behaviour; tests/methods/test_conformance.py runs every registered method, and the variants here
+# that are not a method's defaults.
 METHOD_SETTINGS = {
     "denseformer": dict(cross_layer="denseformer"),
     "denseformer-k2p2": dict(cross_layer="denseformer", denseformer_dilation=2, denseformer_period=2),
@@ -66,3 +68,53 @@ def prefill_then_decode(model, ids: torch.Tensor, prompt_len: int):
         out = model(ids[:, t:t + 1], cache=out.cache, use_cache=True)
         steps.append(out.logits)
     return torch.cat(steps, 1), out.cache
+
+
+# FLOPs as torch.utils.flop_counter.FlopCounterMode counts them: matmul-like ops (its default registry: mm, bmm,
+# addmm, ..., plus aten.mv, which it lacks), and elementwise ops with formulas of ours (a mul or add: 1 FLOP per
+# output element; a sum or mean: 1 per input element).
+aten = torch.ops.aten
+FLOP_BATCH, FLOP_SEQ = 2, 6
+
+
+def _mv_flop(matrix_shape, vector_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * matrix_shape[0] * matrix_shape[1]
+
+
+def _out_numel(*args, out_shape=None, **kwargs) -> int:
+    return out_shape.numel() if isinstance(out_shape, torch.Size) else 0
+
+
+def _in_numel(shape, *args, out_shape=None, **kwargs) -> int:
+    return shape.numel()
+
+
+MATMUL = {aten.mv: _mv_flop}
+ELEMENTWISE = {aten.mul: _out_numel, aten.add: _out_numel, aten.sum: _in_numel, aten.mean: _in_numel}
+
+
+def counted_flops(model, mapping, ops=None) -> int:
+    """FLOPs of one forward pass on FLOP_BATCH x FLOP_SEQ tokens, over the ops in `ops` (default: every counted op)."""
+    ids = torch.randint(0, model.config.vocab_size, (FLOP_BATCH, FLOP_SEQ), generator=torch.Generator().manual_seed(0))
+    counter = FlopCounterMode(display=False, custom_mapping=mapping)
+    with torch.no_grad(), counter:
+        model(input_ids=ids, use_cache=False)
+    counts = counter.get_flop_counts().get("Global", {})
+    return sum(v for op, v in counts.items() if ops is None or op in ops)
+
+
+def flop_model(**overrides):
+    """A model whose depth mixing is the reference's: its torch ops map one-to-one onto the analytic count (the
+    fused forms compute the same values with other ops, e.g. bmm)."""
+    torch.manual_seed(0)
+    return depthattn.DepthAttentionForCausalLM(tiny_config(**{"depth_impl": "reference", **overrides})).eval()
+
+
+def extra_flops_per_token(overrides, mapping, ops=None, patch=None) -> float:
+    """Counted FLOPs per token of the model of `overrides` minus those of the vanilla model with its backbone;
+    `patch(method)` changes the method module first."""
+    method = flop_model(**overrides)
+    if patch is not None:
+        patch(method.model.cross_layer)
+    vanilla = flop_model(**{**overrides, "cross_layer": "vanilla"})
+    return (counted_flops(method, mapping, ops) - counted_flops(vanilla, mapping, ops)) / (FLOP_BATCH * FLOP_SEQ)

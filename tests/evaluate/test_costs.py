@@ -1,11 +1,11 @@
 """`depthattn.evaluate.costs`: the paper's 3B cost table, parameter counts of built models, and the analytic FLOPs
-against torch.utils.flop_counter.FlopCounterMode on small models.
+against torch.utils.flop_counter.FlopCounterMode on small models, exactly (tests/methods/test_conformance.py checks
+every registered method within a tolerance).
 
-What is compared with FlopCounterMode (per token, method model minus the vanilla model with the same backbone):
-- matmul-like ops (its default registry: mm, bmm, addmm, ..., plus aten.mv, which it lacks): exactly the
-  `model_flops_per_token["matmul"]` of every method;
-- elementwise ops, with custom formulas (a mul or add: 1 FLOP per output element; a sum or mean: 1 per input
-  element): for Depth-Attention and value residual in the full model, exactly the analytic elementwise FLOPs plus
+What is compared with FlopCounterMode (per token, method model minus the vanilla model with the same backbone;
+tests/helpers.py counts):
+- matmul-like ops: exactly the `model_flops_per_token["matmul"]` of each setting below;
+- elementwise ops: for Depth-Attention and value residual in the full model, exactly the analytic elementwise FLOPs plus
   the operations the paper's convention leaves out (named in the tests); for the hidden-state methods, the mixing
   arithmetic in the full model with the mixing weights held fixed (so that norms, softmax, sigmoid and Sinkhorn,
   which the paper does not count, do not run), exactly the analytic "mix" terms.
@@ -16,7 +16,6 @@ import json
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 import depthattn
 from depthattn.commands import costs as costs_command
@@ -24,55 +23,7 @@ from depthattn.evaluate import costs
 from depthattn.methods import METHODS
 from depthattn.train import MODEL_PRESETS
 
-from ..helpers import tiny_config
-
-aten = torch.ops.aten
-BATCH, SEQ = 2, 6
-TOKENS = BATCH * SEQ
-
-
-def _mv_flop(matrix_shape, vector_shape, *args, out_shape=None, **kwargs) -> int:
-    return 2 * matrix_shape[0] * matrix_shape[1]
-
-
-def _out_numel(*args, out_shape=None, **kwargs) -> int:
-    return out_shape.numel() if isinstance(out_shape, torch.Size) else 0
-
-
-def _in_numel(shape, *args, out_shape=None, **kwargs) -> int:
-    return shape.numel()
-
-
-MATMUL = {aten.mv: _mv_flop}
-ELEMENTWISE = {aten.mul: _out_numel, aten.add: _out_numel, aten.sum: _in_numel, aten.mean: _in_numel}
-
-
-def _model(**overrides):
-    """The reference depth mixing: its torch ops map one-to-one onto the analytic count (the fused forms
-    compute the same values with other ops, e.g. bmm)."""
-    torch.manual_seed(0)
-    return depthattn.DepthAttentionForCausalLM(tiny_config(**{"depth_impl": "reference", **overrides})).eval()
-
-
-def _count(model, mapping, ops=None) -> int:
-    """FLOPs of one forward pass on BATCH x SEQ tokens, over the ops in `ops` (default: every counted op)."""
-    ids = torch.randint(0, model.config.vocab_size, (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
-    counter = FlopCounterMode(display=False, custom_mapping=mapping)
-    with torch.no_grad(), counter:
-        model(input_ids=ids, use_cache=False)
-    counts = counter.get_flop_counts().get("Global", {})
-    return sum(v for op, v in counts.items() if ops is None or op in ops)
-
-
-def _extra_per_token(overrides, mapping, ops=None, patch=None) -> float:
-    method = _model(**overrides)
-    if patch is not None:
-        patch(method.model.cross_layer)
-    vanilla = _model(**{**overrides, "cross_layer": "vanilla"})
-    extra = _count(method, mapping, ops) - _count(vanilla, mapping, ops)
-    assert extra % TOKENS == 0
-    return extra // TOKENS
-
+from ..helpers import ELEMENTWISE, FLOP_BATCH, FLOP_SEQ, MATMUL, extra_flops_per_token, tiny_config
 
 # small settings for every method: GQA (tiny_config: 4 heads, 2 KV heads), several strides, loops, options
 # the paper's Table 2: (extra FLOPs/token, extra I/O/token, extra state at a 128K prefill), 3B config.
@@ -177,15 +128,12 @@ def test_3b_parameters_match_the_built_models(table_3b):
 # parameters of built small models
 
 
-@pytest.mark.parametrize("name", [*SETTINGS, "vanilla_tied_bias", "mhc_tied"])
-def test_parameters_match_built_model(name):
-    overrides = {"vanilla_tied_bias": dict(cross_layer="vanilla", tie_word_embeddings=True, attention_bias=True),
-                 "mhc_tied": dict(cross_layer="mhc", tie_word_embeddings=True)}.get(name) or SETTINGS[name]
-    model = _model(**overrides)
-    record = costs.method_costs(model.config)
-    counts = depthattn.count_parameters(model)
-    assert record["params_extra"] == counts["extra_over_vanilla"]
-    assert record["params_total"] == counts["total"]
+@pytest.mark.parametrize("overrides", [dict(cross_layer="vanilla", tie_word_embeddings=True, attention_bias=True),
+                                       dict(cross_layer="mhc", tie_word_embeddings=True)])
+def test_total_parameters_of_tied_and_biased_backbones(overrides):
+    """Every method's own count is checked in tests/methods/test_conformance.py; here the backbone's options."""
+    model = depthattn.DepthAttentionForCausalLM(tiny_config(**overrides))
+    assert costs.method_costs(model.config)["params_total"] == depthattn.count_parameters(model)["total"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -195,7 +143,7 @@ def test_parameters_match_built_model(name):
 @pytest.mark.parametrize("name", list(SETTINGS))
 def test_matmul_flops_match_flop_counter(name):
     record = costs.method_costs(tiny_config(**SETTINGS[name]))
-    assert _extra_per_token(SETTINGS[name], MATMUL) == record["model_flops_per_token"]["matmul"]
+    assert extra_flops_per_token(SETTINGS[name], MATMUL) == record["model_flops_per_token"]["matmul"]
 
 
 @pytest.mark.parametrize("name", DEPTH)
@@ -210,7 +158,7 @@ def test_depth_attention_elementwise_flops_match_flop_counter(name):
     if config.depth_mix == "softmax":
         uncounted = sum(config.num_attention_heads * config.head_dim + config.num_key_value_heads * (len(s) + 1)
                         for s in sources if s)
-    counted = _extra_per_token(SETTINGS[name], ELEMENTWISE, ops=set(ELEMENTWISE))
+    counted = extra_flops_per_token(SETTINGS[name], ELEMENTWISE, ops=set(ELEMENTWISE))
     assert counted == record["model_flops_per_token"]["elementwise"] + uncounted
     assert record["model_flops_per_token"]["total"] == record["extra_flops_per_token"]
 
@@ -221,7 +169,7 @@ def test_value_residual_elementwise_flops_match_flop_counter(name):
     record = costs.method_costs(config)
     d_kv = config.num_key_value_heads * config.head_dim
     # a 2-term weighted sum counts 2 * 2 d_kv by convention; the model runs 2 multiplies and 1 add
-    counted = _extra_per_token(SETTINGS[name], ELEMENTWISE, ops=set(ELEMENTWISE))
+    counted = extra_flops_per_token(SETTINGS[name], ELEMENTWISE, ops=set(ELEMENTWISE))
     mixed_steps = sum(depthattn.methods.METHODS[config.cross_layer](config).acts_at(u)
                       for u in range(config.unrolled_depth))
     assert counted == record["model_flops_per_token"]["elementwise"] - d_kv * mixed_steps
@@ -230,16 +178,19 @@ def test_value_residual_elementwise_flops_match_flop_counter(name):
 def _fix_mixing_weights(method):
     """Replace the method's weight computation by fixed weights (computed here, outside the counter)."""
     generator = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.rand(FLOP_BATCH, FLOP_SEQ, *shape, generator=generator)
+
     if isinstance(method, depthattn.methods.AttnRes):
-        fixed = {n: torch.rand(n, BATCH, SEQ, generator=generator) for n in range(1, 64)}
+        fixed = {n: rand(n).permute(2, 0, 1) for n in range(1, 64)}
         method.weights = lambda candidates, sublayer: fixed[candidates.shape[0]]
     elif isinstance(method, depthattn.methods.MUDD):
-        fixed = {(C, n): torch.rand(BATCH, SEQ, C, n, generator=generator) for C in (1, 4) for n in range(2, 64)}
+        fixed = {(C, n): rand(C, n) for C in (1, 4) for n in range(2, 64)}
         method.weights = lambda x, block: fixed[tuple(method.block_parameters(block)[2].shape)]
     elif isinstance(method, depthattn.methods.streams.MultiStreamResidual):
         n = method.num_streams
-        fixed = (torch.rand(BATCH, SEQ, n, generator=generator), torch.rand(BATCH, SEQ, n, generator=generator),
-                 torch.rand(BATCH, SEQ, n, n, generator=generator))
+        fixed = (rand(n), rand(n), rand(n, n))
         method.coefficients = lambda x, sublayer: fixed
 
 
@@ -255,7 +206,7 @@ def test_hidden_state_mixing_flops_match_flop_counter(name):
         # the keys' and values' own inputs pass the attention norm too (mean D, 2 D multiplies, + eps), in every
         # block but the first; norms are not counted
         mixing += 2 * (config.unrolled_depth - 1) * (3 * config.hidden_size + 1)
-    counted = _extra_per_token(SETTINGS[name], {**MATMUL, **ELEMENTWISE}, patch=_fix_mixing_weights)
+    counted = extra_flops_per_token(SETTINGS[name], {**MATMUL, **ELEMENTWISE}, patch=_fix_mixing_weights)
     assert counted == mixing
     assert record["model_flops_per_token"]["total"] == sum(t["flops"] for t in record["flop_terms"] if t["model"])
 

@@ -1,0 +1,168 @@
+"""The contract of a cross-layer method (docs/methods.md), checked for every registered method at its defaults, for
+the option variants of tests/helpers.py's METHOD_SETTINGS, and for a method registered from outside the package
+(tests/methods/toy_method.py): registering a method adds it to every check here."""
+
+import argparse
+import re
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+
+from depthattn import DepthAttentionForCausalLM, count_parameters
+from depthattn.commands import convert as convert_command
+from depthattn.evaluate import costs
+from depthattn.methods import METHODS, FlopTerm, register, unregister
+from depthattn.serving.vllm import check_servable
+
+from ..helpers import (
+    ELEMENTWISE,
+    MATMUL,
+    METHOD_SETTINGS,
+    extra_flops_per_token,
+    perturb_method,
+    prefill_then_decode,
+    tiny_config,
+    tiny_model,
+)
+from .toy_method import ToyValueGain
+
+TOY = "toy"
+TINY = dict(num_hidden_layers=2)  # 2 layers x 32 hidden; the variants keep their own depth
+CASES = {
+    **{name: dict(TINY, cross_layer=name) for name in METHODS},
+    **{name: settings for name, settings in METHOD_SETTINGS.items() if name not in METHODS},
+    TOY: dict(TINY, cross_layer=TOY),
+}
+ATOL = 1e-5
+# FlopCounterMode sees more than the convention counts (norms, the softmax's and scaling's multiplies, group means)
+# and less (CPU SDPA, exp, sigmoid; a weighted sum of 2 vectors is 4 d by convention, 3 d in the model): the count of
+# every method so far lies within 0.75x and 1.55x of the analytic one
+FLOP_RATIO = 1.6
+
+
+@pytest.fixture(params=list(CASES))
+def settings(request):
+    """The config settings of a case, its method registered while the test runs."""
+    if request.param == TOY:
+        register(TOY, ToyValueGain)
+        request.addfinalizer(lambda: unregister(TOY))
+    return CASES[request.param]
+
+
+def method_model(settings):
+    return perturb_method(tiny_model(**settings))  # away from the initialisation, as training would
+
+
+def test_trains_with_a_gradient_for_every_parameter(settings):
+    model = method_model(settings).train()
+    ids = torch.randint(0, 97, (2, 8), generator=torch.Generator().manual_seed(0))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        if not losses:
+            assert [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0] == []
+        losses.append(loss.item())
+        optimizer.step()
+    assert losses[-1] < losses[0]
+
+
+def test_cached_decoding_equals_the_full_forward(settings):
+    model = method_model(settings)
+    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(0))
+    full = model(ids, use_cache=False).logits
+    cached, cache = prefill_then_decode(model, ids, 4)
+    torch.testing.assert_close(cached, full, rtol=0, atol=ATOL)
+    chunked = DynamicCache(config=model.config)
+    chunks = [model(ids[:, a:b], cache=chunked, use_cache=True).logits for a, b in [(0, 3), (3, 8), (8, 9)]]
+    torch.testing.assert_close(torch.cat(chunks, 1), full, rtol=0, atol=ATOL)
+    generated = model.generate(ids[:1, :5], max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert torch.equal(generated[0, 5:], model(generated[:, :-1]).logits[0, 4:].argmax(-1))
+
+    # a method keeps nothing across tokens beyond the KV cache, which has exactly vanilla's tensors
+    vanilla = tiny_model(**{**settings, "cross_layer": "vanilla"})(ids, use_cache=True).cache
+    assert type(cache) is type(vanilla) and len(cache.layers) == len(vanilla.layers)
+    for layer, plain in zip(cache.layers, vanilla.layers):
+        assert type(layer) is type(plain) and vars(layer).keys() == vars(plain).keys()
+        for a, b in ((layer.keys, plain.keys), (layer.values, plain.values)):
+            assert (a.shape, a.dtype) == (b.shape, b.dtype)
+
+
+def test_save_and_load_give_the_same_model(settings, tmp_path):
+    model = method_model(settings)
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    state, reloaded_state = model.state_dict(), reloaded.state_dict()
+    assert list(state) == list(reloaded_state) and all(torch.equal(state[k], reloaded_state[k]) for k in state)
+    ids = torch.randint(0, 97, (2, 7))
+    torch.testing.assert_close(reloaded(ids).logits, model(ids).logits, rtol=0, atol=0)
+    # the method's parameters live under model.cross_layer; the backbone keeps Qwen3's keys
+    vanilla = tiny_model(**{**settings, "cross_layer": "vanilla"}).state_dict()
+    assert {k for k in state if not k.startswith("model.cross_layer.")} == set(vanilla)
+
+
+def test_initialisation_reaches_every_parameter_and_leaves_the_backbone_vanillas(settings, tmp_path):
+    """With the same seed: a fresh model's backbone is the vanilla model's, and its method parameters are those
+    `reset_parameters` gives a model converted from a vanilla checkpoint (its method's keys missing)."""
+    config = tiny_config(**settings)
+    torch.manual_seed(0)
+    vanilla = DepthAttentionForCausalLM(tiny_config(**{**settings, "cross_layer": "vanilla"}))
+    torch.manual_seed(0)
+    fresh = DepthAttentionForCausalLM(config).state_dict()
+    vanilla.save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    converted = DepthAttentionForCausalLM.from_pretrained(tmp_path, config=config).state_dict()
+    assert all(torch.equal(fresh[k], tensor) for k, tensor in vanilla.state_dict().items())
+    assert list(converted) == list(fresh)
+    assert [k for k in fresh if not torch.equal(converted[k], fresh[k])] == []
+    assert all(torch.isfinite(tensor).all() for tensor in fresh.values())
+
+
+def test_costs_are_declared_and_count_the_built_model(settings):
+    model = tiny_model(**settings)
+    record = costs.method_costs(model.config, context=100)
+    counts = count_parameters(model)
+    assert record["params_extra"] == counts["extra_over_vanilla"] and record["params_total"] == counts["total"]
+    method = METHODS[model.config.cross_layer]
+    terms = method.flop_terms(model.config)
+    assert all(isinstance(t, FlopTerm) and t.op in ("matmul", "elementwise") and t.role in ("weights", "mix")
+               and t.flops >= 0 for t in terms)
+    io = method.io_elements(model.config)
+    assert set(io) == {"read", "write"} and min(io.values()) >= 0
+    assert method.extra_state_elements(model.config, 100) >= 0
+
+
+def test_analytic_flops_match_the_flop_counter_within_a_tolerance(settings):
+    """Per token, the method's model minus the vanilla one, for the terms its FlopTerms say the model runs."""
+    analytic = costs.method_costs(tiny_config(**settings))["model_flops_per_token"]
+    counted = {"matmul": extra_flops_per_token(settings, MATMUL, ops=None)}
+    counted["total"] = extra_flops_per_token(settings, {**MATMUL, **ELEMENTWISE})
+    for kind in ("matmul", "total"):
+        if analytic[kind] == 0:
+            assert counted[kind] == 0, kind
+        else:
+            assert 1 / FLOP_RATIO <= counted[kind] / analytic[kind] <= FLOP_RATIO, (kind, counted, analytic)
+
+
+def test_vllm_serves_it_or_says_why_not(settings):
+    config = tiny_config(**settings)
+    refusal = METHODS[config.cross_layer].vllm_refusal
+    if refusal:
+        with pytest.raises(ValueError, match=re.escape(refusal)):
+            check_servable(config, ranks=1)
+    else:
+        check_servable(config, ranks=1)
+
+
+def test_convert_offers_the_method_and_its_fields(settings):
+    parser = argparse.ArgumentParser()
+    convert_command.add_arguments(parser)
+    options = {action.dest: action for action in parser._actions}
+    name = settings["cross_layer"]
+    assert name in options["cross_layer"].choices
+    assert set(METHODS[name].config_fields) <= set(options)
+    args = parser.parse_args(["src", "out", "--cross-layer", name])
+    assert args.cross_layer == name and all(getattr(args, f) is None for f in METHODS[name].config_fields)
