@@ -21,9 +21,11 @@ import transformers
 import depthattn  # the package itself: registered with the Auto classes, and its version
 
 from .checksums import check_checksums
+from .config import RENAMED_METHODS, did_you_mean
 from .convert import CONFIG_FIX, config_value, fields_behind, meta_shapes, saved_shapes
 from .data.tokenizer import load_tokenizer
 from .files import read_json_object
+from .methods import ENTRY_POINT_GROUP, METHODS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_CHOICES = (*DTYPES, "auto")
@@ -174,11 +176,22 @@ def check_shapes_fit(path: Path) -> None:
     try:
         config = depthattn.DepthAttentionConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, TypeError, KeyError) as error:
-        raise ValueError(f"{path / 'config.json'} is not a valid depthattn config ({error}); fix it or restore "
-                         "the original file") from None
+        raise ValueError(_missing_method(path, error) or f"{path / 'config.json'} is not a valid depthattn config "
+                         f"({error}); fix it or restore the original file") from None
     needed = meta_shapes(depthattn.DepthAttentionForCausalLM, config)
     _check_fit(path, config, [], [], [(name, saved[name], shape) for name, shape in needed.items()
                                       if name in saved and tuple(saved[name]) != shape])
+
+
+def _missing_method(path: Path, error: Exception) -> str | None:
+    """Where config.json names a cross-layer method this process does not know: which, and how to get it."""
+    name = read_json_object(path / "config.json").get("cross_layer") if "cross_layer" in str(error) else None
+    if not isinstance(name, str) or name in METHODS or name in RENAMED_METHODS:
+        return None
+    return (f"{path / 'config.json'} names cross_layer={name!r}, a method not installed here (installed: "
+            f"{', '.join(METHODS)}){did_you_mean(name, METHODS)}: install the package that provides it (it registers "
+            f"the method through an entry point of the group {ENTRY_POINT_GROUP!r}, docs/methods.md), or register it "
+            "with depthattn.methods.register before loading the folder")
 
 
 def _check_fit(path: Path, config, missing, unexpected, mismatched) -> None:

@@ -270,15 +270,23 @@ class DepthAttentionPreTrainedModel(ModelBackports, PreTrainedModel):
         self.config.vocab_size = embeddings.num_embeddings
         return embeddings
 
+    def _initialize_weights(self, module, is_custom_code=False):
+        # transformers passes over a module of custom code that has no parameter of its own; a method's parameters
+        # may all sit in its submodules
+        super()._initialize_weights(module, is_custom_code and not isinstance(module, CrossLayerMethod))
+
     def _init_weights(self, module):
-        super()._init_weights(module)
+        method = getattr(self, self.base_model_prefix, self).cross_layer
         if isinstance(module, CrossLayerMethod):
-            # the method's documented initialisation (guarded: loaded values stay), drawn from its own random
-            # stream, so that with the same seed the backbone starts from vanilla's weights whatever the method
+            # the method's documented initialisation of all its parameters, its submodules' too (guarded: loaded
+            # values stay), drawn from its own random stream, so that with the same seed the backbone starts from
+            # vanilla's weights whatever the method
             devices = [p.device for p in module.parameters() if p.device.type == "cuda"][:1]
             with torch.random.fork_rng(devices=devices):
                 torch.manual_seed(torch.initial_seed() + 1)
                 module.reset_parameters()
+        elif not any(module is part for part in method.modules()):
+            super()._init_weights(module)
 
 
 class DepthAttentionModel(DepthAttentionPreTrainedModel):

@@ -46,14 +46,14 @@ def test_toy_method_trains_and_reloads(toy, tiny_data, tmp_path):
     ])
     train(cfg)
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "final")
-    gains = model.model.cross_layer.gains
-    assert model.config.cross_layer == "toy" and gains.shape == (1,) and gains.abs().sum() > 0  # trained
+    gains = model.model.cross_layer.gains.weight
+    assert model.config.cross_layer == "toy" and gains.shape == (1, 1) and gains.abs().sum() > 0  # trained
 
 
 def test_toy_method_decodes_with_a_cache_and_has_costs(toy, tmp_path):
     model = tiny_model(cross_layer=toy)
     with torch.no_grad():
-        model.model.cross_layer.gains.uniform_(-1, 1)
+        model.model.cross_layer.gains.weight.uniform_(-1, 1)
     ids = torch.randint(0, 97, (2, 9))
     full = model(ids).logits
     cached, _ = prefill_then_decode(model, ids, 4)
@@ -75,7 +75,7 @@ def test_toy_method_owns_its_config_field(toy, tmp_path):
     config.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["toy_gain_init"] == 0.25
     assert DepthAttentionConfig.from_pretrained(tmp_path).to_dict() == config.to_dict()
-    assert (AutoModelForCausalLM.from_config(config).model.cross_layer.gains == 0.25).all()
+    assert (AutoModelForCausalLM.from_config(config).model.cross_layer.gains.weight == 0.25).all()  # a submodule's
     with pytest.raises(ValueError, match="toy_gain_init must be a finite number, got nan"):
         tiny_config(toy_gain_init=float("nan"))
     with pytest.raises(ValueError, match="did you mean 'toy_gain_init'"):

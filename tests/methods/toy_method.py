@@ -1,11 +1,11 @@
 """A toy cross-layer method added in one file plus one registry line: every step u >= 1 adds a learned multiple of
 step 0's value to its own, `V'_u = V_u + g_u V_0`, inside attention through the `CrossLayerMethod` hooks.
 
-Not a paper's method: no arXiv reference. Parameters: `L - 1` gains `g_u`. Initialisation: `toy_gain_init`, its
-own config field (0: vanilla at init).
+Not a paper's method: no arXiv reference. Parameters: `L - 1` gains `g_u`, in a submodule (one row of an
+nn.Embedding per step, which transformers would draw from a normal distribution: `reset_parameters` must reach it).
+Initialisation: `toy_gain_init`, its own config field (0: vanilla at init).
 """
 
-import torch
 from torch import nn
 from transformers import initialization as init
 
@@ -23,18 +23,19 @@ class ToyValueGain(CrossLayerMethod):
 
     def __init__(self, config):
         super().__init__(config)
-        self.gains = nn.Parameter(torch.empty(max(config.unrolled_depth - 1, 0)))
+        self.gains = nn.Embedding(max(config.unrolled_depth - 1, 0), 1)  # (L - 1, 1)
         self.gain_init = config.toy_gain_init
 
     def reset_parameters(self):
-        init.constant_(self.gains, self.gain_init)
+        init.constant_(self.gains.weight, self.gain_init)
 
     @staticmethod
     def step_sources(config):
         return [[0] if u else [] for u in range(config.unrolled_depth)]
 
     def forward(self, attention, query, state, step, states):
-        return state._replace(value=state.value + self.gains[step - 1].to(state.value.dtype) * states[0].value), None
+        gain = self.gains.weight[step - 1].to(state.value.dtype)
+        return state._replace(value=state.value + gain * states[0].value), None
 
     @classmethod
     def extra_parameters(cls, config):

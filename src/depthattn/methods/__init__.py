@@ -10,10 +10,16 @@ read.
   Attention: earlier layers' keys and values of the same token join the attention's softmax).
 
 Their parameters live under `DepthAttentionModel.cross_layer`; vanilla and Depth-Attention models have none.
+A method from another package registers itself through an entry point of the group `depthattn.methods`, loaded as
+this module is imported, so that every process (commands, pool workers, Slurm jobs, `AutoModel` after
+`import depthattn`) knows it (docs/methods.md).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+
+import torch
 from torch import nn
 
 from ..config import METHODS, DepthAttentionConfig
@@ -63,7 +69,8 @@ def build_method(config) -> CrossLayerMethod:
     """The module of `config.cross_layer`: its parameters (none for `vanilla` and `depth_attention`) and hooks.
     The config is checked again first: fields set after it was built skipped the constructor's checks."""
     config.validate()
-    return METHODS[config.cross_layer](config)
+    with torch.random.fork_rng(devices=[]):  # what an nn.Linear of the method draws is not the backbone's
+        return METHODS[config.cross_layer](config)
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:
@@ -75,9 +82,40 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
     }
 
 
+ENTRY_POINT_GROUP = "depthattn.methods"
+
+
+def load_entry_points():
+    """Register every method that an installed package declares in the entry-point group `depthattn.methods`
+    (name: its `cross_layer`, value: `module:Class`)."""
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        package = entry.dist.name if entry.dist is not None else entry.value.split(":")[0]
+        where = (f"the package {package} declares the cross-layer method {entry.name!r} ({entry.value}, entry point "
+                 f"group {ENTRY_POINT_GROUP})")
+        try:
+            cls = entry.load()
+        except Exception as error:
+            raise ImportError(f"{where}, which cannot be loaded ({type(error).__name__}: {error}); fix or reinstall "
+                              f"{package}, or uninstall it") from error
+        if METHODS.get(entry.name) is cls:
+            continue
+        if entry.name in METHODS:
+            raise ImportError(f"{where}, but {entry.name!r} is taken by {METHODS[entry.name].__name__}; rename the "
+                              f"entry point in {package}")
+        if not (isinstance(cls, type) and issubclass(cls, CrossLayerMethod)):
+            raise ImportError(f"{where}, which is not a CrossLayerMethod subclass; fix {package}")
+        try:
+            register(entry.name, cls)
+        except ValueError as error:
+            raise ImportError(f"{where}, which depthattn refuses: {error}; fix {package}") from None
+
+
+load_entry_points()
+
 __all__ = [
     "AttnRes", "COST_MEMBERS", "CrossLayerMethod", "DenseFormer", "DepthAttention", "FlopTerm", "HyperConnections",
     "INFERENCE_STATE", "METHODS", "MHC", "MUDD", "MoDA", "NoExtraCost", "Residual", "ValueEmbeddings", "ValueResidual",
     "Vanilla",
-    "build_method", "count_parameters", "register", "undeclared_costs", "unregister",
+    "ENTRY_POINT_GROUP", "build_method", "count_parameters", "load_entry_points", "register", "undeclared_costs",
+    "unregister",
 ]

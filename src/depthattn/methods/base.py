@@ -31,12 +31,11 @@ class CrossLayerMethod(nn.Module):
     so that vanilla and Depth-Attention checkpoints (which have none) keep exactly Qwen3's keys, and what is known
     about it without building a model.
 
-    A method's parameters are its own attributes (not in a ParameterList or a submodule): transformers initialises
-    custom models module by module and passes over a module with no parameter of its own.
     `config_fields` declares the method's own `DepthAttentionConfig` fields (name: default and meaning), which every
     config then has; `check_config` checks their values. `reset_parameters` sets the method's documented
-    initialisation. `DepthAttentionPreTrainedModel._init_weights` calls it; it must use `transformers.initialization`
-    so that values loaded by `from_pretrained` survive.
+    initialisation of all its parameters, those of its submodules (an nn.Linear, a ParameterList) included: nothing
+    else initialises them. `DepthAttentionPreTrainedModel._init_weights` calls it from the method's own random
+    stream; it must use `transformers.initialization` so that values loaded by `from_pretrained` survive.
     `inference_state` states the extra state the method holds at inference (docs/method.md#baselines).
 
     A method acting inside attention (Depth-Attention, value residual, value embeddings) declares, per unrolled

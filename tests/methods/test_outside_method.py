@@ -1,0 +1,90 @@
+"""A method from another package (docs/methods.md's toy, `prev_mix`), installed without pip: its code and entry
+point are written as an installed distribution into a folder on PYTHONPATH, and every command finds it."""
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from depthattn.loading import check_shapes_fit
+from depthattn.methods import ENTRY_POINT_GROUP, METHODS, load_entry_points, unregister
+
+GUIDE = Path(__file__).parents[2] / "docs" / "methods.md"
+
+
+def install(site: Path, package: str, code: str, entry_points: dict[str, str]) -> None:
+    """`package` as pip would leave it: its code, and a dist-info with its entry points in the methods' group."""
+    (site / package).mkdir(parents=True)
+    (site / package / "__init__.py").write_text(code)
+    info = site / f"{package}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package.replace('_', '-')}\nVersion: 0.1\n")
+    lines = "".join(f"{name} = {value}\n" for name, value in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{lines}")
+
+
+def guide_method() -> tuple[str, dict[str, str]]:
+    """docs/methods.md's method code and the entry points its pyproject.toml snippet declares."""
+    text = GUIDE.read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    (toml,) = re.findall(r"```toml\n(.*?)```", text, flags=re.S)
+    return code, tomllib.loads(toml)["project"]["entry-points"][ENTRY_POINT_GROUP]
+
+
+@pytest.fixture
+def site(tmp_path):
+    code, entry_points = guide_method()
+    install(tmp_path / "site", "toy_method", code, entry_points)
+    return tmp_path / "site"
+
+
+def depthattn(site: Path, *argv: str) -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "depthattn", *argv], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, f"depthattn {' '.join(argv)}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def test_every_command_takes_a_method_installed_by_entry_point(site, tiny_data, tmp_path):
+    run = tmp_path / "run"
+    depthattn(site, "train", "--data.path", str(tiny_data), "--data.seq_len", "16", "--train.out_dir", str(run),
+              "--train.batch_size", "2", "--train.steps", "3", "--train.eval_every", "3", "--train.eval_batches", "1",
+              "--train.checkpoint_every", "3", "--train.progress", "false", "--optim.warmup_steps", "1",
+              "--model.method", "prev_mix", "--model.overrides.num_hidden_layers", "2")
+    assert '"cross_layer": "prev_mix"' in (run / "final" / "config.json").read_text()
+    assert "perplexity" in depthattn(site, "eval", str(run / "final"), "--data", str(tiny_data)).lower()
+    assert depthattn(site, "generate", str(run / "final"), "the", "--max-new-tokens", "4").strip()
+    row = next(line for line in depthattn(site, "costs", "--preset", "tiny", "--methods", "vanilla,prev_mix")
+               .splitlines() if line.startswith("| prev_mix "))
+    extra, flops = (cell.strip() for cell in row.split("|")[3:5])
+    assert (extra, flops) == ("3", "3.84e2"), row  # the tiny preset's 4 layers: a_1 .. a_3, 2 d_kv FLOPs each
+
+    # this process has not installed it: the folder says which method is missing and how to get it
+    with pytest.raises(ValueError, match=r"names cross_layer='prev_mix', a method not installed here .*: install "
+                                         r"the package that provides it .*'depthattn.methods'"):
+        check_shapes_fit(run / "final")
+
+
+def test_entry_points_register_the_method_in_this_process_too(site, monkeypatch):
+    monkeypatch.syspath_prepend(str(site))
+    load_entry_points()
+    try:
+        assert METHODS["prev_mix"].__module__ == "toy_method"
+        load_entry_points()  # again: already registered, nothing to do
+    finally:
+        unregister("prev_mix")
+
+
+def test_a_broken_entry_point_names_its_package(tmp_path, monkeypatch):
+    install(tmp_path, "broken_method", "raise RuntimeError('no GPU here')\n", {"broken": "broken_method:Broken"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ImportError, match=r"the package broken-method declares the cross-layer method 'broken' "
+                                          r"\(broken_method:Broken, .*cannot be loaded \(RuntimeError: no GPU here\); "
+                                          "fix or reinstall broken-method"):
+        load_entry_points()
+    assert "broken" not in METHODS
