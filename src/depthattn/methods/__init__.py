@@ -113,9 +113,8 @@ def load_entry_points():
 load_entry_points()
 
 __all__ = [
-    "AttnRes", "COST_MEMBERS", "CrossLayerMethod", "DenseFormer", "DepthAttention", "FlopTerm", "HyperConnections",
-    "INFERENCE_STATE", "METHODS", "MHC", "MUDD", "MoDA", "NoExtraCost", "Residual", "ValueEmbeddings", "ValueResidual",
-    "Vanilla",
-    "ENTRY_POINT_GROUP", "build_method", "count_parameters", "load_entry_points", "register", "undeclared_costs",
-    "unregister",
+    "AttnRes", "COST_MEMBERS", "CrossLayerMethod", "DenseFormer", "DepthAttention", "ENTRY_POINT_GROUP", "FlopTerm",
+    "HyperConnections", "INFERENCE_STATE", "METHODS", "MHC", "MUDD", "MoDA", "NoExtraCost", "Residual",
+    "ValueEmbeddings", "ValueResidual", "Vanilla", "build_method", "count_parameters", "load_entry_points",
+    "register", "undeclared_costs", "unregister",
 ]
