@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from depthattn.study import Study
+from depthattn.study import CellResult, Study
 from depthattn.study.multiplier import BaselineCurve, format_multiplier, multipliers
 from depthattn.study.report import markdown_report
 from tests.study.test_study import WSD_BUDGETS, write_study
@@ -27,11 +27,10 @@ def planted_results(study, multiplier_of, seeds=range(5), noise=0.0, epochs_per_
             shift = 0.01 * seed
             for method, value in (("vanilla", loss(x)),
                                   ("depth_attention", loss(multiplier_of(x) * x) + noise * (seed - 2))):
-                results.append({"method": method, "seed": seed, "val_loss": value + shift,
-                                "setting": {"budget": label},
-                                "train_tokens": steps * 1000, "params_total": 100, "data_epochs": epochs_per_x * x,
-                                "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "curve": [],
-                                "val_bits_per_byte": value})
+                results.append(CellResult(method, seed, value + shift, {
+                    "train_tokens": steps * 1000, "params_total": 100, "data_epochs": epochs_per_x * x,
+                    "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "curve": [], "val_bits_per_byte": value},
+                    setting={"budget": label}))
     return results
 
 

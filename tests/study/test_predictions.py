@@ -1,6 +1,6 @@
 """Predictions from a finished sweep for another study's budgets, written once, scored on the target's cells."""
 
-import json
+import dataclasses
 
 import pytest
 
@@ -22,7 +22,7 @@ def planted_target(target, multiplier, seeds=range(5)):
     results = []
     for label in target.axes[1].values:
         for result in planted_results(source_like, lambda x: multiplier, seeds=seeds, noise=0.005):
-            results.append({**result, "setting": {**result["setting"], "lr": label}})
+            results.append(dataclasses.replace(result, setting={**result.setting, "lr": label}))
     return results
 
 
@@ -77,9 +77,7 @@ def test_the_study_command_writes_a_prediction_and_scores_it_on_written_cells(st
     for study, results in ((source, planted_results(source, lambda x: 1.3, noise=0.005)),
                            (target, planted_target(target, 2.0))):
         for result in results:
-            path = study.result_path(result["setting"], result["method"], result["seed"])
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({k: v for k, v in result.items() if k != "setting"}))
+            result.write(study.result_path(result.setting, result.method, result.seed))
     assert main(["study", source.config_file, "--predict-for", target.config_file, "--assumes", "no change",
                  "--predictions", str(tmp_path / "predictions")]) == 0
     written = capsys.readouterr().out.split("prediction: ")[1].strip()

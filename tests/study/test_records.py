@@ -41,7 +41,8 @@ def test_a_result_is_written_and_read_whole(tmp_path):
     result = CellResult.read(path)
     assert (result.method, result.seed, result.val_loss, result.source) == ("vanilla", 0, 2.5, path)
     assert result.get("curve") == [[10, 2.6]] and result.metric("val_bits_per_byte") == 3.6
-    assert result.row({"layers": "4"})["setting"] == {"layers": "4"}
+    assert CellResult.read(path, {"layers": "4"}).cell == Cell({"layers": "4"}, "vanilla", 0)
+    assert result["curve"] == [[10, 2.6]] and result.curve == {10: 2.6}
     with pytest.raises(ValueError, match=f"{re.escape(str(path))} has no 'val_acc'"):
         result.metric("val_acc")
 

@@ -45,7 +45,7 @@ def slurm_study(tmp_path, tiny_data, name, **kwargs):
 
 
 def losses(study: Study) -> dict:
-    return {(r["method"], r["seed"]): r["val_loss"] for r in study.read_results()}
+    return {(r.method, r.seed): r.val_loss for r in study.read_results()}
 
 
 def test_a_study_through_slurm_gives_the_local_cells_bitwise(cluster, tiny_data, tmp_path, capsys):

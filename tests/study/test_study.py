@@ -1,4 +1,5 @@
 import argparse
+import dataclasses
 import json
 import math
 import shutil
@@ -147,17 +148,17 @@ def test_sweep_runs_each_cell_once_resumes_and_reports(tiny_data, tmp_path):
     assert pending_cells(study) == []
 
     results = study.read_results()
-    assert len(results) == 4 and all(r["curve"] and r["val_bits_per_byte"] > 0 for r in results)
+    assert len(results) == 4 and all(r.curve and r.val_bits_per_byte > 0 for r in results)
     table = summarize(study, results)[""]
     da = next(r for r in table["rows"] if r["method"] == "depth_attention")
-    losses = {(r["method"], r["seed"]): r["val_loss"] for r in results}
+    losses = {(r.method, r.seed): r.val_loss for r in results}
     diffs = [losses["depth_attention", s] - losses["vanilla", s] for s in (0, 1)]
     assert da["diff_mean"] == pytest.approx(sum(diffs) / 2) and da["n"] == 2
     assert table["contrasts"][0]["diff_mean"] == pytest.approx(da["diff_mean"])
     report = write_report(study)
     text = report.read_text()
     assert "| depth_attention | 2 |" in text and "depth_attention − vanilla" in text
-    curves = [dict(map(tuple, r["curve"])) for r in results if r["method"] == "vanilla"]
+    curves = [r.curve for r in results if r.method == "vanilla"]
     end = max(curves[0])
     start = min(curves[0], key=lambda t: abs(t - 0.75 * end))
     before, after = (sum(curve[t] for curve in curves) / 2 for t in (start, end))
@@ -233,7 +234,7 @@ def test_a_retrofitting_study_retrains_its_missing_starting_models(tiny_data, tm
     assert retrofit.cell_config({}, "depth_attention", 0).model.init_from == str(start / "final")
     run_study(retrofit)
     assert (start / "final" / "model.safetensors").read_bytes() == weights and result.read_text() == committed
-    assert {r["method"] for r in retrofit.read_results()} == {"vanilla", "depth_attention"}
+    assert {r.method for r in retrofit.read_results()} == {"vanilla", "depth_attention"}
     assert retrofit.cell_path({}, "vanilla", 0) != parent.cell_path({}, "vanilla", 0)
     # a finished study, run again as `make study` does: nothing to do, no error
     run_study(retrofit, LocalExecutor(workers=2))
@@ -501,10 +502,10 @@ def synthetic_budget_results(study, gain_of, seeds=(0, 1, 2), noise=0.0):
             for method, loss in (("vanilla", base), ("depth_attention",
                                                      base + gain_of(tokens / 100)
                                                      + noise * (seed - sum(seeds) / len(seeds)))):
-                results.append({"method": method, "seed": seed, "val_loss": loss, "val_bits_per_byte": loss,
-                                "train_tokens": tokens, "params_total": 100, "params_extra_over_vanilla": 0,
-                                "tokens_per_s": 1.0, "curve": [], "setting": {"budget": label},
-                                "data_epochs": tokens / 1e6})
+                results.append(CellResult(method, seed, loss, {
+                    "val_bits_per_byte": loss, "train_tokens": tokens, "params_total": 100,
+                    "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "curve": [], "data_epochs": tokens / 1e6},
+                    setting={"budget": label}))
     return results
 
 
@@ -552,9 +553,7 @@ def test_the_budget_report_draws_the_trend_and_compares_schedules(tiny_data, tmp
     axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", '{ a = 1, b = 10, c = 100 }')
     study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
     for result in synthetic_budget_results(study, lambda x: -0.1 + 0.03 * math.log10(x), noise=0.003):
-        path = study.result_path(result["setting"], result["method"], result["seed"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({k: v for k, v in result.items() if k != "setting"}))
+        result.write(study.result_path(result.setting, result.method, result.seed))
     report = write_report(study).read_text()
     assert "![gains against the budget](s_trend.png)" in report and (tmp_path / "results" / "s_trend.png").exists()
 
@@ -566,11 +565,9 @@ def test_the_budget_report_draws_the_trend_and_compares_schedules(tiny_data, tmp
     study = Study.load(compared)
     other = Study.load(cosine)
     for result in study.read_results():
-        setting = result.pop("setting")
-        path = other.result_path(setting, result["method"], result["seed"])
-        assert path != study.result_path(setting, result["method"], result["seed"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({**result, "val_loss": result["val_loss"] + 0.001}))
+        path = other.result_path(result.setting, result.method, result.seed)
+        assert path != result.source
+        dataclasses.replace(result, val_loss=result.val_loss + 0.001).write(path)
     text = markdown_report(study, study.read_results())
     assert "| depth_attention | +0.0010 (n=3) |" not in text  # identical shifts: no spread, so no interval
     assert "Largest mean difference: 0.0010; intervals overlap in 3/3: **reproduces**" in text
@@ -612,7 +609,7 @@ def test_a_damaged_result_is_named_left_out_of_reports_and_trained_again(tiny_da
     write_report(study)  # --report-only: named, left out, the rest reported
     err = capsys.readouterr().err
     assert str(path) in err and message in err and "left out as missing" in err
-    assert [r["method"] for r in study.read_results()] == ["depth_attention"]
+    assert [r.method for r in study.read_results()] == ["depth_attention"]
     assert pending_cells(study) == [Cell({}, "vanilla", 0)]
 
     run_study(study)  # a run sets it aside, says so, and trains the cell again (resumed: the same numbers)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .records import CellResult
 from .spec import Study, setting_label
 from .stats import MIN_SEEDS
 from .trend import tokens_per_parameter
@@ -101,13 +102,14 @@ def power_law(x: np.ndarray, loss: np.ndarray) -> tuple[float, float, float] | N
     return tuple(float(p) for p in params)
 
 
-def loss_table(study: Study, results: list[dict]) -> tuple[list[str], np.ndarray, list[int], dict[str, np.ndarray]]:
+def loss_table(study: Study, results: list[CellResult]
+               ) -> tuple[list[str], np.ndarray, list[int], dict[str, np.ndarray]]:
     """Budget labels (ascending), their tokens per parameter, the seeds every method of the study has at every
     budget, and per method its losses as an array (budgets, seeds)."""
     x_of = tokens_per_parameter(study, results)
     axis = study.branch_axis
     labels = sorted(x_of, key=x_of.get)
-    loss = {(r["method"], r["setting"][axis.name], r["seed"]): r["val_loss"] for r in results}
+    loss = {(r.method, r.setting[axis.name], r.seed): r.val_loss for r in results}
     methods = [m for m in study.methods if any(key[0] == m for key in loss)]
     seeds = sorted({key[2] for key in loss})
     seeds = [s for s in seeds if all((m, label, s) in loss for m in methods for label in labels)]
@@ -129,7 +131,7 @@ def percentile_interval(draws: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def multipliers(study: Study, results: list[dict], flops_ratio: dict[str, float] | None = None,
+def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, float] | None = None,
                 seed: int = 0) -> dict | None:
     """Every method's data (and, given each method's FLOPs per token over the baseline's, compute) multiplier at
     each budget, with bootstrap intervals where the seeds can carry them; None without a branched axis, three
@@ -185,23 +187,23 @@ def _log_fit(x: np.ndarray, k: np.ndarray) -> tuple[float, float]:
     return float(gamma), float(log_c)
 
 
-def groups(study: Study, results: list[dict]) -> dict[str, list[dict]]:
+def groups(study: Study, results: list[CellResult]) -> dict[str, list[CellResult]]:
     """A branched study's results per setting of its other axes (a ladder's sizes), by that setting's label."""
     axis = study.branch_axis
     out = {}
     for result in results:
-        rest = {name: label for name, label in result["setting"].items() if name != axis.name}
+        rest = {name: label for name, label in result.setting.items() if name != axis.name}
         out.setdefault(setting_label(rest), []).append(result)
     return out
 
 
-def _epochs_per_token_per_parameter(study: Study, results: list[dict]) -> float | None:
+def _epochs_per_token_per_parameter(study: Study, results: list[CellResult]) -> float | None:
     """Passes over the training data per token per parameter of the baseline model (from the cells' data_epochs)."""
     x_of = tokens_per_parameter(study, results)
     axis = study.branch_axis
     for r in results:
-        if r["method"] == study.baseline and r.get("data_epochs") is not None:
-            return r["data_epochs"] / x_of[r["setting"][axis.name]]
+        if r.method == study.baseline and r.data_epochs is not None:
+            return r.data_epochs / x_of[r.setting[axis.name]]
     return None
 
 

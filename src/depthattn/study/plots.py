@@ -7,16 +7,12 @@ import statistics
 from pathlib import Path
 
 from ..evaluate.plots import save_figure
+from .records import CellResult
 from .spec import Study, setting_label
 from .stats import summarize
 
 
-def cell_curve(cell: dict) -> dict[int, float]:
-    """A cell's eval-subset curve, stored as [tokens, loss] pairs, as {tokens: loss}."""
-    return dict(map(tuple, cell["curve"]))
-
-
-def plot_differences(study: Study, results: list[dict], out_png: Path) -> Path | None:
+def plot_differences(study: Study, results: list[CellResult], out_png: Path) -> Path | None:
     """Paired Δ val loss vs the baseline with its 95% interval: against the first axis, or per method."""
     import matplotlib
 
@@ -55,7 +51,7 @@ def plot_differences(study: Study, results: list[dict], out_png: Path) -> Path |
     return save_figure(fig, out_png)
 
 
-def plot_curve_differences(study: Study, results: list[dict], out_png: Path) -> Path:
+def plot_curve_differences(study: Study, results: list[CellResult], out_png: Path) -> Path:
     """Paired Δ of the validation curves (eval subset) against training tokens: where the gap goes."""
     import matplotlib
 
@@ -65,14 +61,14 @@ def plot_curve_differences(study: Study, results: list[dict], out_png: Path) -> 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     styles = ["-", "--", ":", "-."]
     for s, setting in enumerate(study.settings()):
-        cells = [r for r in results if r["setting"] == setting]
-        base = {r["seed"]: cell_curve(r) for r in cells if r["method"] == study.baseline}
+        cells = [r for r in results if r.setting == setting]
+        base = {r.seed: r.curve for r in cells if r.method == study.baseline}
         for i, method in enumerate(m for m in study.methods if m != study.baseline):
-            runs = [r for r in cells if r["method"] == method and r["seed"] in base]
+            runs = [r for r in cells if r.method == method and r.seed in base]
             if not runs:
                 continue
-            tokens = [t for t, _ in runs[0]["curve"]]
-            diffs = [[v - base[r["seed"]][t] for t, v in r["curve"]] for r in runs]
+            tokens = list(runs[0].curve)
+            diffs = [[v - base[r.seed][t] for t, v in r.curve.items()] for r in runs]
             mean = [statistics.fmean(d) for d in zip(*diffs)]
             ax.plot(tokens, mean, styles[s % len(styles)], color=f"C{i}",
                     label=f"{method} {setting_label(setting)} ({len(runs)} seeds)")

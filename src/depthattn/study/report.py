@@ -13,15 +13,16 @@ from ..presets import METHOD_PRESETS
 from ..train.config import read_toml
 from .multiplier import EXTRAPOLATION_LIMIT, REPEATS_FLAG, format_multiplier, groups, multipliers
 from .multiplier import RESAMPLES as MULTIPLIER_RESAMPLES
-from .plots import cell_curve, plot_curve_differences, plot_differences, plot_multipliers, plot_overview, plot_trend
+from .plots import plot_curve_differences, plot_differences, plot_multipliers, plot_overview, plot_trend
 from .pricing import cell_flops
+from .records import CellResult
 from .runner import uncertain_cells
 from .spec import Study, setting_label
 from .stats import format_interval, paired_difference, summarize, verdict
 from .trend import RESAMPLES, describe_zero, paired_by_budget, tokens_per_parameter, trend
 
 
-def markdown_report(study: Study, results: list[dict]) -> str:
+def markdown_report(study: Study, results: list[CellResult]) -> str:
     loss, bpb = summarize(study, results, "val_loss"), summarize(study, results, "val_bits_per_byte")
     lines = [f"### {study.title}", "",
              f"`depthattn study {study.config_file}`; val loss = mean next-token loss (nats) over the "
@@ -44,11 +45,10 @@ def markdown_report(study: Study, results: list[dict]) -> str:
     for label, table in loss.items():
         if not table["rows"]:
             continue
-        cells = [r for r in results if r["setting"] == table["setting"]]
-        head = cells[0]
+        cells = [r for r in results if r.setting == table["setting"]]
         if label:
             lines += [f"**{label}**", ""]
-        lines += [f"Training: {head['train_tokens']:,} tokens per run; cell key "
+        lines += [f"Training: {cells[0].train_tokens:,} tokens per run; cell key "
                   f"`{study.cell_path(table['setting'], study.baseline, 0).parts[0]}`"
                   f"{_last_quarter(study.baseline, cells)}.", "",
                   "| method |" + (" variant |" if study.describe else "") +
@@ -137,7 +137,7 @@ def trend_pairs(study: Study) -> list[tuple[str, str]]:
     return [(m, study.baseline) for m in study.methods if m != study.baseline] + [tuple(c) for c in study.contrasts]
 
 
-def _trend_table(study: Study, results: list[dict]) -> list[str]:
+def _trend_table(study: Study, results: list[CellResult]) -> list[str]:
     """Each gain at every budget (paired by seed, 95% interval), its fitted log-linear trend and where the trend's
     bootstrap band first holds zero."""
     x_of = tokens_per_parameter(study, results)
@@ -145,7 +145,7 @@ def _trend_table(study: Study, results: list[dict]) -> list[str]:
         return []
     axis = study.branch_axis
     labels = sorted(x_of, key=x_of.get)
-    epochs = {r["setting"][axis.name]: r.get("data_epochs") for r in results}
+    epochs = {r.setting[axis.name]: r.data_epochs for r in results}
     lines = ["Against the budget (tokens per parameter of the baseline model; all budgets of a seed come from one WSD "
              "run). Epochs over the training data: " + ", ".join(
                  f"{x_of[label]:.2g}: {epochs[label]:.2f}" for label in labels if epochs.get(label) is not None)
@@ -183,11 +183,11 @@ def flops_ratios(study: Study) -> dict[str, float]:
     return {m: cell_flops(study, setting, m)["flops"] / base for m in study.methods}
 
 
-def study_multipliers(study: Study, results: list[dict]) -> dict | None:
+def study_multipliers(study: Study, results: list[CellResult]) -> dict | None:
     return multipliers(study, results, flops_ratios(study))
 
 
-def _multiplier_tables(study: Study, results: list[dict]) -> list[str]:
+def _multiplier_tables(study: Study, results: list[CellResult]) -> list[str]:
     """Each method's data and compute multiplier over the baseline at every budget, the slope of the multiplier
     with the budget (the verdict) and the joint fit."""
     found = study_multipliers(study, results)
@@ -243,7 +243,7 @@ def _short_verdict(row: dict) -> str:
     return {"better": "✓", "worse": "✗", "no difference shown": "·"}.get(verdict(row), "")
 
 
-def _compare_table(study: Study, results: list[dict]) -> list[str]:
+def _compare_table(study: Study, results: list[CellResult]) -> list[str]:
     """This study against another of the same settings and methods (e.g. WSD branches against cosine runs): each
     method's loss difference, and each gain over the baseline under both, paired by seed."""
     other = study.compare["with"]
@@ -255,11 +255,11 @@ def _compare_table(study: Study, results: list[dict]) -> list[str]:
              f"Δ vs {study.baseline}, {other.name} | intervals overlap |", "|---|---|---|---|---|---|"]
     worst, overlaps = 0.0, []
     for setting in study.settings():
-        mine = [r for r in results if r["setting"] == setting]
-        yours = [r for r in theirs if r["setting"] == setting]
+        mine = [r for r in results if r.setting == setting]
+        yours = [r for r in theirs if r.setting == setting]
         for method in study.methods:
-            a = {r["seed"]: r["val_loss"] for r in mine if r["method"] == method}
-            b = {r["seed"]: r["val_loss"] for r in yours if r["method"] == method}
+            a = {r.seed: r.val_loss for r in mine if r.method == method}
+            b = {r.seed: r.val_loss for r in yours if r.method == method}
             seeds = sorted(set(a) & set(b))
             if not seeds:
                 continue
@@ -283,10 +283,10 @@ def _compare_table(study: Study, results: list[dict]) -> list[str]:
                         f"**{'reproduces' if same else 'does not reproduce'}**."]
 
 
-def _last_quarter(method: str, cells: list[dict]) -> str:
+def _last_quarter(method: str, cells: list[CellResult]) -> str:
     """How far `method`'s eval-subset loss (mean over seeds) still fell over the last quarter of training: how
     flat the curve is where the budget ends."""
-    curves = [cell_curve(r) for r in cells if r["method"] == method and r["curve"]]
+    curves = [r.curve for r in cells if r.method == method and r.curve]
     if not curves:
         return ""
     tokens = sorted(set.intersection(*[set(curve) for curve in curves]))
@@ -299,9 +299,9 @@ def _last_quarter(method: str, cells: list[dict]) -> str:
             f"{before:.3f} to {after:.3f} ({after - before:+.3f})")
 
 
-def _curve_table(study: Study, cells: list[dict]) -> list[str]:
+def _curve_table(study: Study, cells: list[CellResult]) -> list[str]:
     """Eval-subset val loss along training, mean ± sd over seeds: where started models begin (tokens 0) and go."""
-    curves = {m: [cell_curve(r) for r in cells if r["method"] == m] for m in study.methods}
+    curves = {m: [r.curve for r in cells if r.method == m] for m in study.methods}
     tokens = sorted({t for runs in curves.values() for run in runs for t in run})
     lines = ["Along training (eval-subset val loss, mean ± sd over seeds; tokens 0 = the starting model converted):",
              "",
@@ -438,7 +438,7 @@ def setting_differences(studies: list[Study], index: IndexPage | None = None) ->
                     continue
                 entry = entries[key] = {
                     "label": label or "base", "study": study.name, "seeds": anchor["seeds"],
-                    "train_tokens": next(r["train_tokens"] for r in results if r["setting"] == table["setting"]),
+                    "train_tokens": next(r.train_tokens for r in results if r.setting == table["setting"]),
                     **dict.fromkeys(index.labels)}
             for column in index.columns:
                 entry[column.label] = entry[column.label] or column.find(study, table)

@@ -314,15 +314,15 @@ class Study:
         if not path.exists():
             return None
         try:
-            return CellResult.read(path)
+            return CellResult.read(path, setting)
         except ValueError as error:
             print(f"note: {error}; the cell is left out as missing (`depthattn study` sets the file aside and trains "
                   "the cell again)", file=sys.stderr)
             return None
 
-    def read_results(self) -> list[dict]:
-        """The result of every finished cell of this study as a row of its tables: every field and the setting."""
-        return [result.row(setting) for setting in self.settings() for method in self.methods
+    def read_results(self) -> list[CellResult]:
+        """The result of every finished cell of this study."""
+        return [result for setting in self.settings() for method in self.methods
                 for seed in self.seeds + self.more_seeds
                 if self.trains(setting, method) and (result := self.read_result(setting, method, seed)) is not None]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from .records import CellResult
 from .spec import Study, setting_label
 
 CONFIDENCE = 0.95
@@ -28,28 +29,28 @@ def paired_difference(values: list[float], baseline: list[float], confidence: fl
     return out
 
 
-def paired_values(results: list[dict], a: str, b: str, key: str) -> tuple[list[float], list[float]]:
-    by_seed = {m: {r["seed"]: r[key] for r in results if r["method"] == m} for m in (a, b)}
+def paired_values(results: list[CellResult], a: str, b: str, key: str) -> tuple[list[float], list[float]]:
+    by_seed = {m: {r.seed: r.metric(key) for r in results if r.method == m} for m in (a, b)}
     seeds = sorted(set(by_seed[a]) & set(by_seed[b]))
     return [by_seed[a][s] for s in seeds], [by_seed[b][s] for s in seeds]
 
 
-def summarize(study: Study, results: list[dict], key: str = "val_loss") -> dict:
+def summarize(study: Study, results: list[CellResult], key: str = "val_loss") -> dict:
     """Per setting label: rows (one per method with results) and contrasts, differences paired by seed."""
     table = {}
     for setting in study.settings():
         label = setting_label(setting)
-        cells = [r for r in results if r["setting"] == setting]
+        cells = [r for r in results if r.setting == setting]
         rows = []
         for method in study.methods:
-            runs = [r for r in cells if r["method"] == method]
+            runs = [r for r in cells if r.method == method]
             if not runs:
                 continue
-            values = [r[key] for r in runs]
+            values = [r.metric(key) for r in runs]
             row = {"method": method, "seeds": len(runs), "mean": statistics.fmean(values),
                    "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-                   "extra_params": runs[0]["params_extra_over_vanilla"],
-                   "tokens_per_s": statistics.fmean(r["tokens_per_s"] for r in runs)}
+                   "extra_params": runs[0].params_extra,
+                   "tokens_per_s": statistics.fmean(r.tokens_per_s for r in runs)}
             if method != study.baseline:
                 pair = paired_values(cells, method, study.baseline, key)
                 if pair[0]:

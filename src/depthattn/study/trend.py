@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .records import CellResult
 from .spec import Study
 from .stats import MIN_SEEDS, paired_difference
 
@@ -25,23 +26,23 @@ GRID = np.logspace(-1, 4, 501)  # 0.1 to 10,000 tokens per parameter
 ZERO_LIMIT = 2.0
 
 
-def tokens_per_parameter(study: Study, results: list[dict]) -> dict[str, float]:
+def tokens_per_parameter(study: Study, results: list[CellResult]) -> dict[str, float]:
     """Per budget label of the branched (or first) axis: training tokens per parameter of the baseline model."""
     axis = study.branch_axis or study.axes[0]
     out = {}
     for label in axis.values:
-        base = [r for r in results if r["setting"][axis.name] == label and r["method"] == study.baseline]
+        base = [r for r in results if r.setting[axis.name] == label and r.method == study.baseline]
         if base:
-            out[label] = base[0]["train_tokens"] / base[0]["params_total"]
+            out[label] = base[0].train_tokens / base[0].params_total
     return out
 
 
-def paired_by_budget(study: Study, results: list[dict], method: str, against: str) -> dict[str, dict]:
+def paired_by_budget(study: Study, results: list[CellResult], method: str, against: str) -> dict[str, dict]:
     """{budget label: {seed: (method's val loss, against's)}} over the seeds where both cells are in."""
     axis = study.branch_axis or study.axes[0]
     out = {}
     for label in axis.values:
-        at = {m: {r["seed"]: r["val_loss"] for r in results if r["setting"][axis.name] == label and r["method"] == m}
+        at = {m: {r.seed: r.val_loss for r in results if r.setting[axis.name] == label and r.method == m}
               for m in (method, against)}
         seeds = sorted(set(at[method]) & set(at[against]))
         if seeds:
@@ -55,7 +56,7 @@ def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float(a), float(b)
 
 
-def trend(study: Study, results: list[dict], method: str, against: str, seed: int = 0) -> dict | None:
+def trend(study: Study, results: list[CellResult], method: str, against: str, seed: int = 0) -> dict | None:
     """The paired gain of `method` over `against` at each budget, its fitted log-linear trend with a bootstrap
     band, and where the band first holds zero; None with fewer than three budgets or two common seeds."""
     x_of = tokens_per_parameter(study, results)
