@@ -77,7 +77,7 @@ def test_the_study_command_writes_a_prediction_and_scores_it_on_written_cells(st
     for study, results in ((source, planted_results(source, lambda x: 1.3, noise=0.005)),
                            (target, planted_target(target, 2.0))):
         for result in results:
-            result.write(study.result_path(result.setting, result.method, result.seed))
+            result.write(study.result_path(result.cell))
     assert main(["study", source.config_file, "--predict-for", target.config_file, "--assumes", "no change",
                  "--predictions", str(tmp_path / "predictions")]) == 0
     written = capsys.readouterr().out.split("prediction: ")[1].strip()

@@ -83,7 +83,7 @@ def test_the_index_columns_come_from_its_config(tiny_data, tmp_path):
                                    head='contrasts = [["value_residual", "depth_attention"]]'))
     for method, losses in {"vanilla": [2.0, 2.1], "depth_attention": [1.9, 2.05], "value_residual": [1.8, 1.8]}.items():
         for seed, loss in enumerate(losses):
-            path = study.result_path({}, method, seed)
+            path = study.result_path(Cell({}, method, seed))
             path.parent.mkdir(parents=True, exist_ok=True)
             CellResult(method, seed, loss, {"val_bits_per_byte": loss, "params_extra_over_vanilla": 0,
                                             "tokens_per_s": 1.0, "train_tokens": 10, "curve": [[10, loss]]}).write(path)

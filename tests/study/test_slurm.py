@@ -12,7 +12,7 @@ import time
 import pytest
 
 from depthattn.commands.study import add_arguments, run
-from depthattn.study import Study, run_study
+from depthattn.study import Cell, Study, run_study
 from depthattn.study.local import LocalExecutor
 
 from .slurm_cluster import slurm_available, start_cluster
@@ -70,7 +70,7 @@ def test_a_two_task_cell_matches_the_one_process_cell(cluster, tiny_data, tmp_pa
     run_study(one, LocalExecutor(threads=1))
     config = slurm_study(tmp_path, tiny_data, "two", methods=("vanilla",), seeds=(0,))
     assert study_cli(config, "--executor", "slurm", "--slurm", "tasks_per_cell=2", "--poll", "0.5") == 0
-    a, b = (json.loads(s.result_path({}, "vanilla", 0).read_text()) for s in (one, Study.load(config)))
+    a, b = (json.loads(s.result_path(Cell({}, "vanilla", 0)).read_text()) for s in (one, Study.load(config)))
     assert b["world_size"] == 2 and b["config"] == a["config"]  # the same cell, in two gloo DDP processes
     assert b["val_loss"] == pytest.approx(a["val_loss"], abs=1e-4)  # only the order of float sums differs
 
@@ -84,7 +84,7 @@ def test_a_cancelled_cell_resumes_from_its_checkpoint_on_the_next_submission(clu
     config.write_text(config.read_text().replace(*steps).replace("checkpoint_every = 2", "checkpoint_every = 50"))
     assert study_cli(config, "--executor", "slurm", "--detach") == 0
     job = json.loads((tmp_path / "cut" / "runs" / "slurm" / "jobs.json").read_text()).popitem()[1]["job_id"]
-    cell = tmp_path / "cut" / "runs" / Study.load(config).cell_path({}, "vanilla", 0)
+    cell = tmp_path / "cut" / "runs" / Study.load(config).cell_path(Cell({}, "vanilla", 0))
     deadline = time.monotonic() + 120
     while not any(cell.glob("checkpoints/step_*")):  # the first checkpoint, then scancel mid-cell
         assert time.monotonic() < deadline, cluster.logs()
@@ -109,8 +109,8 @@ values = { fresh = "", missing = "/nonexistent/model" }
     assert study_cli(config, "--executor", "slurm", "--poll", "0.5") == 1
     out = capsys.readouterr().out
     study = Study.load(config)
-    assert study.result_path({"start": "fresh"}, "vanilla", 0).exists()
-    assert not study.result_path({"start": "missing"}, "vanilla", 0).exists()
+    assert study.result_path(Cell({"start": "fresh"}, "vanilla", 0)).exists()
+    assert not study.result_path(Cell({"start": "missing"}, "vanilla", 0)).exists()
     failed = next(line for line in out.splitlines() if "; log: " in line)
     log = failed.split("log: ")[1]
     assert "/nonexistent/model" in open(log).read() and "/nonexistent/model" in out  # the error, quoted

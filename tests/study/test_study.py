@@ -89,13 +89,14 @@ values = { short = 3, long = 6 }
     study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
     assert study.settings() == [{"layers": "2", "budget": "short"}, {"layers": "2", "budget": "long"},
                                 {"layers": "3", "budget": "short"}, {"layers": "3", "budget": "long"}]
-    cfg = study.cell_config({"layers": "3", "budget": "long"}, "depth_attention", 1)
+    cfg = study.cell_config(Cell({"layers": "3", "budget": "long"}, "depth_attention", 1))
     assert cfg.model.overrides["num_hidden_layers"] == 3 and cfg.train.steps == 6 and cfg.train.seed == 1
     assert cfg.model.method == "depth_attention"
     # the (2, short) setting is exactly the plain base config: one key, whatever study asks for it
     plain = Study.load(write_study(tmp_path, tiny_data, name="plain.toml"))
-    assert study.cell_path({"layers": "2", "budget": "short"}, "vanilla", 0) == plain.cell_path({}, "vanilla", 0)
-    keys = {study.cell_path(s, "vanilla", 0).parts[0] for s in study.settings()}
+    assert (study.cell_path(Cell({"layers": "2", "budget": "short"}, "vanilla", 0))
+            == plain.cell_path(Cell({}, "vanilla", 0)))
+    keys = {study.cell_path(Cell(s, "vanilla", 0)).parts[0] for s in study.settings()}
     assert len(keys) == 4
     # settings that change nothing trained share the key; anything trained changes it
     config = plain.setting_config({})
@@ -111,7 +112,7 @@ def test_extends_takes_the_parent_base(tiny_data, tmp_path):
     child = write_study(tmp_path, tiny_data, head='extends = "parent.toml"', base=False, name="child.toml",
                         axes='[axes.lr]\nkey = "optim.lr"\nvalues = [0.001]\n')
     study = Study.load(child)
-    assert study.cell_config({"lr": "0.001"}, "vanilla", 0).data.seq_len == 32
+    assert study.cell_config(Cell({"lr": "0.001"}, "vanilla", 0)).data.seq_len == 32
 
 
 @pytest.mark.parametrize("head, axes, message", [
@@ -133,11 +134,11 @@ def test_sweep_runs_each_cell_once_resumes_and_reports(tiny_data, tmp_path):
     study = Study.load(write_study(tmp_path, tiny_data, head='contrasts = [["depth_attention", "vanilla"]]'))
     run_study(study, seeds=[0])  # as if the sweep had stopped after seed 0
     assert [cell.seed for cell in pending_cells(study)] == [1, 1]
-    done = study.result_path({}, "vanilla", 0)
+    done = study.result_path(Cell({}, "vanilla", 0))
     before = done.stat().st_mtime_ns
 
     # a cell killed after its last checkpoint, before its result file: it resumes and reports the same numbers
-    interrupted = study.result_path({}, "depth_attention", 0)
+    interrupted = study.result_path(Cell({}, "depth_attention", 0))
     first = json.loads(interrupted.read_text())
     interrupted.unlink()
     run_study(study)
@@ -190,7 +191,7 @@ def test_more_seeds_go_where_the_interval_spans_zero(tmp_path, tiny_data):
     results_dir = tmp_path / "results"
 
     def fake(method, seed, loss):
-        path = study.result_path({}, method, seed)
+        path = study.result_path(Cell({}, method, seed))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"method": method, "seed": seed, "val_loss": loss, "val_bits_per_byte": loss,
                                     "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "train_tokens": 10,
@@ -219,9 +220,9 @@ def test_a_retrofitting_study_retrains_its_missing_starting_models(tiny_data, tm
     identically, before the cells that start from them."""
     parent = Study.load(write_study(tmp_path, tiny_data, seeds=(0,)))
     run_study(parent)
-    start = tmp_path / "runs" / parent.cell_path({}, "vanilla", 0)
+    start = tmp_path / "runs" / parent.cell_path(Cell({}, "vanilla", 0))
     weights = (start / "final" / "model.safetensors").read_bytes()
-    result = parent.result_path({}, "vanilla", 0)
+    result = parent.result_path(Cell({}, "vanilla", 0))
     committed = result.read_text()
     for folder in (tmp_path / "runs").iterdir():  # a fresh clone: result files only
         shutil.rmtree(folder)
@@ -231,11 +232,11 @@ def test_a_retrofitting_study_retrains_its_missing_starting_models(tiny_data, tm
                      f'start_from = "vanilla"\nout_dir = "{tmp_path / "runs"}"\nresults = "{tmp_path / "results"}"\n'
                      '[base.train]\nsteps = 2\n')
     retrofit = Study.load(child)
-    assert retrofit.cell_config({}, "depth_attention", 0).model.init_from == str(start / "final")
+    assert retrofit.cell_config(Cell({}, "depth_attention", 0)).model.init_from == str(start / "final")
     run_study(retrofit)
     assert (start / "final" / "model.safetensors").read_bytes() == weights and result.read_text() == committed
     assert {r.method for r in retrofit.read_results()} == {"vanilla", "depth_attention"}
-    assert retrofit.cell_path({}, "vanilla", 0) != parent.cell_path({}, "vanilla", 0)
+    assert retrofit.cell_path(Cell({}, "vanilla", 0)) != parent.cell_path(Cell({}, "vanilla", 0))
     # a finished study, run again as `make study` does: nothing to do, no error
     run_study(retrofit, LocalExecutor(workers=2))
 
@@ -254,18 +255,19 @@ def test_a_setting_axis_changes_several_keys_and_keeps_the_cell_keys_of_one_key_
 """
     study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
     assert study.settings() == [{"setting": "deeper"}, {"setting": "longer"}]
-    longer = study.cell_config({"setting": "longer"}, "vanilla", 0)
+    longer = study.cell_config(Cell({"setting": "longer"}, "vanilla", 0))
     assert longer.train.steps == 6 and longer.optim.lr == 0.001
     one_key = Study.load(write_study(tmp_path, tiny_data, name="layers.toml",
                                      axes='[axes.layers]\nkey = "model.overrides.num_hidden_layers"\nvalues = [3]\n'))
-    assert study.cell_path({"setting": "deeper"}, "vanilla", 0) == one_key.cell_path({"layers": "3"}, "vanilla", 0)
+    assert (study.cell_path(Cell({"setting": "deeper"}, "vanilla", 0))
+            == one_key.cell_path(Cell({"layers": "3"}, "vanilla", 0)))
     with pytest.raises(ValueError, match="each value must be a table"):
         Study.load(write_study(tmp_path, tiny_data, name="bad.toml", axes="[axes.x]\nvalues = [1, 2]\n"))
 
 
 def _finish(study, method, seed, val_loss):
     """A finished cell's result file, as run_cell writes it (only the fields the search reads)."""
-    path = study.result_path({}, method, seed)
+    path = study.result_path(Cell({}, method, seed))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"method": method, "seed": seed, "val_loss": val_loss}))
 
@@ -301,7 +303,7 @@ def test_a_search_picks_only_when_every_candidate_cell_is_in_and_then_by_mean(ti
     study = Study.load(confirm)
     assert study.methods == ["vanilla", "value_residual", "depth_linear", "depth_uniform"] and not study.waiting
     assert study.contrasts == [["depth_linear", "value_residual"], ["depth_uniform", "value_residual"]]
-    search.result_path({}, "depth_linear", 0).unlink()
+    search.result_path(Cell({}, "depth_linear", 0)).unlink()
     study = Study.load(confirm)
     assert study.methods == ["vanilla", "value_residual"] and "1 candidate cells to go" in study.waiting
 
@@ -315,7 +317,7 @@ def test_a_confirmation_names_a_preset_only_when_better_in_every_setting(tiny_da
 
     def finish(setting, method, losses):
         for seed, loss in enumerate(losses):
-            path = study.result_path({"setting": setting}, method, seed)
+            path = study.result_path(Cell({"setting": setting}, method, seed))
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"method": method, "seed": seed, "val_loss": loss, "val_bits_per_byte": loss,
                                         "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "train_tokens": 10,
@@ -361,7 +363,7 @@ def test_a_cell_of_two_processes_matches_the_one_process_cell(tiny_data, tmp_pat
     two.results, two.out_dir = str(tmp_path / "results-two"), str(tmp_path / "runs-two")
     run_study(one)
     run_study(two, LocalExecutor(tasks_per_cell=2, threads=1))
-    a, b = (json.loads(study.result_path({}, "vanilla", 0).read_text()) for study in (one, two))
+    a, b = (json.loads(study.result_path(Cell({}, "vanilla", 0)).read_text()) for study in (one, two))
     assert b["world_size"] == 2 and b["parallel"] == "ddp" and "world_size" not in a
     assert a["train_tokens"] == b["train_tokens"] and a["config"] == b["config"]  # the same cell
     assert b["val_loss"] == pytest.approx(a["val_loss"], abs=1e-4)
@@ -386,7 +388,7 @@ def test_dry_run_prints_each_cell_and_its_cost(tiny_data, tmp_path, capsys):
     loaded = Study.load(study)
     cost, vanilla = cell_flops(loaded, {}, "depth_attention"), cell_flops(loaded, {}, "vanilla")
     assert cost["tokens"] == vanilla["tokens"] == 3 * 4 * 32  # steps x batch x seq_len
-    config = loaded.cell_config({}, "depth_attention", 0)
+    config = loaded.cell_config(Cell({}, "depth_attention", 0))
     model_config = build_model_config(config, 384, None)  # tiny_data's vocabulary
     extra = method_costs(model_config)["extra_flops_per_token"]
     assert cost["flops"] - vanilla["flops"] == 3 * extra * cost["tokens"] > 0  # training = 3 x forward
@@ -469,7 +471,7 @@ def test_a_branched_budget_axis_trains_one_run_per_method_and_seed(short_data, t
     long, short = {"budget": "long"}, {"budget": "short"}
     assert pending_cells(study) == [Cell(long, "vanilla", 0)]  # one run, named by its longest budget
     run_study(study)
-    results = {s["budget"]: json.loads(study.result_path(s, "vanilla", 0).read_text()) for s in (short, long)}
+    results = {s["budget"]: json.loads(study.result_path(Cell(s, "vanilla", 0)).read_text()) for s in (short, long)}
     assert results["short"]["branched_from_steps"] == 6 and "branched_from_steps" not in results["long"]
     assert [results[b]["train_tokens"] for b in ("short", "long")] == [3 * 128, 6 * 128]
     short_train = results["short"]["config"]["train"]
@@ -478,17 +480,17 @@ def test_a_branched_budget_axis_trains_one_run_per_method_and_seed(short_data, t
     # the short budget's result equals a standalone WSD run of 3 steps, stored under the same cell key
     plain = Study.load(write_study(tmp_path, short_data, axes=WSD_BUDGETS.replace("branches = true", ""),
                                    methods=["vanilla"], seeds=[0], name="plain.toml"))
-    assert plain.result_path(short, "vanilla", 0) == study.result_path(short, "vanilla", 0)
+    assert plain.result_path(Cell(short, "vanilla", 0)) == study.result_path(Cell(short, "vanilla", 0))
     alone = tmp_path / "alone"
     plain.results = str(alone)
     run_study(plain, seeds=[0])
-    assert json.loads(plain.result_path(short, "vanilla", 0).read_text())["val_loss"] == results["short"]["val_loss"]
+    assert plain.read_result(Cell(short, "vanilla", 0)).val_loss == results["short"]["val_loss"]
 
     # a lost result of a recorded branch is written again from its folder, without training
-    study.result_path(short, "vanilla", 0).unlink()
+    study.result_path(Cell(short, "vanilla", 0)).unlink()
     assert pending_cells(study) == [Cell(long, "vanilla", 0)]
     run_study(study)
-    assert json.loads(study.result_path(short, "vanilla", 0).read_text())["val_loss"] == results["short"]["val_loss"]
+    assert study.read_result(Cell(short, "vanilla", 0)).val_loss == results["short"]["val_loss"]
 
 
 def synthetic_budget_results(study, gain_of, seeds=(0, 1, 2), noise=0.0):
@@ -553,7 +555,7 @@ def test_the_budget_report_draws_the_trend_and_compares_schedules(tiny_data, tmp
     axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", '{ a = 1, b = 10, c = 100 }')
     study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
     for result in synthetic_budget_results(study, lambda x: -0.1 + 0.03 * math.log10(x), noise=0.003):
-        result.write(study.result_path(result.setting, result.method, result.seed))
+        result.write(study.result_path(result.cell))
     report = write_report(study).read_text()
     assert "![gains against the budget](s_trend.png)" in report and (tmp_path / "results" / "s_trend.png").exists()
 
@@ -565,7 +567,7 @@ def test_the_budget_report_draws_the_trend_and_compares_schedules(tiny_data, tmp
     study = Study.load(compared)
     other = Study.load(cosine)
     for result in study.read_results():
-        path = other.result_path(result.setting, result.method, result.seed)
+        path = other.result_path(result.cell)
         assert path != result.source
         dataclasses.replace(result, val_loss=result.val_loss + 0.001).write(path)
     text = markdown_report(study, study.read_results())
@@ -582,12 +584,12 @@ def test_the_ladder_is_20_tokens_per_parameter_per_size_with_branches_and_priced
         run = study.run_setting({"size": size, "budget": "1"}, "vanilla")
         cost = run_flops(study, run, "vanilla")
         assert cost["tokens"] == pytest.approx(20 * cost["params"], rel=0.01), size
-        budgets = [study.cell_config(s, "vanilla", 0).train.steps for s in study.budget_settings(run, "vanilla")]
+        budgets = [study.cell_config(Cell(s, "vanilla", 0)).train.steps for s in study.budget_settings(run, "vanilla")]
         assert budgets == [round(f * budgets[-1]) for f in (0.05, 0.1, 0.25, 0.5, 1.0)]
         # one run with four decays costs far less than five runs
         assert 1.3 < cost["separate_flops"] / cost["flops"] < 2
     smoke = Study.load("configs/study/ladder_smoke.toml")
-    assert [smoke.cell_config(s, "moda", 0).train.steps for s in smoke.budget_settings(
+    assert [smoke.cell_config(Cell(s, "moda", 0)).train.steps for s in smoke.budget_settings(
         {"size": "8x256", "budget": "whole"}, "moda")] == [75, 150, 300]
 
 
@@ -601,7 +603,7 @@ def test_a_damaged_result_is_named_left_out_of_reports_and_trained_again(tiny_da
                                                                          message):
     study = Study.load(write_study(tmp_path, tiny_data, seeds=[0]))
     run_study(study)
-    path = study.result_path({}, "vanilla", 0)
+    path = study.result_path(Cell({}, "vanilla", 0))
     whole = json.loads(path.read_text())
     path.write_text(damage(path.read_text()))
     capsys.readouterr()

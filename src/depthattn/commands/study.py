@@ -107,13 +107,12 @@ def status(study: Study, args: argparse.Namespace) -> None:
     if args.executor == "slurm":
         print_status(study, make_executor(args, study), cells)
         return
-    wanted = {study.result_path(cell.setting, cell.method, cell.seed) for cell in wanted_cells(study, args)}
-    done = sum(study.has_result(cell.setting, cell.method, cell.seed) for cell in cells)
+    wanted = {study.result_path(cell) for cell in wanted_cells(study, args)}
+    done = sum(study.has_result(cell) for cell in cells)
     for cell in cells:
-        path = study.result_path(cell.setting, cell.method, cell.seed)
+        path = study.result_path(cell)
         if path.exists() or path in wanted:
-            key = study.cell_path(cell.setting, cell.method, cell.seed)
-            print(f"{'finished' if path.exists() else 'to run':>13}  {key}")
+            print(f"{'finished' if path.exists() else 'to run':>13}  {study.cell_path(cell)}")
     print(f"study {study.name}: {done} finished, {len(wanted)} to run")
 
 

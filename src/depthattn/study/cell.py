@@ -46,24 +46,23 @@ def run_cell(study: Study, cell: Cell, threads: int | None = None) -> CellResult
     global batch, the study's `train.batch_size` split over the world (the executor has checked that it divides:
     `check_split`); the first process then scores and writes the results, which record the world size, and the
     others return None."""
-    setting, method, seed = cell.setting, cell.method, cell.seed
-    budgets = [s for s in study.budget_settings(setting, method) if not study.has_result(s, method, seed)]
+    budgets = [Cell(setting, cell.method, cell.seed) for setting in study.budget_settings(cell.setting, cell.method)]
+    budgets = [budget for budget in budgets if not study.has_result(budget)]
     if not budgets:
-        return study.read_result(setting, method, seed)
+        return study.read_result(cell)
     if threads:
         torch.set_num_threads(threads)
-    cfg = study.cell_config(setting, method, seed)
+    cfg = study.cell_config(cell)
     world_size, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     cfg.train.batch_size //= world_size  # per process; the global batch stays the study's
     if study.branch_axis:
-        cfg.train.branch_steps = [study.cell_config(s, method, seed).train.steps for s in budgets]
+        cfg.train.branch_steps = [study.cell_config(budget).train.steps for budget in budgets]
     started = time.perf_counter()
-    by_steps = {study.cell_config(s, method, seed).train.steps: s for s in budgets}
+    by_steps = {study.cell_config(budget).train.steps: budget for budget in budgets}
 
     def write(steps: int, folder: Path):
         if rank == 0 and steps in by_steps:
-            write_result(study, Cell(by_steps[steps], method, seed), folder, Path(cfg.train.out_dir), started,
-                         world_size)
+            write_result(study, by_steps[steps], folder, Path(cfg.train.out_dir), started, world_size)
 
     train(cfg, resume=True, on_budget=write)
     if rank:
@@ -72,16 +71,15 @@ def run_cell(study: Study, cell: Cell, threads: int | None = None) -> CellResult
     # each budget was written as it finished; one recorded by an earlier, interrupted process is written here
     recorded = read_json_object(run / BRANCHES) if study.branch_axis else {str(cfg.train.steps): {"folder": "."}}
     for steps, budget in by_steps.items():
-        if not study.has_result(budget, method, seed):
+        if not study.has_result(budget):
             write(steps, run / recorded[str(steps)]["folder"])
-    return study.read_result(setting, method, seed)
+    return study.read_result(cell)
 
 
 def write_result(study: Study, cell: Cell, folder: Path, run: Path, started: float, world_size: int) -> CellResult:
     """Score the model in `folder` (trained for the cell's setting: the run in `run`, or a branch of it) on the
     whole validation split, and write the cell's result file."""
-    setting, method, seed = cell.setting, cell.method, cell.seed
-    cfg = study.cell_config(setting, method, seed)
+    cfg = study.cell_config(cell)
     records = read_metrics(folder / "metrics.jsonl")
     if folder != run:  # a branch: the run's records up to where it branched off, then its own
         records = [r for r in read_metrics(run / "metrics.jsonl") if r["step"] < records[0]["step"]] + records
@@ -92,7 +90,8 @@ def write_result(study: Study, cell: Cell, folder: Path, run: Path, started: flo
                                 tokenizer=load_tokenizer(Path(cfg.data.path) / TOKENIZER_DIR))
     config = cfg.to_dict()
     config["train"].pop("out_dir")  # where this machine keeps the checkpoints: not part of the result
-    result = CellResult(method, seed, scored["loss"], {
+    trunk = Cell(study.run_setting(cell.setting, cell.method), cell.method, cell.seed)  # the run a branch left
+    result = CellResult(cell.method, cell.seed, scored["loss"], {
         "val_bits_per_byte": scored["bits_per_byte"],
         "val_tokens": scored["tokens"], "val_bytes": scored["bytes"],
         "train_tokens": records[-1]["tokens"], "final_train_loss": records[-1]["loss"],
@@ -102,11 +101,10 @@ def write_result(study: Study, cell: Cell, folder: Path, run: Path, started: flo
         **{f"params_{k}": v for k, v in count_parameters(model).items()},
         "seconds": time.perf_counter() - started, "threads": torch.get_num_threads(),
         **({"world_size": world_size, "parallel": cfg.train.parallel} if world_size > 1 else {}),
-        **({"branched_from_steps": study.cell_config(study.run_setting(setting, method), method, seed).train.steps}
-           if folder != run else {}),
+        **({"branched_from_steps": study.cell_config(trunk).train.steps} if folder != run else {}),
         "device": device, "config": config, **run_metadata(),
     })
-    result.write(study.result_path(setting, method, seed))
+    study.store.write(study.cell_path(cell), result)
     return result
 
 
@@ -114,7 +112,7 @@ def check_split(study: Study, cells: list[Cell], tasks: int) -> None:
     """A cell of `tasks` processes splits each batch over them: the study's batch size must divide. Executors check
     every cell once, before any starts."""
     for cell in cells:
-        batch = study.cell_config(cell.setting, cell.method, cell.seed).train.batch_size
+        batch = study.cell_config(cell).train.batch_size
         if batch % tasks:
             raise ValueError(f"a cell of {tasks} processes splits train.batch_size ({batch}) over them: pick a number "
                              "of tasks that divides it")

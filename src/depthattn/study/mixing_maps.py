@@ -9,6 +9,7 @@ from ..evaluate.depth_map import compute_depth_map, step_sources
 from ..evaluate.plots import plot_depth_map, save_figure
 from ..files import atomic_write_json
 from ..loading import load_model
+from .records import Cell
 from .spec import Study, setting_label
 
 
@@ -25,10 +26,11 @@ def explain(study: Study, seed: int = 0) -> Path:
     for setting in study.settings():
         label = setting_label(setting) or "base"
         for method in study.methods:
-            final = Path(study.out_dir) / study.cell_path(setting, method, seed) / "final"
+            cell = Cell(setting, method, seed)
+            final = Path(study.out_dir) / study.cell_path(cell) / "final"
             if not (final / "model.safetensors").exists():
                 continue
-            data = study.cell_config(setting, method, seed).data
+            data = study.cell_config(cell).data
             model = load_model(final, device="cpu")
             if _has_depth_weights(model):
                 result = compute_depth_map(final, data.path, samples=32, seq_len=data.seq_len, device="cpu")

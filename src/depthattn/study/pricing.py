@@ -14,6 +14,7 @@ from pathlib import Path
 from ..data.manifest import MANIFEST_NAME
 from ..evaluate.costs import method_costs
 from ..train.loop import build_model_config
+from .records import Cell
 from .spec import Study
 
 H100_BF16_TFLOPS = 989.0  # dense bf16 peak of an H100 SXM
@@ -28,7 +29,7 @@ def _vocab_size(study: Study, data_path: str) -> int:
 
 def cell_flops(study: Study, setting: dict, method: str) -> dict:
     """Training tokens, parameters and FLOPs of one cell (any seed)."""
-    cfg = study.cell_config(setting, method, study.seeds[0])
+    cfg = study.cell_config(Cell(setting, method, study.seeds[0]))
     config = build_model_config(cfg, _vocab_size(study, cfg.data.path), None)
     costs = method_costs(config)
     D, L, T = config.hidden_size, config.unrolled_depth, cfg.data.seq_len
@@ -47,9 +48,9 @@ def run_flops(study: Study, setting: dict, method: str) -> dict:
     budgets = [cell_flops(study, s, method) for s in study.budget_settings(setting, method)]
     if study.branch_axis is None:
         return {**run, "separate_flops": run["flops"]}
-    fraction = study.cell_config(setting, method, study.seeds[0]).optim.decay_fraction
+    fraction = study.cell_config(Cell(setting, method, study.seeds[0])).optim.decay_fraction
     decays = sum(b["flops"] * round(fraction * steps) / steps for b, steps in (
-        (b, study.cell_config(s, method, study.seeds[0]).train.steps)
+        (b, study.cell_config(Cell(s, method, study.seeds[0])).train.steps)
         for b, s in zip(budgets, study.budget_settings(setting, method))) if b["tokens"] < run["tokens"])
     return {**run, "flops": run["flops"] + decays, "separate_flops": sum(b["flops"] for b in budgets)}
 

@@ -15,7 +15,7 @@ from .multiplier import EXTRAPOLATION_LIMIT, REPEATS_FLAG, format_multiplier, gr
 from .multiplier import RESAMPLES as MULTIPLIER_RESAMPLES
 from .plots import plot_curve_differences, plot_differences, plot_multipliers, plot_overview, plot_trend
 from .pricing import cell_flops
-from .records import CellResult
+from .records import Cell, CellResult
 from .runner import uncertain_cells
 from .spec import Study, setting_label
 from .stats import format_interval, paired_difference, summarize, verdict
@@ -49,7 +49,7 @@ def markdown_report(study: Study, results: list[CellResult]) -> str:
         if label:
             lines += [f"**{label}**", ""]
         lines += [f"Training: {cells[0].train_tokens:,} tokens per run; cell key "
-                  f"`{study.cell_path(table['setting'], study.baseline, 0).parts[0]}`"
+                  f"`{study.cell_path(Cell(table['setting'], study.baseline, 0)).parts[0]}`"
                   f"{_last_quarter(study.baseline, cells)}.", "",
                   "| method |" + (" variant |" if study.describe else "") +
                   f" seeds | val loss (mean ± sd) | bits/byte | Δ loss vs {study.baseline} [95% CI] | p "
@@ -345,14 +345,13 @@ def _cell(row: dict | None) -> str:
 
 
 def _cell_paths(studies: list[Study], seeds_of) -> set[Path]:
-    return {study.result_path(setting, method, seed) for study in studies for setting in study.settings()
-            for method in study.methods if study.trains(setting, method) for seed in seeds_of(study)}
+    return {study.result_path(cell) for study in studies for cell in study.cells(seeds_of(study))}
 
 
 def _progress(studies: list[Study]) -> str:
     first = _cell_paths(studies, lambda study: study.seeds)
     more = _cell_paths(studies, lambda study: study.more_seeds) - first  # a cell may be another study's first seed
-    wanted = {study.result_path(cell.setting, cell.method, cell.seed) for study in studies
+    wanted = {study.result_path(cell) for study in studies
               for cell in uncertain_cells(study)} - first
     line = (f"Finished: {sum(p.exists() for p in first)} of the {len(first)} distinct cells of {len(studies)} "
             f"studies at their first seeds")
@@ -430,7 +429,7 @@ def setting_differences(studies: list[Study], index: IndexPage | None = None) ->
     for study in studies:
         results = study.read_results()
         for label, table in summarize(study, results).items():
-            key = study.cell_path(table["setting"], study.baseline, 0).parts[0]
+            key = study.cell_path(Cell(table["setting"], study.baseline, 0)).parts[0]
             entry = entries.get(key)
             if entry is None:
                 anchor = next((r for r in table["rows"] if r["method"] == index.anchor), None)

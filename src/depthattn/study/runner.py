@@ -43,9 +43,9 @@ def pending_cells(study: Study, seeds: list[int] | None = None, methods: list[st
     """Cells (runs) without a result file, seed-major so early results cover every method of every setting."""
     seeds = seeds or study.seeds
     methods = methods or study.methods
-    return runs_of(study, [Cell(setting, method, seed) for seed in seeds for setting in study.settings()
-                           for method in methods
-                           if study.trains(setting, method) and not study.has_result(setting, method, seed)])
+    cells = [Cell(setting, method, seed) for seed in seeds for setting in study.settings() for method in methods
+             if study.trains(setting, method)]
+    return runs_of(study, [cell for cell in cells if not study.has_result(cell)])
 
 
 def uncertain_cells(study: Study) -> list[Cell]:
@@ -60,8 +60,8 @@ def uncertain_cells(study: Study) -> list[Cell]:
         unsure += [m for pair in study.contrasts for c in table[setting_label(setting)]["contrasts"]
                    if c["pair"] == pair and c.get("diff_low", 0) < 0 < c.get("diff_high", 0) for m in pair]
         for method in dict.fromkeys([study.baseline, *unsure] if unsure else []):
-            wanted += [Cell(setting, method, s) for s in study.more_seeds
-                       if study.trains(setting, method) and not study.has_result(setting, method, s)]
+            wanted += [cell for cell in (Cell(setting, method, s) for s in study.more_seeds)
+                       if study.trains(setting, method) and not study.has_result(cell)]
     return runs_of(study, wanted)
 
 
@@ -71,7 +71,7 @@ def run_study(study: Study, executor: Executor | None = None, methods=None, seed
     detached Slurm submission), so that round two waits for round one."""
     executor = executor or LocalExecutor()
     study.set_aside_damaged()
-    for path in {study.cell_config(s, study.methods[0], study.seeds[0]).data.path for s in study.settings()}:
+    for path in {study.cell_config(Cell(s, study.methods[0], study.seeds[0])).data.path for s in study.settings()}:
         ensure_dataset(study, path)
     if study.start_from:  # the starting models first: cells of a seed share theirs
         starts = [cell for cell in pending_cells(study, seeds, methods) if not study.start_ready(cell.seed)]

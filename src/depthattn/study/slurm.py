@@ -172,10 +172,10 @@ class SlurmExecutor:
         records, queued = self.records(), self.queued()
         states = []
         for cell in cells:
-            key = str(study.cell_path(cell.setting, cell.method, cell.seed))
+            key = str(study.cell_path(cell))
             record = records.get(key, {})
             job = record.get("job_id")
-            if study.result_path(cell.setting, cell.method, cell.seed).exists():
+            if study.result_path(cell).exists():
                 state = "finished"
             elif job is None:
                 state = "not submitted"

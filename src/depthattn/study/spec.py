@@ -6,9 +6,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import statistics
-import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +15,8 @@ from ..config import did_you_mean
 from ..presets import METHOD_PRESETS
 from ..train import TrainConfig
 from ..train.config import config_path, read_toml
-from .records import CellResult, setting_label
+from .records import Cell, CellResult, setting_label
+from .store import CellStore
 
 STEPS_FRACTION = "train.steps_fraction"  # an axis key: a fraction of the setting's train.steps (budget ladders)
 
@@ -59,7 +59,7 @@ class Search:
         ranking, missing = [], 0
         for method in self.candidates:
             values = [result.metric(self.metric) for seed in self.seeds
-                      if (result := study.read_result({}, method, seed)) is not None]
+                      if (result := study.read_result(Cell({}, method, seed))) is not None]
             missing += len(self.seeds) - len(values)
             if values:
                 ranking.append({"method": method, "seeds": len(values), "mean": statistics.fmean(values),
@@ -232,7 +232,7 @@ class Study:
         if not self.seeds or len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds and more_seeds must be distinct and seeds non-empty, got {seeds}")
         for setting in self.settings():  # every cell's config is valid before anything trains
-            self.cell_config(setting, self.methods[0], self.seeds[0])
+            self.cell_config(Cell(setting, self.methods[0], self.seeds[0]))
         return self
 
     def settings(self) -> list[dict[str, str]]:
@@ -245,7 +245,7 @@ class Study:
         for axis in self.axes:
             axis.apply(data, setting[axis.name])
         if self.start_from:  # the parent's models by their path, so that the cell key tells where a cell started
-            start = Path(self.parent.out_dir) / self.parent.cell_path({}, self.start_from, "{seed}") / "final"
+            start = Path(self.parent.out_dir) / self.parent.cell_path(Cell({}, self.start_from, "{seed}")) / "final"
             data.setdefault("model", {})["init_from"] = str(start)
         return data
 
@@ -276,20 +276,36 @@ class Study:
         budgets = [{**setting, axis.name: label} for label, _ in sorted(axis.values.items(), key=lambda lv: lv[1])]
         return [budget for budget in budgets if self.trains(budget, method)]
 
-    def cell_path(self, setting: dict, method: str, seed: int) -> Path:
-        return Path(cell_key(self.setting_config(setting))) / method / f"seed_{seed}"
+    def cells(self, seeds: list[int] | None = None) -> list[Cell]:
+        """Every cell the study trains with `seeds` (by default its seeds and more_seeds), setting by setting."""
+        return [Cell(setting, method, seed) for setting in self.settings() for method in self.methods
+                for seed in (self.seeds + self.more_seeds if seeds is None else seeds) if self.trains(setting, method)]
 
-    def result_path(self, setting: dict, method: str, seed: int) -> Path:
-        return Path(self.results) / "cells" / self.cell_path(setting, method, seed).with_suffix(".json")
+    def cell_path(self, cell: Cell | Mapping[str, str], method: str | None = None, seed: int | None = None) -> Path:
+        """`<key>/<method>/seed_<s>`: where the cell's checkpoints and result file live under the out_dir and the
+        store. Outside the study package a setting, method and seed may stand for the cell."""
+        cell = cell if isinstance(cell, Cell) else Cell(cell, method, seed)
+        return Path(cell_key(self.setting_config(cell.setting))) / cell.method / f"seed_{cell.seed}"
 
-    def cell_config(self, setting: dict, method: str, seed: int) -> TrainConfig:
-        data = self.setting_config(setting)
-        data.setdefault("model", {})["method"] = method
+    @property
+    def store(self) -> CellStore:
+        return CellStore(Path(self.results) / "cells")
+
+    def result_path(self, cell: Cell) -> Path:
+        return self.store.path(self.cell_path(cell))
+
+    def cell_config(self, cell: Cell | Mapping[str, str], method: str | None = None,
+                    seed: int | None = None) -> TrainConfig:
+        """The cell's training config. Outside the study package a setting, method and seed may stand for the
+        cell."""
+        cell = cell if isinstance(cell, Cell) else Cell(cell, method, seed)
+        data = self.setting_config(cell.setting)
+        data.setdefault("model", {})["method"] = cell.method
         if self.start_from:  # retrofitting: each seed starts from its own model of the parent study
-            data["model"]["init_from"] = data["model"]["init_from"].format(seed=seed)
-        cell = self.cell_path(setting, method, seed)
-        data.setdefault("train", {}).update(seed=seed, out_dir=str(Path(self.out_dir) / cell))
-        return TrainConfig.from_dict(data, source=f"study {self.name}, {setting_label(setting) or 'base'}, {cell}")
+            data["model"]["init_from"] = data["model"]["init_from"].format(seed=cell.seed)
+        path = self.cell_path(cell)
+        data.setdefault("train", {}).update(seed=cell.seed, out_dir=str(Path(self.out_dir) / path))
+        return TrainConfig.from_dict(data, source=f"study {self.name}, {setting_label(cell.setting) or 'base'}, {path}")
 
     def start_ready(self, seed: int) -> bool:
         """Whether the model that `start_from` names, for `seed`, is trained (in this machine's out_dir)."""
@@ -297,53 +313,23 @@ class Study:
 
     def start_config(self, seed: int) -> TrainConfig:
         """The training config of the parent study's base-setting cell that `start_from` names."""
-        return self.parent.cell_config({}, self.start_from, seed)
+        return self.parent.cell_config(Cell({}, self.start_from, seed))
 
-    def has_result(self, setting: dict, method: str, seed: int) -> bool:
+    def has_result(self, cell: Cell) -> bool:
         """Whether the cell has a whole result file (a damaged one counts as none)."""
-        path = self.result_path(setting, method, seed)
-        try:
-            return path.exists() and bool(CellResult.read(path))
-        except ValueError:
-            return False
+        return self.store.has(self.cell_path(cell))
 
-    def read_result(self, setting: dict, method: str, seed: int) -> CellResult | None:
-        """The cell's result, or None when it has none; a damaged result file is named and left out (the cell counts
-        as missing: `set_aside_damaged` moves it away before a run trains the cell again)."""
-        path = self.result_path(setting, method, seed)
-        if not path.exists():
-            return None
-        try:
-            return CellResult.read(path, setting)
-        except ValueError as error:
-            print(f"note: {error}; the cell is left out as missing (`depthattn study` sets the file aside and trains "
-                  "the cell again)", file=sys.stderr)
-            return None
+    def read_result(self, cell: Cell) -> CellResult | None:
+        """The cell's result, or None when it has none (a damaged file is named and left out: `CellStore.read`)."""
+        return self.store.read(self.cell_path(cell), cell.setting)
 
     def read_results(self) -> list[CellResult]:
         """The result of every finished cell of this study."""
-        return [result for setting in self.settings() for method in self.methods
-                for seed in self.seeds + self.more_seeds
-                if self.trains(setting, method) and (result := self.read_result(setting, method, seed)) is not None]
+        return [result for cell in self.cells() if (result := self.read_result(cell)) is not None]
 
     def set_aside_damaged(self) -> list[Path]:
-        """Move every damaged result file of the study to `<name>.damaged`, saying so, so that its cell trains again;
-        returns the new paths."""
-        moved = []
-        for setting in self.settings():
-            for method in self.methods:
-                for seed in self.seeds + self.more_seeds:
-                    path = self.result_path(setting, method, seed)
-                    if not path.exists():
-                        continue
-                    try:
-                        CellResult.read(path)
-                    except ValueError as error:
-                        aside = path.with_name(path.name + ".damaged")
-                        os.replace(path, aside)
-                        print(f"{error}: moved aside to {aside}; the cell trains again", file=sys.stderr)
-                        moved.append(aside)
-        return moved
+        """Move every damaged result file of the study aside, so that its cell trains again (`CellStore`)."""
+        return self.store.set_aside_damaged(map(self.cell_path, self.cells()))
 
 
 # settings that change neither the model nor its training, so they do not enter a cell's key
