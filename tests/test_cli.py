@@ -136,10 +136,10 @@ OPTIONAL_EXTRAS = ("matplotlib", "lm_eval", "uvicorn", "fastapi", "pyarrow", "te
 
 @pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["study", "--help"], ["serve", "--help"]])
 def test_help_imports_its_command_only_and_no_optional_extra(argv):
-    """`depthattn --help` costs what `import depthattn` costs (torch and transformers' modeling_utils, which its
-    registration with the Auto classes needs: 3.7 s on the idle 2-core EPYC VM, of which torch is 1.3 s); the CLI
-    must not add an extra's import on top (each command imports its extras where it runs), nor the modules of
-    commands not run (`python -m benchmarks.startup` times it against `transformers --help`)."""
+    """`depthattn --help` costs what `import depthattn` costs (torch and transformers' configuration code; the
+    modeling code waits for the first config: tests/test_registration.py); the CLI must not add an extra's import on
+    top (each command imports its extras where it runs), nor the modules of commands not run
+    (`python -m benchmarks.startup` times it against `transformers --help`)."""
     code = ("import sys, depthattn.cli\ntry:\n    depthattn.cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
             "print(sorted(sys.modules))")
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)

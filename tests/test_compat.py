@@ -1,5 +1,6 @@
-"""The private transformers names depthattn uses, all in depthattn/compat.py, still mean what it relies on in the
-installed transformers (each is also exercised end to end: generate --compile, depthattn serve, the masks)."""
+"""The private transformers names depthattn uses, all in depthattn/compat.py (and compat_light.py), still mean what
+it relies on in the installed transformers (each is also exercised end to end: generate --compile, depthattn serve,
+the masks)."""
 
 import copy
 import warnings
@@ -11,7 +12,7 @@ from transformers import CompileConfig
 
 import depthattn
 from depthattn import compat
-from tests.helpers import tiny_model
+from tests.helpers import tiny_config, tiny_model
 
 
 def test_config_generation_keys():
@@ -33,6 +34,7 @@ def test_attn_implementation_reads_and_copies_without_touching_the_model():
 
 
 def test_transformers_serve_finds_the_class_by_its_architecture_name():
+    tiny_config()  # transformers serve reads config.json first: the first config registers the model
     assert getattr(transformers, "DepthAttentionForCausalLM") is depthattn.DepthAttentionForCausalLM
     from transformers.cli.serving import model_manager
 

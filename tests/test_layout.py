@@ -1,7 +1,10 @@
 """The package's shape: no import cycles between its modules, commands apart from the library, the model below
-training and evaluation, and imports inside functions only for optional dependencies."""
+training and evaluation, imports inside functions only for optional dependencies (and the library, in commands),
+and command modules that import no modeling code."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,13 @@ SRC = Path(__file__).parents[1] / "src" / "depthattn"
 OPTIONAL = ("vllm", "matplotlib", "lm_eval", "datasets", "pyarrow", "wandb", "huggingface_hub", "submitit", "scipy",
             "triton", "starlette", "transformers.cli", "torch.utils.tensorboard", "torch.utils.cpp_extension",
             "torch.utils")
+# a command imports the library when it runs, so --help stays fast
+COMMANDS_IMPORT_LAZILY = ("depthattn", "torch", "transformers")
+# depthattn modules that a library function imports, and why
+LAZY_LIBRARY_IMPORTS = {
+    ("depthattn.config", "depthattn.methods"): "registers the built-in methods; it imports the config",
+    ("depthattn.config", "depthattn.modeling"): "registers the models with the Auto classes; it imports the config",
+}
 
 
 def module_name(path: Path) -> str:
@@ -100,10 +110,44 @@ def test_nothing_outside_the_commands_imports_a_command():
 
 def test_imports_inside_functions_are_of_optional_dependencies_only():
     lazy = {(name, target) for name, path in MODULES.items() for target in imports(path, top_level=False)
-            if not target.startswith(OPTIONAL) and target.split(".")[0] != "sys"}
+            if not target.startswith(OPTIONAL) and target.split(".")[0] != "sys"
+            and target != "depthattn"}  # `from . import x`: x is checked
     lazy = {(name, target) for name, target in lazy if not (target.startswith("depthattn.ops.depth_mix._triton")
                                                             or target == "depthattn.ops.depth_mix")}
+    lazy = {(name, target) for name, target in lazy if (name, target) not in LAZY_LIBRARY_IMPORTS
+            and not (name.startswith("depthattn.commands.") and target.split(".")[0] in COMMANDS_IMPORT_LAZILY)}
     assert not lazy
+
+
+MODELING = ("transformers.modeling_utils", "depthattn.modeling")
+NOT_YET_LIGHT = {"depthattn.commands.study": "converted separately"}
+# commands whose --help itself needs the library, and why
+HEAVY_HELP = {"train": "its help lists every config key (depthattn.train.config), and importing depthattn.train "
+                       "imports the training loop"}
+
+
+def test_commands_and_their_help_import_no_modeling_code():
+    """Each command module imports the library in run(), so `depthattn COMMAND --help` stays fast: in one fresh
+    process, each command's --help (its module only, for HEAVY_HELP) in turn, until one imports modeling code."""
+    code = f"""
+import contextlib, importlib, io, sys
+from depthattn.cli import COMMANDS, main
+for name, (module, _) in COMMANDS.items():
+    module = f"depthattn.commands.{{module}}"
+    if module in {sorted(NOT_YET_LIGHT)!r}:
+        continue
+    if name in {sorted(HEAVY_HELP)!r}:
+        importlib.import_module(module)
+    else:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+            main([name, "--help"])
+    if loaded := [m for m in {MODELING!r} if m in sys.modules]:
+        print(name, loaded)
+        break
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "", f"the first command whose --help imports modeling code: {done.stdout}"
 
 
 # Where a method's name may appear outside methods/, and why: the model's own identity and defaults, the reference

@@ -1,31 +1,42 @@
-"""depthattn: language models with Depth-Attention (cross-layer value mixing inside attention)."""
+"""depthattn: language models with Depth-Attention (cross-layer value mixing inside attention).
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+`import depthattn` registers the config with `AutoConfig` and stays light (no transformers modeling code): the names
+below load at first use, and the first config imports `depthattn.modeling`, which registers the models with
+`AutoModel` and `AutoModelForCausalLM` (`config.register_models`)."""
 
-from .compat import register_for_transformers_serve
+import importlib
+
+from transformers import AutoConfig
+
 from .config import DepthAttentionConfig
-from .depth import DepthState, depth_sources
-from .methods import count_parameters
-from .modeling import DepthAttentionForCausalLM, DepthAttentionModel, DepthAttentionPreTrainedModel
-from .ops import depth_mix
-from .presets import METHOD_PRESETS, method_settings
 
 __version__ = "0.1.0"
 
 AutoConfig.register(DepthAttentionConfig.model_type, DepthAttentionConfig, exist_ok=True)
-AutoModel.register(DepthAttentionConfig, DepthAttentionModel, exist_ok=True)
-AutoModelForCausalLM.register(DepthAttentionConfig, DepthAttentionForCausalLM, exist_ok=True)
-register_for_transformers_serve(DepthAttentionForCausalLM)  # `transformers serve` finds it by name
 
-__all__ = [
-    "DepthAttentionConfig",
-    "DepthAttentionForCausalLM",
-    "DepthAttentionModel",
-    "DepthAttentionPreTrainedModel",
-    "DepthState",
-    "METHOD_PRESETS",
-    "count_parameters",
-    "depth_mix",
-    "depth_sources",
-    "method_settings",
-]
+_LAZY = {  # public name: the module that defines it, imported at its first use
+    "DepthAttentionForCausalLM": "modeling",
+    "DepthAttentionModel": "modeling",
+    "DepthAttentionPreTrainedModel": "modeling",
+    "DepthState": "depth",
+    "depth_sources": "depth",
+    "count_parameters": "methods",
+    "depth_mix": "ops",
+    "METHOD_PRESETS": "presets",
+    "method_settings": "presets",
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value  # the next lookup finds it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+__all__ = ["DepthAttentionConfig", *sorted(_LAZY)]

@@ -1,5 +1,6 @@
-"""Every use of a private transformers name, in one place: each says which public API is missing. A transformers
-upgrade that moves one of them breaks a test here (tests/test_compat.py), not a command at run time.
+"""Every use of a private transformers name, in one place (those `import depthattn` needs in compat_light.py): each
+says which public API is missing. A transformers upgrade that moves one of them breaks a test here
+(tests/test_compat.py), not a command at run time.
 
 Below them, what differs between the supported releases (5.19 to 5.24): depthattn is written against the newest API,
 and each shim gives an older release the same surface, detecting the feature, not the version number."""
@@ -12,17 +13,12 @@ import sys
 
 import torch
 import transformers.processing_utils  # noqa: F401  (see register_for_transformers_serve)
-from transformers import CompileConfig, GenerationConfig, PreTrainedConfig, PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers import CompileConfig, PreTrainedConfig, PreTrainedModel
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.import_utils import is_serve_available
 from transformers.utils.output_capturing import OutputRecorder
 
-
-def config_generation_keys() -> set[str]:
-    """The generation settings that model configs used to carry (now in generation_config.json), which transformers
-    still accepts in a model config; no public list exists."""
-    return set(GenerationConfig._get_default_generation_params())
+from .compat_light import CACHE_NAME, TRANSFORMERS_AS_IMPORTED, config_generation_keys
 
 
 def compile_on_any_device(config: CompileConfig) -> CompileConfig:
@@ -49,8 +45,10 @@ def register_for_transformers_serve(model_class: type) -> None:
     """`transformers serve` finds a checkpoint's class as an attribute of the `transformers` package named by
     config.json `architectures` (cli/serving/model_manager.py), with no registration API. Importing
     transformers.processing_utils replaces that package module in sys.modules (direct_transformers_import), hence
-    the import above: the class is set on the module that stays."""
-    setattr(sys.modules["transformers"], model_class.__name__, model_class)
+    the import above: the class is set on the module that stays, and on the one that modules imported before it
+    hold (the server's, imported after `import depthattn` but before the first config)."""
+    for package in (TRANSFORMERS_AS_IMPORTED, sys.modules["transformers"]):
+        setattr(package, model_class.__name__, model_class)
 
 
 def serve_available() -> bool:
@@ -107,11 +105,6 @@ def cb_worker_error(serve) -> str | None:
 def stop_generation(serve) -> None:
     """Stop the server's generation worker (continuous batching's thread); its state object is private."""
     serve._generation_state.shutdown()
-
-
-# The KV cache's name in model outputs, in the keyword `generate` passes to `forward` and in the masking functions'
-# parameter: `cache`, before 5.24 `past_key_values`.
-CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 def cache_kwarg(forward):

@@ -11,7 +11,7 @@ import warnings
 
 from transformers import PreTrainedConfig
 
-from .compat import CACHE_NAME, config_generation_keys
+from .compat_light import CACHE_NAME, config_generation_keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,9 +27,23 @@ class ConfigField:
 METHODS: dict[str, type] = {}
 
 
+def registered_methods() -> dict[str, type]:
+    """METHODS, once `depthattn.methods` (which registers the built-in methods) is imported."""
+    from . import methods  # noqa: F401  (imported here: it imports this module)
+
+    return METHODS
+
+
 def method_fields() -> dict[str, ConfigField]:
     """The config fields of every registered method."""
-    return {name: field for cls in METHODS.values() for name, field in cls.config_fields.items()}
+    return {name: field for cls in registered_methods().values() for name, field in cls.config_fields.items()}
+
+
+def register_models() -> None:
+    """`depthattn.modeling` registers the model classes with transformers' Auto classes as it is imported. Every Auto
+    model lookup starts from a config, so each config, built or unpickled, imports it: `import depthattn` stays light
+    (`depthattn --help`) and `AutoModelForCausalLM.from_pretrained` still finds the model."""
+    from . import modeling  # noqa: F401  (imported here: it imports this module)
 
 
 # Keys that transformers' configs and generation take (legacy names, loading bookkeeping): never a typo of ours.
@@ -137,6 +151,7 @@ class DepthAttentionConfig(PreTrainedConfig):
     cross_layer: str = "depth_attention"
 
     def __post_init__(self, **kwargs):
+        register_models()
         fields = method_fields()
         for name, field in fields.items():  # plain attributes, which config.json holds like the dataclass fields
             setattr(self, name, kwargs.pop(name, field.default))
@@ -157,6 +172,10 @@ class DepthAttentionConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self.rope_theta = self.rope_parameters.get("rope_theta", self.rope_theta)
         self.validate()
+
+    def __setstate__(self, state):  # a config unpickled in a worker process
+        register_models()
+        self.__dict__.update(state)
 
     def validate(self):
         """Check every field, whatever set it: the constructor, `from_pretrained` keywords (transformers sets them on

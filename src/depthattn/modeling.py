@@ -15,7 +15,7 @@ from typing import Unpack
 
 import torch
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import AutoModel, AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
@@ -32,6 +32,7 @@ from .compat import (
     cache_kwarg,
     cache_output,
     output_recorder,
+    register_for_transformers_serve,
     slice_logits_to_keep,
     with_attn_implementation,
 )
@@ -468,3 +469,9 @@ def _check_token_ids(input_ids: torch.Tensor, vocab_size: int):
             f"token ids must lie in [0, {vocab_size}) (the config's vocab_size), got ids from {low} to {high}; "
             "check that the tokenizer matches the model"
         )
+
+
+# Auto classes find the models from here on; the first DepthAttentionConfig imports this module (config.register_models)
+AutoModel.register(DepthAttentionConfig, DepthAttentionModel, exist_ok=True)
+AutoModelForCausalLM.register(DepthAttentionConfig, DepthAttentionForCausalLM, exist_ok=True)
+register_for_transformers_serve(DepthAttentionForCausalLM)  # `transformers serve` finds it by name

@@ -12,8 +12,6 @@ from safetensors import safe_open
 from ..checksums import CHECKSUMS, damaged_weights, edited_files, recorded_checksums, write_checksums
 from ..config import DepthAttentionConfig
 from ..convert import check_shapes, meta_shapes, saved_shapes, weights_files
-from ..loading import check_model_dir, check_model_type, nonfinite_tensors
-from ..modeling import DepthAttentionForCausalLM
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..loading import check_model_dir, check_model_type
+
     path = check_model_dir(args.model)
     check_model_type(path)
     check_recorded_weights(path)
@@ -51,6 +51,8 @@ def check_recorded_weights(path: Path) -> None:
 
 def check_weights_fit(path: Path) -> None:
     """Refuse weights whose shapes do not fit config.json, or that hold NaN or infinite values."""
+    from ..modeling import DepthAttentionForCausalLM
+
     try:
         config = DepthAttentionConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, TypeError, KeyError) as error:
@@ -68,5 +70,7 @@ def check_weights_fit(path: Path) -> None:
 
 def nonfinite_in_file(file: Path) -> list[str]:
     """The floating-point tensors of a safetensors file that hold a NaN or an infinity, read one at a time."""
+    from ..loading import nonfinite_tensors
+
     with safe_open(file, framework="pt") as weights:
         return nonfinite_tensors((name, weights.get_tensor(name)) for name in weights.keys())

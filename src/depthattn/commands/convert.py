@@ -9,18 +9,16 @@ import shutil
 from pathlib import Path
 
 from ..checksums import check_checksums, write_checksums
-from ..config import METHODS, method_fields
+from ..config import method_fields, registered_methods
 from ..convert import TOKENIZER_FILES
 from ..files import atomic_directory
-from ..modeling import DepthAttentionForCausalLM
-from ..train.config import parse_literal
 
 
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("src", metavar="SRC_DIR", help="a Llama, Mistral, Qwen2 or Qwen3 model folder, or a "
                                                        "Depth-Attention reference-implementation checkpoint")
     parser.add_argument("out", metavar="OUT_DIR", help="the converted model folder (must not exist)")
-    parser.add_argument("--cross-layer", choices=METHODS,
+    parser.add_argument("--cross-layer", choices=registered_methods(),
                         help="default: a reference checkpoint's own method, else depth_attention")
     fields = parser.add_argument_group(
         "method settings", "any registered method's config field (docs/method.md); default: a reference "
@@ -39,12 +37,16 @@ def _first_sentence(text: str) -> str:
 def _reader(default):
     """parse_literal, with an integer taken as a float where the field's default is one (30 -> 30.0)."""
     def read(text: str):
+        from ..train.config import parse_literal
+
         value = parse_literal(text)
         return float(value) if isinstance(default, float) and type(value) is int else value
     return read
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..modeling import DepthAttentionForCausalLM
+
     src, out = Path(args.src), Path(args.out)
     if out.exists():
         raise FileExistsError(f"{out} already exists; remove it or choose another OUT_DIR")
@@ -59,6 +61,6 @@ def run(args: argparse.Namespace) -> int:
                 shutil.copy(item, tmp / item.name)
         write_checksums(tmp)
     config = model.config
-    settings = METHODS[config.cross_layer].settings(config)
+    settings = registered_methods()[config.cross_layer].settings(config)
     print(", ".join([f"{out}: cross_layer={config.cross_layer}", *(f"{k}={v!r}" for k, v in settings.items())]))
     return 0

@@ -5,25 +5,20 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import DepthAttentionConfig
-from ..data.manifest import MANIFEST_NAME, read_manifest
-from ..evaluate.costs import (
-    DEFAULT_CONTEXT,
-    DEFAULT_DTYPE_BYTES,
-    costs_table,
-    default_methods,
-    format_table,
-    method_configs,
-)
 from ..files import atomic_write_json
-from ..presets import METHOD_PRESETS
-from ..train import MODEL_PRESETS, TrainConfig
+
+if TYPE_CHECKING:
+    from ..train import TrainConfig
 
 PAPER_VOCAB = DepthAttentionConfig.vocab_size  # 50,304
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    from ..evaluate.costs import DEFAULT_CONTEXT, DEFAULT_DTYPE_BYTES
+
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--config", help="a TOML training config (configs/*.toml): its model preset, loops, overrides")
     source.add_argument("--preset", help="a model preset of depthattn.train.MODEL_PRESETS, e.g. 3b (default)")
@@ -44,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def configs_from_args(args) -> tuple[dict[str, DepthAttentionConfig], str]:
     """The configs to price, and a line saying which vocabulary they have and where it comes from."""
+    from ..evaluate.costs import default_methods, method_configs
+    from ..presets import METHOD_PRESETS
+    from ..train import MODEL_PRESETS, TrainConfig
+
     overrides, own_method, cfg = {}, None, None
     if args.config is not None:
         cfg = TrainConfig.load(args.config)
@@ -80,6 +79,8 @@ def vocabulary(args, cfg: TrainConfig | None) -> tuple[int, str]:
     if "vocab_size" in cfg.model.overrides:
         size = cfg.model.overrides["vocab_size"]
         return size, f"vocabulary: {size:,} tokens (model.overrides.vocab_size)"
+    from ..data.manifest import MANIFEST_NAME, read_manifest
+
     if (Path(cfg.data.path) / MANIFEST_NAME).is_file():
         size = read_manifest(cfg.data.path)["tokenizer"]["vocab_size"]
         return size, f"vocabulary: {size:,} tokens, the tokenizer of {cfg.data.path}"
@@ -88,6 +89,8 @@ def vocabulary(args, cfg: TrainConfig | None) -> tuple[int, str]:
 
 
 def run(args) -> int:
+    from ..evaluate.costs import costs_table, format_table
+
     if args.context < 0 or args.dtype_bytes <= 0:
         raise ValueError(f"--context must be >= 0 and --dtype-bytes > 0, got {args.context} and {args.dtype_bytes}")
     configs, vocab_line = configs_from_args(args)

@@ -14,17 +14,12 @@ import argparse
 import statistics
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-from ..data import MANIFEST_NAME, TokenShards, prepare
-from ..evaluate.perplexity import TokenStream, compute_perplexity
-from ..evaluate.plots import plot_loss_curves, read_metrics
 from ..files import read_json_object
-from ..serving.cache import cached_decoding_error, kv_cache_bytes
-from ..serving.generation import sample
-from ..study import Study, format_interval, setting_differences, verdict
-from ..train import TrainConfig, train
+
+if TYPE_CHECKING:
+    from ..train import TrainConfig
 
 METHODS = {"Depth-Attention": "depth_attention", "vanilla": "vanilla"}
 STEPS = 200
@@ -44,6 +39,8 @@ def demo_settings(data: Path, steps: int = STEPS) -> dict:
 
 
 def demo_config(data: Path, out_dir: Path, method: str, steps: int) -> TrainConfig:
+    from ..train import TrainConfig
+
     settings = demo_settings(data, steps)
     settings["model"]["method"] = method
     settings["train"].update(out_dir=str(out_dir), checkpoint_every=50, seed=0)
@@ -52,6 +49,8 @@ def demo_config(data: Path, out_dir: Path, method: str, steps: int) -> TrainConf
 
 def study_quote(steps: int) -> list[str]:
     """What the study found in the demo's setting, from its committed result files."""
+    from ..study import Study, format_interval, setting_differences, verdict
+
     if steps != STEPS:
         return [f"(the study's numbers are for {STEPS} steps; this run trained {steps})"]
     if not STUDY_CONFIG.is_file():
@@ -108,6 +107,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..data import MANIFEST_NAME, TokenShards, prepare
+    from ..evaluate.perplexity import TokenStream, compute_perplexity
+    from ..evaluate.plots import plot_loss_curves, read_metrics
+    from ..serving.cache import cached_decoding_error, kv_cache_bytes
+    from ..serving.generation import sample
+    from ..train import train
+
     out = Path(args.out)
     steps = args.steps or STEPS
     if args.eval_tokens is not None and args.eval_tokens < 2:

@@ -9,17 +9,11 @@ import sys
 import numpy as np
 from transformers.utils import logging as hf_logging
 
-from ..evaluate.depth_map import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_SAMPLES,
-    DEFAULT_SEQ_LEN,
-    compute_depth_map,
-    write_depth_map,
-)
-from ..loading import DTYPE_CHOICES
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..evaluate.depth_map import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLES, DEFAULT_SEQ_LEN
+    from ..loading import DTYPE_CHOICES
+
     parser.add_argument("model", metavar="MODEL_DIR", help="a saved Depth-Attention model folder")
     parser.add_argument("--data", required=True, metavar="PREPARED_DIR",
                         help="a dataset written by `depthattn prepare`")
@@ -36,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..evaluate.depth_map import compute_depth_map, write_depth_map
+
     hf_logging.disable_progress_bar()  # the weights-loading bar
     result = compute_depth_map(args.model, args.data, split=args.split, samples=args.samples, seq_len=args.seq_len,
                                batch_size=args.batch_size, dtype=args.dtype, device=args.device)

@@ -7,12 +7,13 @@ import sys
 
 from transformers.utils import logging as hf_logging
 
-from ..evaluate.perplexity import DEFAULT_BATCH_SIZE, evaluate_perplexity
 from ..files import atomic_write_json
-from ..loading import DTYPE_CHOICES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..evaluate.perplexity import DEFAULT_BATCH_SIZE
+    from ..loading import DTYPE_CHOICES
+
     parser.add_argument("model", metavar="MODEL_DIR",
                         help="a saved model folder (e.g. runs/tiny/depth_attention/final)")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -38,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..evaluate.perplexity import evaluate_perplexity
+
     hf_logging.disable_progress_bar()  # the weights-loading bar
     result = evaluate_perplexity(
         args.model, data=args.data, split=args.split, text=args.text, tokenizer=args.tokenizer,

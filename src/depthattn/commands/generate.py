@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from ..ops import DEPTH_IMPLS
-from ..serving.generation import generate_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..serving.generation import generate_text
+
     try:
         args.prompt.encode("utf-8")
     except UnicodeEncodeError:  # bytes the terminal's encoding could not decode reach Python as lone surrogates

@@ -7,9 +7,7 @@ import sys
 
 from transformers.utils import logging as hf_logging
 
-from ..evaluate.harness import DEFAULT_BATCH_SIZE, LOCAL_TAG, LOCAL_TASKS, TASK_SETS, run_harness
 from ..files import atomic_write_json
-from ..loading import DTYPE_CHOICES
 
 
 def _limit(text: str) -> int | float:
@@ -19,6 +17,9 @@ def _limit(text: str) -> int | float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..evaluate.harness import DEFAULT_BATCH_SIZE, LOCAL_TAG, LOCAL_TASKS, TASK_SETS
+    from ..loading import DTYPE_CHOICES
+
     parser.add_argument("model", metavar="MODEL_DIR",
                         help="a saved model folder (e.g. runs/tiny/depth_attention/final)")
     which = parser.add_mutually_exclusive_group(required=True)
@@ -70,6 +71,8 @@ def format_table(result: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..evaluate.harness import run_harness
+
     hf_logging.disable_progress_bar()
 
     result = run_harness(

@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..evaluate.plots import plot_loss_curves
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", help="training runs: their folders (train.out_dir) or metrics.jsonl files")
@@ -16,6 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..evaluate.plots import plot_loss_curves
+
     runs = [Path(run) for run in args.runs]
     folders = [run if run.is_dir() else run.parent for run in runs]
     for depth in range(1, max(len(f.parts) for f in folders) + 1):  # the shortest tails that tell the runs apart

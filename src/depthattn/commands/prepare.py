@@ -5,20 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..data.errors import DataError
-from ..data.prepare import (
-    DEFAULT_SEED,
-    DEFAULT_SHARD_TOKENS,
-    DEFAULT_TOKENIZER_SAMPLE_BYTES,
-    DEFAULT_VAL_FRACTION,
-    DEFAULT_VOCAB_SIZE,
-    default_workers,
-    prepare,
-)
-from ..data.sources import DEFAULT_CHUNK_CHARS, DEFAULT_MAX_DOCUMENT_CHARS, EMBEDDED, WIKIPEDIA
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..data.prepare import (
+        DEFAULT_SEED,
+        DEFAULT_SHARD_TOKENS,
+        DEFAULT_TOKENIZER_SAMPLE_BYTES,
+        DEFAULT_VAL_FRACTION,
+        DEFAULT_VOCAB_SIZE,
+        default_workers,
+    )
+    from ..data.sources import DEFAULT_CHUNK_CHARS, DEFAULT_MAX_DOCUMENT_CHARS, EMBEDDED, WIKIPEDIA
+
     parser.add_argument(
         "--input",
         nargs="+",
@@ -97,6 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..data.errors import DataError
+    from ..data.prepare import prepare
+
     try:
         manifest = prepare(
             args.input,

@@ -9,12 +9,9 @@ import sys
 import threading
 from pathlib import Path
 
-from ..compat import cb_worker_error, serve_available, served_model, start_cb_worker, stop_generation
 from ..config import METHODS, DepthAttentionConfig
-from ..loading import check_saved_model, default_context_length, resolve_device
 from ..ops import DEPTH_IMPLS
 from ..serving.cache import paged_cache_bytes, paged_cache_config
-from ..serving.server import RequestChecks, build_server
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +65,8 @@ def paged_cache_blocks(args, config: DepthAttentionConfig) -> int:
 def served_context(path: Path, max_positions: int, asked: int | None) -> tuple[int, str, str | None]:
     """(context length, where it comes from, a warning or None): --context-length when given (at most
     max_position_embeddings), else the training seq_len when train_config.json gives it, else max_positions."""
+    from ..loading import default_context_length
+
     trained = default_context_length(path, max_positions)
     if asked is None:
         origin = "the training seq_len" if trained < max_positions else "max_position_embeddings"
@@ -82,6 +81,10 @@ def served_context(path: Path, max_positions: int, asked: int | None) -> tuple[i
 
 
 def run(args) -> int:
+    from ..compat import serve_available, served_model, start_cb_worker, stop_generation
+    from ..loading import check_saved_model, resolve_device
+    from ..serving.server import RequestChecks, build_server
+
     path = check_saved_model(args.model)
     if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise FileNotFoundError(f"{path} holds no tokenizer; copy tokenizer.json and tokenizer_config.json of the "
@@ -142,6 +145,8 @@ def _watch_generation_worker(serve, every_s: float = 0.5) -> threading.Event:
     """If the continuous-batching worker dies, say so and stop the server, which then exits with status 1 (a
     supervisor restarts it); meanwhile /health answers 503. Never a server that lists models while every
     generation fails."""
+    from ..compat import cb_worker_error
+
     died = threading.Event()
 
     def watch():

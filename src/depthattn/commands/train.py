@@ -12,12 +12,15 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..train import TrainConfig, TrainingInterrupted, train
-from ..train.config import config_keys
+if TYPE_CHECKING:
+    from ..train import TrainConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..train.config import config_keys  # imports depthattn.train, the training loop: this help is not light
+
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = ("Any config value can be overridden: --optim.lr 3e-4 --train.steps 100, and any field of the "
                      "model's config as --model.overrides.NAME (e.g. --model.overrides.num_hidden_layers 8).\n"
@@ -32,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`depthattn train`; `args.overrides` are the command line's --section.key value pairs."""
+    from ..train import TrainConfig, TrainingInterrupted, train
+
     main = os.environ.get("RANK", "0") == "0"
     cfg = TrainConfig.load(args.config, args.overrides)
     created = missing_folders(Path(cfg.train.out_dir))
