@@ -1,9 +1,10 @@
 """`python -m benchmarks.startup`: the wall time of `depthattn --help` and of every `depthattn COMMAND --help`
 against `transformers --help`, the console scripts of this venv, each run as a fresh process; `import depthattn`
-alone is timed too, as the floor (registering the model with transformers' Auto classes imports transformers'
-modeling code). After one untimed round (the files into the page cache), every repetition runs each once, the
-order rotated by one each repetition, so machine drift cancels in the ratios: medians (and quartiles) of
-per-repetition ratios to `transformers --help`. Goal: every `--help` at most 1. Prints a markdown table.
+alone is timed too, as the floor of every `depthattn` command (torch and transformers' configuration code: the
+modeling code waits for the first config, and each command imports the library when it runs). After one untimed
+round (the files into the page cache), every repetition runs each once, the order rotated by one each repetition,
+so machine drift cancels in the ratios: medians (and quartiles) of per-repetition ratios to `transformers --help`.
+Goal: every `--help` at most 1. Prints a markdown table.
 """
 
 from __future__ import annotations
