@@ -35,20 +35,24 @@ once, a changed config gets a new key instead of a stale result, a cell whose re
 rerun, and an interrupted one resumes from its last checkpoint.
 
 Cells run through an executor (`runner.Executor`): local processes (study/local.py) or a Slurm job array
-(study/slurm.py). A cell's result file is read and written as a `CellResult` (study/records.py). The index page
-over several studies (`--index`) takes its title and columns from study/index.toml.
+(study/slurm.py); study/wanted.py says which cells are still wanted. A cell's result file is read and written as a
+`CellResult` (study/records.py) through the study's `CellStore` (study/store.py); the reports read those, and their
+own imports reach no trainer. The index page over several studies (`--index`) takes its title and columns from
+study/index.toml.
 """
 
 from .cell import run_cell
 from .mixing_maps import explain
 from .records import Cell, CellResult
 from .report import IndexPage, markdown_report, setting_differences, write_index, write_report
-from .runner import Executor, pending_cells, run_study, uncertain_cells
+from .runner import Executor, run_study
 from .spec import Axis, Search, Study, cell_key, setting_label
 from .stats import format_interval, paired_difference, summarize, verdict
+from .store import CellStore
+from .wanted import pending_cells, uncertain_cells
 
 __all__ = [
-    "Axis", "Cell", "CellResult", "Executor", "IndexPage", "Search", "Study", "cell_key", "explain",
+    "Axis", "Cell", "CellResult", "CellStore", "Executor", "IndexPage", "Search", "Study", "cell_key", "explain",
     "format_interval", "markdown_report", "paired_difference", "pending_cells", "run_cell", "run_study",
     "setting_differences", "setting_label", "summarize", "uncertain_cells", "verdict", "write_index", "write_report",
 ]

@@ -16,13 +16,15 @@ from .multiplier import RESAMPLES as MULTIPLIER_RESAMPLES
 from .plots import plot_curve_differences, plot_differences, plot_multipliers, plot_overview, plot_trend
 from .pricing import cell_flops
 from .records import Cell, CellResult
-from .runner import uncertain_cells
 from .spec import Study, setting_label
 from .stats import format_interval, paired_difference, summarize, verdict
 from .trend import RESAMPLES, describe_zero, paired_by_budget, tokens_per_parameter, trend
+from .wanted import uncertain_cells
 
 
-def markdown_report(study: Study, results: list[CellResult]) -> str:
+def markdown_report(study: Study, results: list[CellResult], found: dict[str, dict | None] | None = None) -> str:
+    """The study's report; `found`: its `budget_multipliers`, where the caller has them already."""
+    found = found if found is not None else budget_multipliers(study, results)
     loss, bpb = summarize(study, results, "val_loss"), summarize(study, results, "val_bits_per_byte")
     lines = [f"### {study.title}", "",
              f"`depthattn study {study.config_file}`; val loss = mean next-token loss (nats) over the "
@@ -40,7 +42,7 @@ def markdown_report(study: Study, results: list[CellResult]) -> str:
         for label, group in groups(study, results).items():  # a ladder: per size
             lines += [f"**{label}**, against the budget:", ""] if label else []
             lines += [*_trend_table(study, group), ""]
-            multiplier = _multiplier_tables(study, group)
+            multiplier = _multiplier_tables(study, found[label])
             lines += [*multiplier, ""] if multiplier else []
     for label, table in loss.items():
         if not table["rows"]:
@@ -183,14 +185,16 @@ def flops_ratios(study: Study) -> dict[str, float]:
     return {m: cell_flops(study, setting, m)["flops"] / base for m in study.methods}
 
 
-def study_multipliers(study: Study, results: list[CellResult]) -> dict | None:
-    return multipliers(study, results, flops_ratios(study))
+def budget_multipliers(study: Study, results: list[CellResult]) -> dict[str, dict | None]:
+    """A branched study's multipliers (`multiplier.multipliers`, with each method's FLOPs ratio) per budget group."""
+    found = groups(study, results) if study.branch_axis else {}
+    ratios = flops_ratios(study) if found else None
+    return {label: multipliers(study, group, ratios) for label, group in found.items()}
 
 
-def _multiplier_tables(study: Study, results: list[CellResult]) -> list[str]:
+def _multiplier_tables(study: Study, found: dict | None) -> list[str]:
     """Each method's data and compute multiplier over the baseline at every budget, the slope of the multiplier
     with the budget (the verdict) and the joint fit."""
-    found = study_multipliers(study, results)
     if found is None:
         return []
     x = dict(zip(found["labels"], found["x"]))
@@ -318,7 +322,8 @@ def write_report(study: Study) -> Path:
     """results/<name>.md, .json and plots from the committed cell results (no training)."""
     results = study.read_results()
     root = Path(study.results)
-    text = markdown_report(study, results)
+    found = budget_multipliers(study, results)
+    text = markdown_report(study, results, found)
     if results:
         text += f"\n![Δ vs {study.baseline}]({study.name}_difference.png)\n"
         text += f"\n![Δ along training]({study.name}_curves.png)\n"
@@ -330,9 +335,8 @@ def write_report(study: Study) -> Path:
             if fits:
                 plot_trend(study, fits, root / f"{name}_trend.png")
                 text += f"\n![gains against the budget{', ' + label if label else ''}]({name}_trend.png)\n"
-            found = study_multipliers(study, group)
-            if found:
-                plot_multipliers(study, found, root / f"{name}_multiplier.png")
+            if found[label]:
+                plot_multipliers(study, found[label], root / f"{name}_multiplier.png")
                 text += f"\n![multipliers against the budget{', ' + label if label else ''}]({name}_multiplier.png)\n"
     atomic_write_bytes(root / f"{study.name}.md", text.encode())
     summary = {label: table for label, table in summarize(study, results).items()}

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from ..config import did_you_mean
 from ..presets import METHOD_PRESETS
-from ..train import TrainConfig
-from ..train.config import config_path, read_toml
+from ..train.config import TrainConfig, config_path, read_toml
 from .records import Cell, CellResult, setting_label
 from .store import CellStore
 

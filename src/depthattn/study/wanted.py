@@ -1,0 +1,44 @@
+"""Which cells a study still wants: the study's seeds without a result, then more seeds where a difference's interval
+still spans zero; with a branched budget axis, the runs that train them. Reading result files only: the reports ask
+it too, without the trainer."""
+
+from __future__ import annotations
+
+from .records import Cell
+from .spec import Study, setting_label
+from .stats import summarize
+
+
+def runs_of(study: Study, cells: list[Cell]) -> list[Cell]:
+    """The runs that train `cells`: with a branched budget axis one run per (other settings, method, seed), named
+    by its longest budget's cell, whose run branches off the shorter ones; else the cells themselves."""
+    if not study.branch_axis:
+        return cells
+    return list(dict.fromkeys(Cell(study.run_setting(cell.setting, cell.method), cell.method, cell.seed)
+                              for cell in cells))
+
+
+def pending_cells(study: Study, seeds: list[int] | None = None, methods: list[str] | None = None) -> list[Cell]:
+    """Cells (runs) without a result file, seed-major so early results cover every method of every setting."""
+    seeds = seeds or study.seeds
+    methods = methods or study.methods
+    cells = [Cell(setting, method, seed) for seed in seeds for setting in study.settings() for method in methods
+             if study.trains(setting, method)]
+    return runs_of(study, [cell for cell in cells if not study.has_result(cell)])
+
+
+def uncertain_cells(study: Study) -> list[Cell]:
+    """The more_seeds cells of each (setting, method) whose difference to the baseline still spans zero."""
+    if not study.more_seeds:
+        return []
+    table = summarize(study, study.read_results())
+    wanted = []
+    for setting in study.settings():
+        rows = table[setting_label(setting)]["rows"]
+        unsure = [r["method"] for r in rows if "diff_low" in r and r["diff_low"] < 0 < r["diff_high"]]
+        unsure += [m for pair in study.contrasts for c in table[setting_label(setting)]["contrasts"]
+                   if c["pair"] == pair and c.get("diff_low", 0) < 0 < c.get("diff_high", 0) for m in pair]
+        for method in dict.fromkeys([study.baseline, *unsure] if unsure else []):
+            wanted += [cell for cell in (Cell(setting, method, s) for s in study.more_seeds)
+                       if study.trains(setting, method) and not study.has_result(cell)]
+    return runs_of(study, wanted)
