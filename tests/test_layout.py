@@ -120,7 +120,7 @@ def test_imports_inside_functions_are_of_optional_dependencies_only():
 
 
 MODELING = ("transformers.modeling_utils", "depthattn.modeling")
-NOT_YET_LIGHT = {"depthattn.commands.study": "converted separately"}
+NOT_YET_LIGHT: dict[str, str] = {}
 # commands whose --help itself needs the library, and why
 HEAVY_HELP = {"train": "its help lists every config key (depthattn.train.config), and importing depthattn.train "
                        "imports the training loop"}

@@ -8,17 +8,10 @@ import datetime
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..study.local import LocalExecutor
-from ..study.mixing_maps import explain
-from ..study.predictions import format_score, predict, read_prediction, score, write_prediction
-from ..study.pricing import H100_BF16_TFLOPS, gpu_hours, run_flops
-from ..study.records import Cell
-from ..study.report import IndexPage, write_index, write_report
-from ..study.runner import Executor, pending_cells, run_study, uncertain_cells
-from ..study.slurm import SlurmExecutor, SlurmSettings, print_status
-from ..study.spec import Study
-from ..train import TrainingInterrupted
+if TYPE_CHECKING:
+    from ..study import Cell, Executor, Study
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print the cells that would run and what each costs (FLOPs, GPU-hours at --mfu); "
                              "train nothing")
     parser.add_argument("--mfu", type=float, default=0.4, help="--dry-run: model FLOPs utilisation (default 0.4)")
-    parser.add_argument("--peak-tflops", type=float, default=H100_BF16_TFLOPS,
-                        help="--dry-run: the GPU's peak (default %(default)s, an H100's dense bf16)")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="--dry-run: the GPU's peak in TFLOP/s (default: an H100's dense bf16 peak)")
     parser.add_argument("--methods", nargs="+", help="run only these methods")
     parser.add_argument("--seeds", nargs="+", type=int, help="run only these seeds")
     parser.add_argument("--why", action="store_true", help="also write depth-weight maps and learned mixing weights "
@@ -67,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def make_executor(args: argparse.Namespace, study: Study) -> Executor:
+    from ..study.local import LocalExecutor
+    from ..study.slurm import SlurmExecutor, SlurmSettings
+
     if args.executor == "local":
         return LocalExecutor(args.workers, args.threads, args.tasks_per_cell)
     return SlurmExecutor(SlurmSettings.from_table(study.slurm, args.slurm), study.out_dir, args.poll,
@@ -75,11 +71,17 @@ def make_executor(args: argparse.Namespace, study: Study) -> Executor:
 
 def wanted_cells(study: Study, args: argparse.Namespace) -> list[Cell]:
     """The cells this command would train now: the study's seeds, then more seeds where intervals span zero."""
+    from ..study.wanted import pending_cells, uncertain_cells
+
     cells = pending_cells(study, args.seeds, args.methods)
     return cells if args.seeds or args.methods else cells + uncertain_cells(study)
 
 
 def dry_run(study: Study, args: argparse.Namespace) -> None:
+    from ..study.pricing import H100_BF16_TFLOPS, gpu_hours, run_flops
+    from ..study.slurm import SlurmSettings
+
+    peak = args.peak_tflops or H100_BF16_TFLOPS
     cells = wanted_cells(study, args)
     print(f"study {study.name}: {len(cells)} cells would run, {make_executor(args, study).describe()}")
     if args.executor == "slurm":
@@ -88,20 +90,23 @@ def dry_run(study: Study, args: argparse.Namespace) -> None:
     total_flops = total_hours = separate = 0.0
     for cell in cells:
         cost = run_flops(study, cell.setting, cell.method)
-        hours = gpu_hours(cost["flops"], args.mfu, args.peak_tflops)
+        hours = gpu_hours(cost["flops"], args.mfu, peak)
         total_flops, total_hours = total_flops + cost["flops"], total_hours + hours
         separate += cost["separate_flops"]
         print(f"  {cell.label}: {cost['params'] / 1e6:,.1f}M params, "
               f"{cost['tokens'] / 1e9:,.3f}B tokens, {cost['flops']:.2e} FLOPs, {hours:,.2f} GPU-h")
     print(f"study {study.name}: {total_flops:.2e} FLOPs, {total_hours:,.2f} GPU-hours at {args.mfu:.0%} MFU of "
-          f"{args.peak_tflops:g} TFLOP/s")
+          f"{peak:g} TFLOP/s")
     if study.branch_axis and total_flops:
         print(f"study {study.name}: every budget as a run of its own would cost {separate:.2e} FLOPs, "
-              f"{gpu_hours(separate, args.mfu, args.peak_tflops):,.2f} GPU-hours: {separate / total_flops:.2f} x "
+              f"{gpu_hours(separate, args.mfu, peak):,.2f} GPU-hours: {separate / total_flops:.2f} x "
               "the branched runs")
 
 
 def status(study: Study, args: argparse.Namespace) -> None:
+    from ..study import Cell
+    from ..study.slurm import print_status
+
     cells = [Cell(setting, method, seed) for seed in study.seeds + study.more_seeds for setting in study.settings()
              for method in study.methods]
     if args.executor == "slurm":
@@ -117,6 +122,9 @@ def status(study: Study, args: argparse.Namespace) -> None:
 
 
 def predictions(studies: list[Study], args: argparse.Namespace) -> int:
+    from ..study import Study
+    from ..study.predictions import format_score, predict, read_prediction, score, write_prediction
+
     for study in studies:
         if args.predict_for:
             target = Study.load(args.predict_for)
@@ -129,6 +137,9 @@ def predictions(studies: list[Study], args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..study import IndexPage, Study, explain, run_study, write_index, write_report
+    from ..train import TrainingInterrupted
+
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     studies = [Study.load(path) for path in args.configs]

@@ -10,7 +10,6 @@ import math
 import os
 import signal
 import sys
-import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from ..train import TrainingInterrupted
-from ..train.interrupt import SIGNALS, signal_name
+from ..train.interrupt import SIGNALS, SignalHandlers, signal_name
 from .cell import check_split, run_cell
 from .records import Cell, CellResult
 from .spec import Study
@@ -164,7 +163,7 @@ def _outcome(future: Future):
         return None
 
 
-class _PassOn:
+class _PassOn(SignalHandlers):
     """While the pool runs, in the main thread: the first SIGINT or SIGTERM is sent on to every worker (each in a
     process group of its own), which then start no other call; a second is sent on too; a third meets the
     handlers found (Ctrl-C raises KeyboardInterrupt). A signal ignored stays ignored."""
@@ -172,18 +171,7 @@ class _PassOn:
     def __init__(self, pool: ProcessPoolExecutor):
         self.pool, self.signum, self.count, self.previous = pool, None, 0, {}
 
-    def __enter__(self) -> _PassOn:
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {signum: signal.signal(signum, self._pass_on) for signum in SIGNALS
-                             if signal.getsignal(signum) != signal.SIG_IGN}
-        return self
-
-    def __exit__(self, *exc_info):
-        for signum, handler in self.previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-        self.previous = {}
-
-    def _pass_on(self, signum, frame):
+    def _handle(self, signum, frame):
         self.signum, self.count = self.signum or signum, self.count + 1
         if self.count > 1:
             self.__exit__()

@@ -118,10 +118,9 @@ def loss_table(study: Study, results: list[CellResult]
     return labels, np.array([x_of[label] for label in labels]), seeds, table
 
 
-def data_multipliers(x: np.ndarray, baseline: np.ndarray, method: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per budget: the data multiplier of mean losses `method` (budgets, seeds) over `baseline` (budgets, seeds),
-    and the tokens per parameter where the baseline's curve was read."""
-    curve = BaselineCurve.fit(x, baseline.mean(axis=1))
+def data_multipliers(x: np.ndarray, curve: BaselineCurve, method: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per budget: the data multiplier of mean losses `method` (budgets, seeds) over the baseline's `curve`, and the
+    tokens per parameter where that curve was read."""
     read = np.array([curve.tokens_for(loss) for loss in method.mean(axis=1)])
     return read / x, read
 
@@ -146,11 +145,14 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
     base = table[study.baseline]
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(seeds), size=(RESAMPLES, len(seeds))) if len(seeds) >= MIN_SEEDS else None
+    curve = BaselineCurve.fit(x, base.mean(axis=1))
+    if draws is not None:
+        boot_curves = [BaselineCurve.fit(x, base[:, d].mean(axis=1)) for d in draws]
     rows = []
     for method in (m for m in table if m != study.baseline):
-        k, read = data_multipliers(x, base, table[method])
+        k, read = data_multipliers(x, curve, table[method])
         if draws is not None:
-            boot = np.array([data_multipliers(x, base[:, d], table[method][:, d])[0] for d in draws])
+            boot = np.array([data_multipliers(x, c, table[method][:, d])[0] for c, d in zip(boot_curves, draws)])
         points = []
         for i, label in enumerate(labels):
             outside = max(read[i] / x[-1], x[0] / read[i]) if read[i] > 0 else math.inf
@@ -174,7 +176,7 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
             "fit": joint_fit(x[fitted], {m: t[fitted] for m, t in table.items()}, study.baseline,
                              rng if draws is not None else None, len(seeds)),
             "fit_budgets": [label for label, keep in zip(labels, fitted) if keep],
-            "curve": BaselineCurve.fit(x, base.mean(axis=1)).power}
+            "curve": curve.power}
 
 
 def _log_fit(x: np.ndarray, k: np.ndarray) -> tuple[float, float]:

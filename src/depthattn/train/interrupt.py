@@ -62,19 +62,14 @@ def signal_name(signum: int) -> str:
     return signal.Signals(signum).name
 
 
-class StopSignals:
-    """The stop requests of one train() call: a context manager that installs the handlers and puts back the ones it
-    found. The loop keeps `step` (the last step whose update is applied), `saving` (the checkpoint folder being
-    written) and `newest` (the run's newest whole checkpoint) up to date for a stop at once to report."""
+class SignalHandlers:
+    """A context manager that sends SIGINT and SIGTERM to the subclass's `_handle` while it is open and puts back the
+    handlers it found. Only in the main thread (where Python installs handlers); a signal ignored stays ignored."""
 
-    def __init__(self):
-        self.signum: int | None = None  # the first signal this process received
-        self.previous: dict = {}
-        self.step: int | None = None
-        self.saving: Path | None = None
-        self.newest: Path | None = None
+    previous: dict
 
-    def __enter__(self) -> StopSignals:
+    def __enter__(self):
+        self.previous = {}
         if threading.current_thread() is threading.main_thread():
             for signum in SIGNALS:
                 if signal.getsignal(signum) != signal.SIG_IGN:
@@ -86,6 +81,19 @@ class StopSignals:
             # None: a handler set outside Python, which Python cannot put back
             signal.signal(signum, signal.SIG_DFL if handler is None else handler)
         self.previous = {}
+
+
+class StopSignals(SignalHandlers):
+    """The stop requests of one train() call: the handlers while it runs. The loop keeps `step` (the last step whose
+    update is applied), `saving` (the checkpoint folder being written) and `newest` (the run's newest whole
+    checkpoint) up to date for a stop at once to report."""
+
+    def __init__(self):
+        self.signum: int | None = None  # the first signal this process received
+        self.previous: dict = {}
+        self.step: int | None = None
+        self.saving: Path | None = None
+        self.newest: Path | None = None
 
     def _handle(self, signum, frame):
         if self.signum is None:
