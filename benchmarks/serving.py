@@ -261,9 +261,9 @@ def main(argv=None) -> int:
         words = [f"w{i}" for i in range(size["vocab_size"] - 3)]  # the vocabulary: 3 special tokens, then words
         folders = save_twins(Path(root), size, words, request_tokens, getattr(torch, work["dtype"]), args.seed)
         options = ["--device", args.device] + (
-            ["--continuous-batching", "--cb-num-blocks", str(cb_blocks)] if cb_blocks else []) + (
-            ["--depth-impl", args.depth_impl] if args.depth_impl else [])
-        servers = {name: Server(folder, options, out / f"serving-{name}.log", args.threads)
+            ["--continuous-batching", "--cb-num-blocks", str(cb_blocks)] if cb_blocks else [])
+        switch = {"depth_attention": ["--method-field", f"depth_impl={args.depth_impl}"] if args.depth_impl else []}
+        servers = {name: Server(folder, options + switch.get(name, []), out / f"serving-{name}.log", args.threads)
                    for name, folder in folders.items()}
         results = measure_clients(servers, clients, work, words, args.seed)
     if hasattr(os, "getloadavg"):

@@ -57,11 +57,55 @@ def test_generate_compiled_gives_the_eager_greedy_text(demo_dir, capsys):
     eager = capsys.readouterr().out
     assert main([*argv, "--compile", "eager"]) == 0
     assert capsys.readouterr().out == eager
-    assert main([*argv, "--depth-impl", "reference"]) == 0
+    assert main([*argv, "--method-field", "depth_impl=reference"]) == 0
     assert capsys.readouterr().out == eager
     from depthattn.loading import load_model
 
-    assert load_model(demo_dir / "depth_attention" / "final", depth_impl="reference").config.depth_impl == "reference"
+    loaded = load_model(demo_dir / "depth_attention" / "final", method_fields={"depth_impl": "reference"})
+    assert loaded.config.depth_impl == "reference"
+
+
+@pytest.fixture(scope="module")
+def moda_dir(tmp_path_factory):
+    from depthattn.data.tokenizer import word_level_tokenizer
+    from tests.helpers import tiny_model
+
+    folder = tmp_path_factory.mktemp("moda")
+    tokenizer = word_level_tokenizer("the cat sat on a mat".split())
+    tokenizer.save_pretrained(folder)
+    tiny_model(cross_layer="moda", vocab_size=len(tokenizer)).save_pretrained(folder)
+    return folder
+
+
+def test_generate_switches_any_method_field_that_changes_how_it_computes_not_what(moda_dir, capsys):
+    argv = ["generate", str(moda_dir), "the cat", "--max-new-tokens", "6", "--temperature", "0"]
+    assert main(argv) == 0
+    reference = capsys.readouterr().out
+    assert main([*argv, "--method-field", "moda_impl=merged"]) == 0
+    assert capsys.readouterr().out == reference
+
+
+@pytest.mark.parametrize("field, message", [
+    ("depth_impl=reference", "depth_impl is not a switchable field of cross_layer='moda' (switchable: moda_impl)"),
+    ("moda_impl=fused", "moda_impl must be one of 'reference', 'merged'; got 'fused'"),
+    ("depth_mix=uniform", "--method-field 'depth_mix=uniform': give NAME=VALUE, NAME a field that a method switches "
+                          "(depth_impl, moda_impl; the others change what a model computes)"),
+    ("moda_impl", "--method-field 'moda_impl': give NAME=VALUE"),
+])
+def test_generate_refuses_a_method_field_the_method_does_not_switch(moda_dir, capsys, field, message):
+    assert main(["generate", str(moda_dir), "the", "--max-new-tokens", "1", "--method-field", field]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_a_method_field_value_is_a_literal_where_the_default_is_not_a_string(monkeypatch):
+    from depthattn.loading import parse_method_fields
+    from depthattn.methods import DepthAttention
+
+    monkeypatch.setattr(DepthAttention, "switchable_fields", ("depth_impl", "depth_window"))
+    assert parse_method_fields(["depth_window=2", "depth_impl=1"]) == {"depth_window": 2, "depth_impl": "1"}
+    with pytest.raises(ValueError, match="depth_window=two: not a Python literal, as depth_window's values are "
+                                         r"\(its default: 0\)"):
+        parse_method_fields(["depth_window=two"])
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -121,26 +121,19 @@ def test_imports_inside_functions_are_of_optional_dependencies_only():
 
 MODELING = ("transformers.modeling_utils", "depthattn.modeling")
 NOT_YET_LIGHT: dict[str, str] = {}
-# commands whose --help itself needs the library, and why
-HEAVY_HELP = {"train": "its help lists every config key (depthattn.train.config), and importing depthattn.train "
-                       "imports the training loop"}
 
 
 def test_commands_and_their_help_import_no_modeling_code():
     """Each command module imports the library in run(), so `depthattn COMMAND --help` stays fast: in one fresh
-    process, each command's --help (its module only, for HEAVY_HELP) in turn, until one imports modeling code."""
+    process, each command's --help in turn, until one imports modeling code."""
     code = f"""
-import contextlib, importlib, io, sys
+import contextlib, io, sys
 from depthattn.cli import COMMANDS, main
 for name, (module, _) in COMMANDS.items():
-    module = f"depthattn.commands.{{module}}"
-    if module in {sorted(NOT_YET_LIGHT)!r}:
+    if f"depthattn.commands.{{module}}" in {sorted(NOT_YET_LIGHT)!r}:
         continue
-    if name in {sorted(HEAVY_HELP)!r}:
-        importlib.import_module(module)
-    else:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
-            main([name, "--help"])
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        main([name, "--help"])
     if loaded := [m for m in {MODELING!r} if m in sys.modules]:
         print(name, loaded)
         break
@@ -159,6 +152,13 @@ NAMES_METHODS = {
 }
 
 
+def docstring_ids(tree: ast.AST) -> set[int]:
+    """The ids of the docstrings' Constant nodes in `tree`."""
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and ast.get_docstring(node, clean=False) is not None}
+
+
 def test_no_module_outside_methods_names_a_method():
     """A method registered from outside is served, costed, studied and reported with no other file touched, so no
     other module names one (string constants, docstrings aside)."""
@@ -170,9 +170,36 @@ def test_no_module_outside_methods_names_a_method():
         if module.startswith("depthattn.methods") or module in NAMES_METHODS:
             continue
         tree = ast.parse(path.read_text())
-        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                      and ast.get_docstring(node, clean=False) is not None}
+        docstrings = docstring_ids(tree)
         found |= {(module, node.lineno, node.value) for node in ast.walk(tree) if isinstance(node, ast.Constant)
                   and node.value in names and id(node) not in docstrings}
     assert not found, f"method names outside methods/ (move the knowledge into the method's class): {found}"
+
+
+# Where a method's config field may be named outside methods/, and why
+NAMES_METHOD_FIELDS = {
+    "depthattn": "exports the function depth_mix of depthattn.ops, which has the name of Depth-Attention's field",
+    "depthattn.ops.depth_mix": "Depth-Attention's mixing kernels: their function depth_mix has the field's name",
+    "depthattn.convert": "the reference implementation's checkpoints set Depth-Attention's fields",
+    "depthattn.evaluate.depth_map": "the depth map of Depth-Attention records its depth_stride in the JSON it reads",
+}
+
+
+def test_no_module_outside_methods_names_a_method_field():
+    """A method's fields are set through the config and switched through `switch_method_field` and
+    `--method-field NAME=VALUE`, so no other module names one: as a string constant (docstrings aside), a keyword
+    argument or a parameter."""
+    from depthattn.methods import METHODS
+
+    fields, found = {name for method in METHODS.values() for name in method.config_fields}, set()
+    for module, path in MODULES.items():
+        if module.startswith("depthattn.methods") or module in NAMES_METHOD_FIELDS:
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = docstring_ids(tree)
+        for node in ast.walk(tree):
+            name = (node.value if isinstance(node, ast.Constant) and id(node) not in docstrings else
+                    node.arg if isinstance(node, (ast.keyword, ast.arg)) else None)
+            if name in fields:
+                found.add((module, node.lineno, name))
+    assert not found, f"method fields named outside methods/ (move the knowledge into the method's class): {found}"

@@ -32,7 +32,7 @@ MAX_TOKENS = 8
 SERVED_NAME = "tiny-depth-attention"
 TRAINED_CONTEXT = 32  # the moda server's folder sits in a run trained at this seq_len (train_config.json)
 SERVERS = {"depth_attention": (dict(depth_stride=1, depth_impl="compiled"),
-                               ["--continuous-batching", "--depth-impl", "reference",
+                               ["--continuous-batching", "--method-field", "depth_impl=reference",
                                 "--served-model-name", SERVED_NAME]),
            "vanilla": (dict(cross_layer="vanilla"), []),
            "moda": (dict(cross_layer="moda"), [])}
@@ -120,8 +120,9 @@ def test_an_empty_prompt_starts_a_new_document_as_generate_does(servers, name, p
     assert server.request("/health")[0] == 200  # and the worker goes on
 
 
-def test_depth_impl_option_switches_the_served_model(servers):
-    assert "depth mixing through depth_impl='reference'" in servers["depth_attention"].log.read_text()
+def test_method_field_option_switches_the_served_model(servers):
+    assert "cross_layer='depth_attention' computes with depth_impl='reference'" in \
+        servers["depth_attention"].log.read_text()
 
 
 @pytest.mark.parametrize("name", SERVERS)

@@ -7,6 +7,7 @@ training depends on loading (its checkpoints' checks), never the reverse.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import datetime
 import json
@@ -90,13 +91,14 @@ def check_model_type(path: Path) -> None:
 
 
 def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str | None = None,
-               depth_impl: str | None = None):
+               method_fields: Mapping[str, object] | None = None):
     """A saved depthattn model in eval mode, refused unless its files match their checksums (where the folder
     records them), every tensor of the model is in the weights with its shape, no other tensor is, and all
     are finite.
 
     dtype: float32, bfloat16, float16, or auto (the dtype recorded in the saved config).
-    depth_impl: the depth mixing implementation (`depthattn.ops.DEPTH_IMPLS`) over the saved config's.
+    method_fields: values of fields that the method switches (its `switchable_fields`, e.g. {"depth_impl": "cpu"}),
+    over the saved config's (`DepthAttentionPreTrainedModel.switch_method_field`).
     """
     path = check_saved_model(model_dir)
     if dtype not in DTYPE_CHOICES:
@@ -104,10 +106,9 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
     device = resolve_device(device)
     check_shapes_fit(path)
     try:
-        overrides = {} if depth_impl is None else {"depth_impl": depth_impl}
         model, info = transformers.AutoModelForCausalLM.from_pretrained(
             path, dtype=DTYPES.get(dtype, "auto"), local_files_only=True, output_loading_info=True,
-            ignore_mismatched_sizes=True, **overrides)
+            ignore_mismatched_sizes=True)
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(f"could not load a causal language model from {path}: {error}") from error
     _check_fit(path, model.config, info["missing_keys"], info["unexpected_keys"], info["mismatched_keys"])
@@ -115,7 +116,33 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
     if nonfinite:
         raise ValueError(f"{path} holds NaN or infinite weights in {_listed(nonfinite)}: the run that wrote it "
                          "diverged; use an earlier checkpoint")
+    for name, value in (method_fields or {}).items():
+        model.switch_method_field(name, value)
     return model.to(device).eval()
+
+
+def parse_method_fields(assignments: Iterable[str]) -> dict[str, object]:
+    """`NAME=VALUE` assignments (`--method-field`) of fields that a method switches (its `switchable_fields`), as
+    `load_model` takes them: each value a Python literal where the field's default is not a string. Whether the
+    loaded model's method switches them, and to these values, is checked when they are set."""
+    defaults = {name: method.config_fields[name].default for method in METHODS.values()
+                for name in method.switchable_fields}
+    fields = {}
+    for assignment in assignments:
+        name, equals, text = assignment.partition("=")
+        if not equals or name not in defaults:
+            raise ValueError(f"--method-field {assignment!r}: give NAME=VALUE, NAME a field that a method switches "
+                             f"({', '.join(sorted(defaults)) or 'none'}; the others change what a model computes)")
+        fields[name] = text if isinstance(defaults[name], str) else _literal(name, text, defaults[name])
+    return fields
+
+
+def _literal(name: str, text: str, default):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise ValueError(f"--method-field {name}={text}: not a Python literal, as {name}'s values are (its default: "
+                         f"{default!r})") from None
 
 
 @dataclasses.dataclass
@@ -150,18 +177,18 @@ class OpenedModel:
 
 
 def open_model(model_dir: str | os.PathLike, *, dtype: str = "float32", device: str | None = None,
-               depth_impl: str | None = None, tokenizer: str | os.PathLike | None = None,
+               method_fields: Mapping[str, object] | None = None, tokenizer: str | os.PathLike | None = None,
                with_tokenizer: bool = True) -> OpenedModel:
     """A saved model folder opened the way every command that reads one needs it: the folder checked
     (`check_model_dir`), its tokenizer found before the weights are read (`tokenizer`, else the folder's own),
     the model loaded and checked (`load_model`: checksums, model type, tensors, finiteness, dtype, device,
-    depth_impl), and the tokenizer checked against its vocabulary.
+    method_fields), and the tokenizer checked against its vocabulary.
 
     with_tokenizer=False leaves the tokenizer to `OpenedModel.load_tokenizer`, for a command that finds it
     elsewhere too (eval: the prepared dataset's) or needs none (depth-map)."""
     path = check_model_dir(model_dir)
     found = find_tokenizer(path, tokenizer) if with_tokenizer else None
-    opened = OpenedModel(path, load_model(path, dtype, device, depth_impl))
+    opened = OpenedModel(path, load_model(path, dtype, device, method_fields))
     if found is not None:
         opened.use_tokenizer(found)
     return opened

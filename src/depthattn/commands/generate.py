@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..ops import DEPTH_IMPLS
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="a folder saved by train: final/ or checkpoints/step_* "
@@ -18,12 +16,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder (default: the model folder's)")
     parser.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
                         help="torch.compile the decoding steps (static KV cache; backend default inductor)")
-    parser.add_argument("--depth-impl", choices=DEPTH_IMPLS,
-                        help="depth mixing implementation (default: the saved config's; 'cpu': a C++ kernel for "
-                             "eager CPU decoding, built on first use)")
+    parser.add_argument("--method-field", action="append", default=[], metavar="NAME=VALUE",
+                        help="how the method computes, over the saved config (repeatable; a field of its "
+                             "switchable_fields, e.g. depth_impl=cpu: Depth-Attention's C++ kernel for eager CPU "
+                             "decoding, built on first use)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..loading import parse_method_fields
     from ..serving.generation import generate_text
 
     try:
@@ -31,5 +31,5 @@ def run(args: argparse.Namespace) -> int:
     except UnicodeEncodeError:  # bytes the terminal's encoding could not decode reach Python as lone surrogates
         raise ValueError("the prompt is not valid UTF-8 text; pass it in UTF-8") from None
     print(generate_text(args.model, args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed,
-                        args.tokenizer, args.compile, args.depth_impl))
+                        args.tokenizer, args.compile, parse_method_fields(args.method_field)))
     return 0

@@ -10,7 +10,6 @@ import threading
 from pathlib import Path
 
 from ..config import METHODS, DepthAttentionConfig
-from ..ops import DEPTH_IMPLS
 from ..serving.cache import paged_cache_bytes, paged_cache_config
 
 
@@ -41,9 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="longest prompt plus completion in tokens (default: the training seq_len from "
                              "train_config.json in or above the folder, else max_position_embeddings)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: auto)")
-    parser.add_argument("--depth-impl", choices=DEPTH_IMPLS,
-                        help="the depth mixing implementation, over the saved config's (e.g. cpu: the C++ kernel, "
-                             "for CPU serving)")
+    parser.add_argument("--method-field", action="append", default=[], metavar="NAME=VALUE",
+                        help="how the method computes, over the saved config (repeatable; a field of its "
+                             "switchable_fields, e.g. depth_impl=cpu: Depth-Attention's C++ kernel, for CPU serving)")
 
 
 def paged_cache_blocks(args, config: DepthAttentionConfig) -> int:
@@ -82,10 +81,11 @@ def served_context(path: Path, max_positions: int, asked: int | None) -> tuple[i
 
 def run(args) -> int:
     from ..compat import serve_available, served_model, start_cb_worker, stop_generation
-    from ..loading import check_saved_model, resolve_device
+    from ..loading import check_saved_model, parse_method_fields, resolve_device
     from ..serving.server import RequestChecks, build_server
 
     path = check_saved_model(args.model)
+    method_fields = parse_method_fields(args.method_field)
     if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise FileNotFoundError(f"{path} holds no tokenizer; copy tokenizer.json and tokenizer_config.json of the "
                                 "prepared dataset the model was trained on (its tokenizer/ folder) into it")
@@ -110,12 +110,10 @@ def run(args) -> int:
     serve = build_server(args.model, continuous_batching=args.continuous_batching, compile=args.compile,
                          device=args.device, cb_num_blocks=blocks, host=args.host, port=args.port)
     served = served_model(serve, args.model)
-    if args.depth_impl is not None and "depth_impl" in METHODS[config.cross_layer].switchable_fields:
-        served.model.switch_method_field("depth_impl", args.depth_impl)
-        print(f"depthattn serve: depth mixing through depth_impl={args.depth_impl!r}", file=sys.stderr, flush=True)
-    elif args.depth_impl is not None:
-        print(f"depthattn serve: cross_layer={config.cross_layer!r} mixes no depth; --depth-impl does nothing",
-              file=sys.stderr, flush=True)
+    for name, value in method_fields.items():
+        served.model.switch_method_field(name, value)
+        print(f"depthattn serve: cross_layer={config.cross_layer!r} computes with {name}={value!r}", file=sys.stderr,
+              flush=True)
     try:
         if args.continuous_batching:  # the paged cache now: a failure is a startup error, not a broken server
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 from transformers import CompileConfig
@@ -14,18 +15,19 @@ from ..loading import open_model
 
 def generate_text(model_dir: str, prompt: str, max_new_tokens: int = 64, temperature: float = 0.8,
                   top_k: int = 50, seed: int = 0, tokenizer: str | None = None, compile: str | None = None,
-                  depth_impl: str | None = None) -> str:
+                  method_fields: Mapping[str, object] | None = None) -> str:
     """Continue `prompt` with the model in `model_dir` (a final/ or checkpoint folder); an empty prompt starts a
     new document (from the tokenizer's BOS, else EOS). `compile`: a torch.compile backend (e.g. inductor) for the
-    decoding steps, which then write a static KV cache. `depth_impl`: the depth mixing implementation, over the
-    saved config's (`"cpu"`: the C++ kernel, the fastest eager CPU decoding)."""
+    decoding steps, which then write a static KV cache. `method_fields`: how the method computes, over the saved
+    config's (its `switchable_fields`, e.g. {"depth_impl": "cpu"}: Depth-Attention's C++ kernel, the fastest eager
+    CPU decoding)."""
     if max_new_tokens < 1 or top_k < 0 or not 0 <= temperature < math.inf:
         raise ValueError(f"need --max-new-tokens >= 1, --top-k >= 0 (0: no limit) and a finite --temperature >= 0 "
                          f"(0: greedy); got {max_new_tokens}, {top_k} and {temperature}")
     if compile is not None and compile not in torch.compiler.list_backends(exclude_tags=()):
         raise ValueError(f"unknown --compile backend {compile!r}; choose among "
                          f"{', '.join(torch.compiler.list_backends())} (default inductor)")
-    opened = open_model(model_dir, depth_impl=depth_impl, tokenizer=tokenizer)
+    opened = open_model(model_dir, method_fields=method_fields, tokenizer=tokenizer)
     return sample(opened.model, opened.tokenizer, prompt, max_new_tokens, temperature, top_k, seed, compile)
 
 
