@@ -39,7 +39,7 @@ from .compat import (
 from .config import DepthAttentionConfig
 from .convert import decoder_to_depth_attention
 from .depth import DepthState, DepthStates
-from .methods import METHODS, CrossLayerMethod, build_method
+from .methods import METHODS, AttentionMixer, CrossLayerMethod, Residual, build_method
 from .methods.base import rms_normalize
 from .ops.rotary import apply_rotary
 
@@ -158,7 +158,7 @@ class DepthAttentionAttention(nn.Module):
         hidden_states: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
         attention_mask: torch.Tensor | None,
-        method: CrossLayerMethod,
+        mixer: AttentionMixer | None,
         depth_states: DepthStates,
         loop: int = 0,
         cache: Cache | None = None,
@@ -166,8 +166,9 @@ class DepthAttentionAttention(nn.Module):
         key_value_states: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`key_value_states`: own (normed) inputs of the keys and the values (a multiway method); else both
-        read `hidden_states`, as the queries do."""
+        """`mixer`: the method when it acts inside attention, else None (the plain attention). `key_value_states`:
+        own (normed) inputs of the keys and the values (a multiway method); else both read `hidden_states`, as the
+        queries do."""
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         key_input, value_input = key_value_states or (hidden_states, hidden_states)
@@ -181,21 +182,25 @@ class DepthAttentionAttention(nn.Module):
         if self.k_norm_after_rope:  # the reference implementation's order (docs/method.md)
             key = self.k_norm(key)
 
-        step, state = loop * self.num_layers + self.layer_idx, DepthState(key, key, value)
-        if method.acts_at(step):  # a method acting inside attention, e.g. mixing in earlier steps' states
-            state, _ = method(self, query, state, step, depth_states)
-        if method.keeps_state(step):
-            depth_states[step] = state
-        key, value = state.key, state.value
+        step = loop * self.num_layers + self.layer_idx
+        if mixer is not None:  # e.g. mixing in earlier steps' states
+            state = DepthState(key, key, value)
+            if mixer.acts_at(step):
+                state, _ = mixer(self, query, state, step, depth_states)
+            if mixer.keeps_state(step):
+                depth_states[step] = state
+            key, value = state.key, state.value
         if cache is not None:  # the mixed state takes the plain state's slot; one slot per unrolled step
             key, value = cache.update(key, value, step, kwargs=kwargs)
 
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(attn_implementation, eager_attention_forward)
-        out, attn_weights = method.attend(
-            attention, self, query, key, value, attention_mask, step, depth_states, position_embeddings,
-            dropout=self.config.attention_dropout if self.training else 0.0, scaling=self.scaling,
-            sliding_window=self.sliding_window, **kwargs,
-        )
+        options = dict(dropout=self.config.attention_dropout if self.training else 0.0, scaling=self.scaling,
+                       sliding_window=self.sliding_window, **kwargs)
+        if mixer is None:
+            out, attn_weights = attention(self, query, key, value, attention_mask, **options)
+        else:
+            out, attn_weights = mixer.attend(attention, self, query, key, value, attention_mask, step, depth_states,
+                                             position_embeddings, **options)
         return self.o_proj(out.reshape(*input_shape, -1).contiguous()), attn_weights
 
 
@@ -208,20 +213,31 @@ class DepthAttentionDecoderLayer(GradientCheckpointingLayer):
         self.post_attention_layernorm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.first_sublayer = 2 * layer_idx
 
-    def forward(self, hidden_states, method: CrossLayerMethod, loop: int = 0, **kwargs):
-        """`hidden_states` is the residual stream: a tensor, or a hidden-state method's own stream object, which
-        `method` reads from and writes to (methods/base.py)."""
+    def forward(self, hidden_states, residual: Residual | None = None, mixer: AttentionMixer | None = None,
+                loop: int = 0, **kwargs):
+        """`hidden_states` is the residual stream: the plain (B, T, D) tensor, or, given `residual` (the method
+        when it owns the stream), that method's own stream, which it reads from and writes to. `mixer`: the method
+        when it acts inside attention (methods/base.py)."""
+        if residual is not None:
+            return self.residual_forward(hidden_states, residual, loop, **kwargs)
+        hidden_states = hidden_states + self.self_attn(self.input_layernorm(hidden_states), mixer=mixer, loop=loop,
+                                                       **kwargs)[0]
+        x = self.post_attention_layernorm(hidden_states)
+        if mixer is not None:
+            mixer.mlp_input(self.self_attn.layer_idx + loop * self.self_attn.num_layers, x, kwargs["depth_states"])
+        return hidden_states + self.mlp(x)
+
+    def residual_forward(self, stream, residual: Residual, loop: int, **kwargs):
         sublayer = self.first_sublayer + 2 * loop * self.self_attn.num_layers
-        x = method.read(hidden_states, sublayer)
-        key_value = method.read_key_value(hidden_states, sublayer)
+        x = residual.read(stream, sublayer)
+        key_value = residual.read_key_value(stream, sublayer)
         if key_value is not None:
             key_value = tuple(self.input_layernorm(t) for t in key_value)
-        attn_out, _ = self.self_attn(self.input_layernorm(x), method=method, loop=loop, key_value_states=key_value,
+        attn_out, _ = self.self_attn(self.input_layernorm(x), mixer=None, loop=loop, key_value_states=key_value,
                                      **kwargs)
-        hidden_states = method.write(hidden_states, sublayer, attn_out)
-        x = self.post_attention_layernorm(method.read(hidden_states, sublayer + 1))
-        method.mlp_input(sublayer // 2, x, kwargs["depth_states"])
-        return method.write(hidden_states, sublayer + 1, self.mlp(x))
+        stream = residual.write(stream, sublayer, attn_out)
+        x = self.post_attention_layernorm(residual.read(stream, sublayer + 1))
+        return residual.write(stream, sublayer + 1, self.mlp(x))
 
 
 class DepthAttentionPreTrainedModel(ModelBackports, PreTrainedModel):
@@ -237,7 +253,7 @@ class DepthAttentionPreTrainedModel(ModelBackports, PreTrainedModel):
     _can_record_outputs = {
         "hidden_states": output_recorder(DepthAttentionDecoderLayer, num_hidden_layers_key="unrolled_depth"),
         "attentions": output_recorder(DepthAttentionAttention, index=1),
-        "depth_weights": output_recorder(CrossLayerMethod, index=1),  # steps with sources, in order
+        "depth_weights": output_recorder(AttentionMixer, index=1),  # steps with sources, in order
     }
 
     def _activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers=1, offload=False):
@@ -298,6 +314,9 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         self.norm = DepthAttentionRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = DepthAttentionRotaryEmbedding(config)
         self.cross_layer = build_method(config)  # the method's parameters: none for vanilla and Depth-Attention
+        # its family, decided once: the layers call its hooks (methods/base.py), or none for the plain decoder
+        self.owns_stream = isinstance(self.cross_layer, Residual)
+        self.mixes = isinstance(self.cross_layer, AttentionMixer)
         self.post_init()
 
     @cache_kwarg
@@ -320,7 +339,7 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         out = self._forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                             cache=cache, inputs_embeds=inputs_embeds, use_cache=use_cache, return_dict=True,
                             **flags, **kwargs)
-        if out.hidden_states is not None:  # a hidden-state method's streams, seen as (B, T, D); the last is normed
+        if out.hidden_states is not None and self.owns_stream:  # its streams, seen as (B, T, D); the last is normed
             *streams, last = out.hidden_states
             out.hidden_states = (*map(self.cross_layer.hidden, streams), last)
         return out if (self.config.return_dict if return_dict is None else return_dict) else out.to_tuple()
@@ -373,20 +392,22 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
                      for kind in set(self.config.layer_types)}
 
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
-        method = self.cross_layer
-        stream = method.init(inputs_embeds)
+        residual = self.cross_layer if self.owns_stream else None
+        mixer = self.cross_layer if self.mixes else None
+        stream = residual.init(inputs_embeds) if residual is not None else inputs_embeds
         # written and read by the attentions; depth weights are computed only when recorded (transformers' rule)
         need_weights = kwargs.get("output_depth_weights", getattr(self.config, "output_depth_weights", False))
         depth_states = DepthStates(self.config.unrolled_depth, need_weights=bool(need_weights), token_ids=input_ids)
         for loop in range(self.config.num_loops):
             for layer_type, layer in zip(self.config.layer_types, self.layers):
                 stream = layer(
-                    stream, method=method, loop=loop, position_embeddings=position_embeddings,
+                    stream, residual=residual, mixer=mixer, loop=loop, position_embeddings=position_embeddings,
                     attention_mask=masks[layer_type], depth_states=depth_states, cache=cache,
                     attn_implementation=implementation, **kwargs,
                 )
         return DepthAttentionModelOutput(
-            last_hidden_state=self.norm(method.final(stream)), cache=cache if use_cache else None,
+            last_hidden_state=self.norm(residual.final(stream) if residual is not None else stream),
+            cache=cache if use_cache else None,
         )
 
 

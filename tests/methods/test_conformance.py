@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, DynamicCache
 from depthattn import DepthAttentionForCausalLM, count_parameters
 from depthattn.commands import convert as convert_command
 from depthattn.evaluate import costs
-from depthattn.methods import METHODS, FlopTerm, register, unregister
+from depthattn.methods import METHODS, AttentionMixer, FlopTerm, Residual, register, unregister
 from depthattn.serving.vllm import check_servable
 
 from ..helpers import (
@@ -35,6 +35,11 @@ CASES = {
     TOY: dict(TINY, cross_layer=TOY),
 }
 ATOL = 1e-5
+# what the model may call on a method of each family (methods/base.py); a method of neither runs the plain decoder
+FAMILY_HOOKS = {
+    AttentionMixer: {"acts_at", "keeps_state", "forward", "attend", "mlp_input"},
+    Residual: {"init", "read", "read_key_value", "write", "final", "hidden"},
+}
 # FlopCounterMode sees more than the convention counts (norms, the softmax's and scaling's multiplies, group means)
 # and less (CPU SDPA, exp, sigmoid; a weighted sum of 2 vectors is 4 d by convention, 3 d in the model): the count of
 # every method so far lies within 0.75x and 1.55x of the analytic one
@@ -89,6 +94,27 @@ def test_cached_decoding_equals_the_full_forward(settings):
         assert type(layer) is type(plain) and vars(layer).keys() == vars(plain).keys()
         for a, b in ((layer.keys, plain.keys), (layer.values, plain.values)):
             assert (a.shape, a.dtype) == (b.shape, b.dtype)
+
+
+def test_the_model_calls_the_hooks_of_the_methods_family_only(settings):
+    model = tiny_model(**settings)
+    method = model.model.cross_layer
+    families = [family for family in FAMILY_HOOKS if isinstance(method, family)]
+    assert len(families) <= 1
+    called = set()
+    for name in set.union(*FAMILY_HOOKS.values()):
+        if hook := getattr(method, name, None):  # recorded on the instance, where the model looks it up
+            setattr(method, name, lambda *args, _hook=hook, _name=name, **kwargs: (called.add(_name),
+                                                                                   _hook(*args, **kwargs))[1])
+    ids = torch.randint(0, 97, (2, 6))
+    model(ids, output_hidden_states=True)
+    prefill_then_decode(model, ids, 4)
+    if not families:
+        assert called == set()
+    elif families == [Residual]:
+        assert called == FAMILY_HOOKS[Residual]
+    else:
+        assert {"acts_at", "keeps_state", "attend", "mlp_input"} <= called <= FAMILY_HOOKS[AttentionMixer]
 
 
 def test_save_and_load_give_the_same_model(settings, tmp_path):

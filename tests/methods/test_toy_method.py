@@ -14,8 +14,10 @@ from depthattn.evaluate.costs import method_costs
 from depthattn.methods import (
     INFERENCE_STATE,
     METHODS,
+    AttentionMixer,
     CrossLayerMethod,
     NoExtraCost,
+    Residual,
     count_parameters,
     register,
     unregister,
@@ -115,6 +117,19 @@ def test_register_refuses_a_method_that_does_not_declare_its_costs():
         unregister("free")
     with pytest.raises(NotImplementedError, match="Silent does not declare its costs"):
         silent.flop_terms(tiny_config())
+
+
+def test_register_refuses_a_method_without_its_familys_required_hooks():
+    sourceless = type("Sourceless", (NoExtraCost, AttentionMixer), {})
+    with pytest.raises(ValueError, match=r"Sourceless \(cross_layer='sourceless'\) does not define step_sources"):
+        register("sourceless", sourceless)
+    half = type("Half", (NoExtraCost, Residual), {"init": lambda self, embeds: embeds})
+    with pytest.raises(ValueError, match="does not define final, hidden, read, write, which its family requires"):
+        register("half", half)
+    both = type("Both", (ToyValueGain, Residual), {"config_fields": {}})
+    with pytest.raises(ValueError, match="Both derives from both AttentionMixer and Residual"):
+        register("both", both)
+    assert not {"sourceless", "half", "both"} & set(METHODS)
 
 
 def test_vllm_serves_or_refuses_a_registered_method_by_its_own_hooks(toy):

@@ -1,5 +1,5 @@
 """A toy cross-layer method added in one file plus one registry line: every step u >= 1 adds a learned multiple of
-step 0's value to its own, `V'_u = V_u + g_u V_0`, inside attention through the `CrossLayerMethod` hooks.
+step 0's value to its own, `V'_u = V_u + g_u V_0`, inside attention through the `AttentionMixer` hooks.
 
 Not a paper's method: no arXiv reference. Parameters: `L - 1` gains `g_u`, in a submodule (one row of an
 nn.Embedding per step, which transformers would draw from a normal distribution: `reset_parameters` must reach it).
@@ -10,10 +10,10 @@ from torch import nn
 from transformers import initialization as init
 
 from depthattn.config import ConfigField, check_number
-from depthattn.methods import CrossLayerMethod, FlopTerm
+from depthattn.methods import AttentionMixer, FlopTerm
 
 
-class ToyValueGain(CrossLayerMethod):
+class ToyValueGain(AttentionMixer):
     inference_state = "Across tokens: none. Per token while it is processed: layer 0's value."
     config_fields = {"toy_gain_init": ConfigField(0.0, "The initial value of every gain g_u.")}
 

@@ -2,12 +2,14 @@
 one registry (`METHODS`, filled by `register`) that the config, the model, the costs and the inference-state table
 read.
 
-- `vanilla`: the plain decoder; `depth_attention`: Depth-Attention (its mixing: `depthattn.depth`, `depthattn.ops`);
+- `vanilla`: the plain decoder (neither family below); `depth_attention`: Depth-Attention (an `AttentionMixer`; its
+  mixing: `depthattn.depth`, `depthattn.ops`);
 - hidden-state baselines (a `Residual`: how sublayer outputs are combined into the stream):
   `denseformer`, `attnres`, `mhc`, `hyper_connections` (docs/method.md#baselines);
 - hidden-state relatives adopted since the paper: `mudd` (MUDDFormer);
-- inside attention, cache-free like Depth-Attention: `value_residual`, `value_embeddings`; `moda` (Mixture-of-Depths
-  Attention: earlier layers' keys and values of the same token join the attention's softmax).
+- inside attention (an `AttentionMixer`), cache-free like Depth-Attention: `value_residual`, `value_embeddings`;
+  `moda` (Mixture-of-Depths Attention: earlier layers' keys and values of the same token join the attention's
+  softmax).
 
 Their parameters live under `DepthAttentionModel.cross_layer`; vanilla and Depth-Attention models have none.
 A method from another package registers itself through an entry point of the group `depthattn.methods`, loaded as
@@ -24,7 +26,15 @@ from torch import nn
 
 from ..config import METHODS, DepthAttentionConfig
 from .attnres import AttnRes
-from .base import COST_MEMBERS, CrossLayerMethod, FlopTerm, NoExtraCost, Residual, undeclared_costs
+from .base import (
+    COST_MEMBERS,
+    AttentionMixer,
+    CrossLayerMethod,
+    FlopTerm,
+    NoExtraCost,
+    Residual,
+    undeclared_costs,
+)
 from .denseformer import DenseFormer
 from .depth_attention import DepthAttention
 from .hyper_connections import HyperConnections
@@ -46,6 +56,12 @@ def register(name: str, cls: type[CrossLayerMethod]):
              *(field for other, method in METHODS.items() if other != name for field in method.config_fields)}
     if clash := sorted(taken & set(cls.config_fields)):
         raise ValueError(f"{cls.__name__} declares config fields that the backbone or another method has: {clash}")
+    if issubclass(cls, AttentionMixer) and issubclass(cls, Residual):
+        raise ValueError(f"{cls.__name__} derives from both AttentionMixer and Residual; a method is of one family "
+                         "(docs/methods.md#what-the-model-calls)")
+    if required := sorted(cls.__abstractmethods__):
+        raise ValueError(f"{cls.__name__} (cross_layer={name!r}) does not define {', '.join(required)}, which its "
+                         "family requires (docs/methods.md#what-the-model-calls)")
     if missing := undeclared_costs(cls):
         raise ValueError(f"{cls.__name__} (cross_layer={name!r}) does not declare its costs: define the classmethods "
                          f"{', '.join(missing)} (docs/methods.md#costs), or derive it from NoExtraCost "
@@ -113,8 +129,8 @@ def load_entry_points():
 load_entry_points()
 
 __all__ = [
-    "AttnRes", "COST_MEMBERS", "CrossLayerMethod", "DenseFormer", "DepthAttention", "ENTRY_POINT_GROUP", "FlopTerm",
-    "HyperConnections", "INFERENCE_STATE", "METHODS", "MHC", "MUDD", "MoDA", "NoExtraCost", "Residual",
-    "ValueEmbeddings", "ValueResidual", "Vanilla", "build_method", "count_parameters", "load_entry_points",
-    "register", "undeclared_costs", "unregister",
+    "AttentionMixer", "AttnRes", "COST_MEMBERS", "CrossLayerMethod", "DenseFormer", "DepthAttention",
+    "ENTRY_POINT_GROUP", "FlopTerm", "HyperConnections", "INFERENCE_STATE", "METHODS", "MHC", "MUDD", "MoDA",
+    "NoExtraCost", "Residual", "ValueEmbeddings", "ValueResidual", "Vanilla", "build_method", "count_parameters",
+    "load_entry_points", "register", "undeclared_costs", "unregister",
 ]

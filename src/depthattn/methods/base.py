@@ -1,7 +1,10 @@
-"""The interface every cross-layer method implements; the plain residual is its reference behaviour."""
+"""The protocols of a cross-layer method: what every method is (`CrossLayerMethod`) and what it does in the model
+(an `AttentionMixer` inside attention, or a `Residual` owning the residual stream); the plain decoder is the
+reference behaviour of both."""
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 
 import torch
@@ -26,10 +29,15 @@ class FlopTerm:
     model: bool = True
 
 
-class CrossLayerMethod(nn.Module):
-    """One `DepthAttentionConfig.cross_layer` method: its parameters, living under `DepthAttentionModel.cross_layer`
-    so that vanilla and Depth-Attention checkpoints (which have none) keep exactly Qwen3's keys, and what is known
-    about it without building a model.
+class CrossLayerMethod(nn.Module, metaclass=abc.ABCMeta):
+    """What every `DepthAttentionConfig.cross_layer` method is, and what is known about it without building a model:
+    its config, where it runs, what it tells about itself and its costs. Its parameters live under
+    `DepthAttentionModel.cross_layer`, so that vanilla and Depth-Attention checkpoints (which have none) keep
+    exactly Qwen3's keys.
+
+    What it does in the model is the protocol of its family, which the model picks once, when it is built:
+    an `AttentionMixer` acts inside attention, a `Residual` owns the residual stream; a method of neither (`Vanilla`)
+    runs the plain decoder. Here, everything optional has a default; the costs are required.
 
     `config_fields` declares the method's own `DepthAttentionConfig` fields (name: default and meaning), which every
     config then has; `check_config` checks their values. `reset_parameters` sets the method's documented
@@ -37,22 +45,6 @@ class CrossLayerMethod(nn.Module):
     else initialises them. `DepthAttentionPreTrainedModel._init_weights` calls it from the method's own random
     stream; it must use `transformers.initialization` so that values loaded by `from_pretrained` survive.
     `inference_state` states the extra state the method holds at inference (docs/method.md#baselines).
-
-    A method acting inside attention (Depth-Attention, value residual, value embeddings) declares, per unrolled
-    step, the earlier steps whose attention state it reads (`step_sources`); the attention of step `u` calls the
-    method (`forward`) before sequence attention when `acts_at(u)` (by default: when `u` has sources), and a
-    step's state is kept for the forward pass only when a later step reads it.
-
-    Every method also says how sublayer outputs are combined into the residual stream (`init`, `read`, `write`,
-    `final`, `hidden`); here, and for every method acting inside attention, that is the plain residual.
-    The decoder layer does, per sublayer `s` (`2 u` attention, `2 u + 1` MLP of unrolled step `u`),
-
-        x = method.read(stream, s)               # what the sublayer reads, before its norm
-        stream = method.write(stream, s, sublayer(norm(x)))
-
-    and the model does `stream = method.init(embeds)` first and `norm(method.final(stream))` last. A multiway
-    method (MUDDFormer) gives the keys and values of an attention sublayer inputs of their own
-    (`read_key_value`); the queries read `x`.
 
     Analytic costs per token over a vanilla decoder with the same backbone, in the conventions of
     `depthattn.evaluate.costs` (L = unrolled depth, D = hidden size, d_kv = num_key_value_heads * head_dim):
@@ -80,9 +72,6 @@ class CrossLayerMethod(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.sources = self.step_sources(config)  # per unrolled step, the earlier steps it reads
-        read_later = {j for sources in self.sources for j in sources}
-        self.kept = [u in read_later for u in range(config.unrolled_depth)]  # states a later step reads
 
     @classmethod
     def check_config(cls, config):
@@ -97,63 +86,9 @@ class CrossLayerMethod(nn.Module):
         (`depthattn.study.explain` plots them), or None."""
         return None
 
-    @staticmethod
-    def step_sources(config) -> list[list[int]]:
-        """For every unrolled step, the earlier steps whose attention state it reads; none here."""
-        return [[] for _ in range(config.unrolled_depth)]
-
-    def acts_at(self, step: int) -> bool:
-        """Whether the attention of unrolled step `step` calls the method (`forward`) before sequence attention."""
-        return bool(self.sources[step])
-
-    def keeps_state(self, step: int) -> bool:
-        """Whether a later step reads the state of step `step` (`DepthStates`)."""
-        return self.kept[step]
-
-    def forward(self, attention: nn.Module, query: torch.Tensor, state: DepthState, step: int,
-                states: DepthStates) -> tuple[DepthState, torch.Tensor | None]:
-        """The state that step `step`'s attention uses and caches, given its own (query: (B, Hq, T, d); state:
-        (B, Hkv, T, d) each) and the forward pass's `states` (its sources' states `states[j]`, the token ids),
-        and depth weights (B, Hkv, T, n) or None (the model records them as `depth_weights` through transformers'
-        output hooks; when `states.need_weights` is False it does not record them, and a method may skip them)."""
-        raise NotImplementedError(f"{type(self).__name__} acts inside attention but does not say how")
-
-    def attend(self, attention_fn, module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               mask, step: int, states: DepthStates, position_embeddings, **kwargs):
-        """Sequence attention of step `step` (query (B, Hq, T, d); key, value (B, Hkv, S, d), the cache's): by
-        default `attention_fn`, the implementation transformers dispatches to; a method whose depth part joins
-        the attention's softmax (MoDA) computes both. Returns the output (B, T, Hq, d) and the weights or None."""
-        return attention_fn(module, query, key, value, mask, **kwargs)
-
-    def mlp_input(self, step: int, hidden: torch.Tensor, states: DepthStates):
-        """Sees the normed input (B, T, D) of step `step`'s MLP; a method that hands it on keeps it in `states`."""
-
     def switch(self, name: str, value):
         """Compute with the config field `name` (one of `switchable_fields`) set to `value` from now on."""
         raise NotImplementedError(f"{type(self).__name__} declares {name!r} switchable but does not switch it")
-
-    # the plain residual stream: a (B, T, D) tensor
-    def init(self, embeds: torch.Tensor):
-        return embeds
-
-    def read(self, stream, sublayer: int) -> torch.Tensor:
-        return stream
-
-    def read_key_value(self, stream, sublayer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """For an attention sublayer: the (B, T, D) inputs of its keys and of its values, before the norm, when
-        they differ from what `read` gives the queries; None (the usual case) when all three read `read`'s."""
-        return None
-
-    def write(self, stream, sublayer: int, out: torch.Tensor):
-        return stream + out
-
-    def final(self, stream) -> torch.Tensor:
-        """The (B, T, D) hidden state that goes into the final norm."""
-        return stream
-
-    def hidden(self, stream) -> torch.Tensor:
-        """A (B, T, D) view of the stream between layers, for `output_hidden_states`."""
-        return stream
 
     @classmethod
     def settings(cls, config) -> dict:
@@ -188,6 +123,59 @@ class CrossLayerMethod(nn.Module):
     def cost_details(cls, config) -> dict:
         """Method-specific entries of its `depthattn.evaluate.costs.method_costs` record."""
         return {}
+
+
+class AttentionMixer(CrossLayerMethod):
+    """A method acting inside attention (Depth-Attention, value residual, value embeddings, MoDA): it declares, per
+    unrolled step, the earlier steps whose attention state it reads (`step_sources`, required), and a step's state is
+    kept for the forward pass only when a later step reads it. The attention of step `u` does
+
+        state = DepthState(key, key, value)                  # its own, rotated
+        if method.acts_at(u): state, weights = method(attention, query, state, u, states)
+        if method.keeps_state(u): states[u] = state
+        out = method.attend(attention_fn, ..., u, states, ...)   # sequence attention over the cache
+
+    and the MLP of step `u` shows its normed input to `mlp_input`. The residual stream stays the plain one.
+    Optional: `forward` (needed wherever `acts_at`, which by default is where a step has sources), `acts_at`,
+    `attend`, `mlp_input`.
+    """
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.sources = self.step_sources(config)  # per unrolled step, the earlier steps it reads
+        read_later = {j for sources in self.sources for j in sources}
+        self.kept = [u in read_later for u in range(config.unrolled_depth)]  # states a later step reads
+
+    @staticmethod
+    @abc.abstractmethod
+    def step_sources(config) -> list[list[int]]:
+        """For every unrolled step, the earlier steps whose attention state it reads (may be none: `[]`)."""
+
+    def acts_at(self, step: int) -> bool:
+        """Whether the attention of unrolled step `step` calls the method (`forward`) before sequence attention."""
+        return bool(self.sources[step])
+
+    def keeps_state(self, step: int) -> bool:
+        """Whether a later step reads the state of step `step` (`DepthStates`)."""
+        return self.kept[step]
+
+    def forward(self, attention: nn.Module, query: torch.Tensor, state: DepthState, step: int,
+                states: DepthStates) -> tuple[DepthState, torch.Tensor | None]:
+        """The state that step `step`'s attention uses and caches, given its own (query: (B, Hq, T, d); state:
+        (B, Hkv, T, d) each) and the forward pass's `states` (its sources' states `states[j]`, the token ids),
+        and depth weights (B, Hkv, T, n) or None (the model records them as `depth_weights` through transformers'
+        output hooks; when `states.need_weights` is False it does not record them, and a method may skip them)."""
+        raise NotImplementedError(f"{type(self).__name__} acts inside attention but does not say how")
+
+    def attend(self, attention_fn, module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               mask, step: int, states: DepthStates, position_embeddings, **kwargs):
+        """Sequence attention of step `step` (query (B, Hq, T, d); key, value (B, Hkv, S, d), the cache's): by
+        default `attention_fn`, the implementation transformers dispatches to; a method whose depth part joins
+        the attention's softmax (MoDA) computes both. Returns the output (B, T, Hq, d) and the weights or None."""
+        return attention_fn(module, query, key, value, mask, **kwargs)
+
+    def mlp_input(self, step: int, hidden: torch.Tensor, states: DepthStates):
+        """Sees the normed input (B, T, D) of step `step`'s MLP; a method that hands it on keeps it in `states`."""
 
 
 COST_MEMBERS = ("extra_parameters", "flop_terms", "io_elements", "extra_state_elements")
@@ -225,9 +213,17 @@ class NoExtraCost:
 
 
 class Residual(CrossLayerMethod):
-    """A hidden-state method: it changes how sublayer outputs are combined into the stream that runs from the
-    embeddings to the final norm (`init`, `read`, `write`, `final`, `hidden` above). The stream is opaque to the
-    decoder: a tensor or the method's own small state object. There are `num_sublayers = 2 * unrolled_depth`.
+    """A hidden-state method (DenseFormer, AttnRes, mHC, hyper-connections, MUDDFormer): it owns the stream that runs
+    from the embeddings to the final norm, opaque to the decoder: a (B, T, D) tensor or the method's own small state
+    object. There are `num_sublayers = 2 * unrolled_depth`; the decoder layer does, per sublayer `s` (`2 u`
+    attention, `2 u + 1` MLP of unrolled step `u`),
+
+        x = method.read(stream, s)               # what the sublayer reads, before its norm
+        stream = method.write(stream, s, sublayer(norm(x)))
+
+    and the model does `stream = method.init(embeds)` first and `norm(method.final(stream))` last. Required: `init`,
+    `read`, `write`, `final`, `hidden`. Optional: `read_key_value`, for a multiway method (MUDDFormer), which gives
+    the keys and values of an attention sublayer inputs of their own; the queries read `x`.
     """
 
     inference_state = "none"
@@ -237,6 +233,31 @@ class Residual(CrossLayerMethod):
     def __init__(self, config):
         super().__init__(config)
         self.num_sublayers = 2 * config.unrolled_depth
+
+    @abc.abstractmethod
+    def init(self, embeds: torch.Tensor):
+        """The stream before the first sublayer, from the (B, T, D) embeddings."""
+
+    @abc.abstractmethod
+    def read(self, stream, sublayer: int) -> torch.Tensor:
+        """The (B, T, D) input of sublayer `sublayer`, before its norm."""
+
+    @abc.abstractmethod
+    def write(self, stream, sublayer: int, out: torch.Tensor):
+        """The stream after sublayer `sublayer` gave `out` (B, T, D)."""
+
+    @abc.abstractmethod
+    def final(self, stream) -> torch.Tensor:
+        """The (B, T, D) hidden state that goes into the final norm."""
+
+    @abc.abstractmethod
+    def hidden(self, stream) -> torch.Tensor:
+        """A (B, T, D) view of the stream between layers, for `output_hidden_states`."""
+
+    def read_key_value(self, stream, sublayer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """For an attention sublayer: the (B, T, D) inputs of its keys and of its values, before the norm, when
+        they differ from what `read` gives the queries; None (the usual case) when all three read `read`'s."""
+        return None
 
 
 def rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:

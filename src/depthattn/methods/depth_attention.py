@@ -25,7 +25,7 @@ from transformers import initialization as init
 from ..config import ConfigField, check_bool, check_choice, check_int, check_number
 from ..depth import depth_sources
 from ..ops import get_depth_mix
-from .base import CrossLayerMethod, FlopTerm
+from .base import AttentionMixer, FlopTerm
 
 DEPTH_MIX_RULES = ("softmax", "uniform", "linear")
 DEPTH_MIX_STATES = ("v", "kv", "k")
@@ -40,7 +40,7 @@ def resolved_depth_stride(config) -> int:
     return config.depth_stride if config.depth_stride is not None else _half(config.unrolled_depth)
 
 
-class DepthAttention(CrossLayerMethod):
+class DepthAttention(AttentionMixer):
     config_fields = {
         "depth_stride": ConfigField(None, (
             "Unrolled steps `j` with `j % depth_stride == 0` are depth sources; `None` means half the unrolled depth, "

@@ -33,12 +33,12 @@ from transformers import initialization as init
 from ..config import ConfigField
 from ..ops.moda import MODA_IMPLS
 from ..ops.rotary import apply_rotary
-from .base import CrossLayerMethod, FlopTerm, rms_normalize
+from .base import AttentionMixer, FlopTerm, rms_normalize
 
 MLP_SLOT = "moda_mlp"  # the key of the MLP slots in the forward pass's states
 
 
-class MoDA(CrossLayerMethod):
+class MoDA(AttentionMixer):
     config_fields = {
         "moda_impl": ConfigField("reference", (
             'How the combined softmax is computed, same results: "reference" (written out) or "merged" (the sequence '

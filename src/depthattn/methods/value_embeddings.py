@@ -22,7 +22,7 @@ from torch import nn
 from transformers import initialization as init
 
 from ..config import ConfigField
-from .base import CrossLayerMethod, FlopTerm
+from .base import AttentionMixer, FlopTerm
 
 LAMBDA_INIT = 0.5
 
@@ -34,7 +34,7 @@ def speedrun_pattern(depth: int, tables: int = 3) -> str:
     return used + "." * (depth - 2 * len(used)) + used
 
 
-class ValueEmbeddings(CrossLayerMethod):
+class ValueEmbeddings(AttentionMixer):
     config_fields = {
         "value_embedding_pattern": ConfigField(None, (
             'One character per unrolled step: the digit of the value-embedding table it mixes into its value, or "." '
@@ -94,6 +94,10 @@ class ValueEmbeddings(CrossLayerMethod):
         for u, i in self.chosen.items():
             own[u], embedded[u] = lambdas[i].tolist()
         return {"λ1 (own)": own[1:], "λ2 (value embedding)": embedded[1:]}
+
+    @staticmethod
+    def step_sources(config):
+        return [[] for _ in range(config.unrolled_depth)]  # its tables, not an earlier step, are what it mixes in
 
     def acts_at(self, step):
         return step in self.chosen

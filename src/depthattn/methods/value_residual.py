@@ -15,12 +15,12 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .base import CrossLayerMethod, FlopTerm
+from .base import AttentionMixer, FlopTerm
 
 LAMBDA_INIT = 0.5
 
 
-class ValueResidual(CrossLayerMethod):
+class ValueResidual(AttentionMixer):
     inference_state = (
         "Across tokens: none; the KV cache has vanilla's size (mixed values in the value slots). Per token while "
         "it is processed: layer 0's value, one KV-head vector set (Hkv x head_dim)."

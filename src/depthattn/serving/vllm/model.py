@@ -31,7 +31,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
 from depthattn.config import DepthAttentionConfig
 from depthattn.depth import DepthState, DepthStates
-from depthattn.methods import CrossLayerMethod, build_method
+from depthattn.methods import AttentionMixer, build_method
 from depthattn.serving.vllm import check_servable
 
 # checkpoint name -> (parameter name, shard) for vLLM's fused projections
@@ -68,7 +68,7 @@ class DepthAttentionAttention(nn.Module):
                       prefix=f"{model_prefix}.layers.{loop * L + layer}.self_attn.attn")
             for loop in range(config.num_loops))
 
-    def forward(self, positions, x, loop: int, step: int, method: CrossLayerMethod, states: DepthStates):
+    def forward(self, positions, x, loop: int, step: int, mixer: AttentionMixer | None, states: DepthStates):
         tokens = x.shape[0]
         q, k, v = self.qkv_proj(x)[0].split([self.num_heads * self.head_dim, *2 * [self.num_kv_heads * self.head_dim]],
                                             dim=-1)
@@ -82,14 +82,15 @@ class DepthAttentionAttention(nn.Module):
         if self.qk_norm and self.k_norm_after_rope:  # the reference implementation's order (docs/method.md)
             k = self.k_norm(k)
 
-        # depthattn's layout (1, H, T, d), as views
-        query, key, value = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
-        state = DepthState(key, key, value)
-        if method.acts_at(step):
-            state, _ = method(self, query, state, step, states)
-        if method.keeps_state(step):
-            states[step] = state
-        k, v = (t.squeeze(0).transpose(0, 1).reshape(tokens, -1) for t in (state.key, state.value))  # (T, Hkv * d)
+        if mixer is not None:  # in depthattn's layout (1, H, T, d), as views
+            query, key, value = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+            state = DepthState(key, key, value)
+            if mixer.acts_at(step):
+                state, _ = mixer(self, query, state, step, states)
+            if mixer.keeps_state(step):
+                states[step] = state
+            k, v = (t.squeeze(0).transpose(0, 1) for t in (state.key, state.value))  # (T, Hkv, d)
+        k, v = k.reshape(tokens, -1), v.reshape(tokens, -1)  # (T, Hkv * d)
         out = self.attn[loop](q.reshape(tokens, -1), k, v)  # writes k and the mixed v into step's cache slot
         return self.o_proj(out)[0]
 
@@ -116,10 +117,10 @@ class DepthAttentionDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, positions, x, residual, loop: int, step: int, method: CrossLayerMethod, states: DepthStates):
+    def forward(self, positions, x, residual, loop: int, step: int, mixer: AttentionMixer | None, states: DepthStates):
         # vLLM's fused norms: norm(x, residual) adds x to the residual stream and normalises the sum
         x, residual = self.input_layernorm(x, residual) if residual is not None else (self.input_layernorm(x), x)
-        x = self.self_attn(positions, x, loop, step, method, states)
+        x = self.self_attn(positions, x, loop, step, mixer, states)
         x, residual = self.post_attention_layernorm(x, residual)
         return self.mlp(x), residual
 
@@ -136,6 +137,7 @@ class DepthAttentionModel(nn.Module):
                                     for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.cross_layer = build_method(config)  # depthattn's module: its parameters, sources and mixing
+        self.mixes = isinstance(self.cross_layer, AttentionMixer)  # else vanilla: a Residual is refused above
 
     def forward(self, input_ids: torch.Tensor | None, positions: torch.Tensor,
                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
@@ -143,9 +145,10 @@ class DepthAttentionModel(nn.Module):
         token_ids = None if input_ids is None else input_ids.unsqueeze(0)  # (1, T), for value embeddings
         states = DepthStates(self.config.unrolled_depth, need_weights=False, token_ids=token_ids)
         residual, L = None, self.config.num_hidden_layers
+        mixer = self.cross_layer if self.mixes else None
         for loop in range(self.config.num_loops):
             for layer in self.layers:
-                x, residual = layer(positions, x, residual, loop, loop * L + layer.layer, self.cross_layer, states)
+                x, residual = layer(positions, x, residual, loop, loop * L + layer.layer, mixer, states)
         return self.norm(x, residual)[0]
 
 
