@@ -41,18 +41,24 @@ own imports reach no trainer. The index page over several studies (`--index`) ta
 study/index.toml.
 """
 
-from .cell import run_cell
-from .mixing_maps import explain
+from ..lazy import lazy_names
 from .records import Cell, CellResult
 from .report import IndexPage, markdown_report, setting_differences, write_index, write_report
-from .runner import Executor, run_study
 from .spec import Axis, Search, Study, cell_key, setting_label
 from .stats import format_interval, paired_difference, summarize, verdict
 from .store import CellStore
 from .wanted import pending_cells, uncertain_cells
 
+_LAZY = {  # what runs cells (and so imports the trainer) or plots mixing maps loads at its first use
+    "Executor": "runner",
+    "explain": "mixing_maps",
+    "run_cell": "cell",
+    "run_study": "runner",
+}
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 __all__ = [
-    "Axis", "Cell", "CellResult", "CellStore", "Executor", "IndexPage", "Search", "Study", "cell_key", "explain",
-    "format_interval", "markdown_report", "paired_difference", "pending_cells", "run_cell", "run_study",
-    "setting_differences", "setting_label", "summarize", "uncertain_cells", "verdict", "write_index", "write_report",
+    "Axis", "Cell", "CellResult", "CellStore", "IndexPage", "Search", "Study", "cell_key", "format_interval",
+    "markdown_report", "paired_difference", "pending_cells", "setting_differences", "setting_label", "summarize",
+    "uncertain_cells", "verdict", "write_index", "write_report", *sorted(_LAZY),
 ]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..data.manifest import MANIFEST_NAME
 from ..evaluate.costs import method_costs
-from ..train.loop import build_model_config
+from ..train.config import build_model_config
 from .records import Cell
 from .spec import Study
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import DepthAttentionConfig, check_choice, did_you_mean, method_fields
-from ..presets import METHOD_PRESETS
+from ..presets import METHOD_PRESETS, method_settings
 
 MODEL_PRESETS = {
     # CPU sizes
@@ -327,3 +327,18 @@ def _positive(name: str, value):
     if not 0 < value < math.inf:
         raise ValueError(f"{name} must be > 0 and finite, got {value}")
 
+
+def build_model_config(cfg: TrainConfig, vocab_size: int, eos_id: int | None) -> DepthAttentionConfig:
+    settings = {**MODEL_PRESETS[cfg.model.preset], **cfg.model.overrides}
+    # strides are fractions of the depth actually built, so the method reads the overridden layer count
+    settings = {**settings, **method_settings(cfg.model.method, settings["num_hidden_layers"], cfg.model.num_loops),
+                **cfg.model.overrides}
+    settings.setdefault("vocab_size", vocab_size)
+    if settings["vocab_size"] < vocab_size:
+        raise ValueError(f"model.overrides.vocab_size={settings['vocab_size']} is smaller than the tokenizer's "
+                         f"{vocab_size} ids; drop the override or raise it")
+    if cfg.data.seq_len > cfg.model.max_position_embeddings:
+        raise ValueError(f"data.seq_len ({cfg.data.seq_len}) exceeds model.max_position_embeddings "
+                         f"({cfg.model.max_position_embeddings})")
+    return DepthAttentionConfig(max_position_embeddings=cfg.model.max_position_embeddings, eos_token_id=eos_id,
+                                **settings)

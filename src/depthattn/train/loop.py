@@ -14,34 +14,18 @@ from pathlib import Path
 import torch
 from transformers.utils import logging as hf_logging
 
-from .. import DepthAttentionConfig, DepthAttentionForCausalLM, method_settings
+from .. import DepthAttentionForCausalLM
 from ..convert import load_backbone
 from ..data.shards import TokenBatches, TokenShards
 from ..files import atomic_write_json
 from .branches import Branches
 from .checkpoint import CheckpointManager, rng_state, set_rng_state
-from .config import MODEL_PRESETS, TrainConfig
+from .config import TrainConfig, build_model_config
 from .distributed import World, close_world, init_world, parallelize
 from .interrupt import StopNow, StopSignals, TrainingInterrupted, signal_name
 from .metrics import Metrics
 from .optim import build_optimizer, build_scheduler, follow_config
 from .step import TrainingDiverged, autocast_dtype, check_weights_finite, evaluate, train_step
-
-
-def build_model_config(cfg: TrainConfig, vocab_size: int, eos_id: int | None) -> DepthAttentionConfig:
-    settings = {**MODEL_PRESETS[cfg.model.preset], **cfg.model.overrides}
-    # strides are fractions of the depth actually built, so the method reads the overridden layer count
-    settings = {**settings, **method_settings(cfg.model.method, settings["num_hidden_layers"], cfg.model.num_loops),
-                **cfg.model.overrides}
-    settings.setdefault("vocab_size", vocab_size)
-    if settings["vocab_size"] < vocab_size:
-        raise ValueError(f"model.overrides.vocab_size={settings['vocab_size']} is smaller than the tokenizer's "
-                         f"{vocab_size} ids; drop the override or raise it")
-    if cfg.data.seq_len > cfg.model.max_position_embeddings:
-        raise ValueError(f"data.seq_len ({cfg.data.seq_len}) exceeds model.max_position_embeddings "
-                         f"({cfg.model.max_position_embeddings})")
-    return DepthAttentionConfig(max_position_embeddings=cfg.model.max_position_embeddings, eos_token_id=eos_id,
-                                **settings)
 
 
 def build_model(cfg: TrainConfig, shards: TokenShards, world: World, checkpoints: CheckpointManager):
