@@ -1,4 +1,5 @@
-"""The private transformers names depthattn uses, all in depthattn/compat.py (and compat_light.py), still mean what
+"""The private transformers names depthattn uses, all in depthattn/compat.py (and compat_light.py, and
+serving/transformers_serve.py for transformers' server), still mean what
 it relies on in the installed transformers (each is also exercised end to end: generate --compile, depthattn serve,
 the masks)."""
 

@@ -209,7 +209,7 @@ def test_the_served_context_is_the_trained_one(servers):
 
 
 def test_context_length_option_beyond_the_trained_one_warns(tmp_path):
-    from depthattn.commands.serve import served_context
+    from depthattn.serving.app import served_context
 
     (tmp_path / "train_config.json").write_text(json.dumps({"data": {"seq_len": 128}}))
     assert served_context(tmp_path, 4096, None) == (128, "the training seq_len", None)

@@ -3,9 +3,11 @@
 - `generation`: `depthattn generate`'s text generation (greedy or sampled, optionally compiled) and sampling;
 - `cache`: checks and sizes of cached inference (cached decoding against the full forward, KV-cache bytes, the
   paged cache of continuous batching);
-- `server`: the OpenAI-compatible server of `depthattn serve` (transformers' server, pinned to one folder, with
-  every generation request checked first);
+- `app`: `depthattn serve` from start to exit (`serve(folder, options)`): transformers' server pinned to one folder,
+  the method's fields switched, the continuous-batching worker started and watched, SIGTERM a graceful exit;
+- `server`: its request checks, so that every generation request is checked first;
+- `transformers_serve`: the internals of transformers' server these use, where it has no public API;
 - `vllm`: the vLLM plugin (`vllm.general_plugins` entry point) and the model built from vLLM's layers.
 
-The transformers internals these use, where it has no public API, are in `depthattn.compat`.
+The other transformers internals these use, where it has no public API, are in `depthattn.compat`.
 """

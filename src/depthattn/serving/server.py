@@ -1,9 +1,9 @@
 """An OpenAI-compatible HTTP server for a saved model folder (`depthattn serve`).
 
 transformers' own server (`transformers serve`, the `transformers[serving]` extra) answers the requests, schedules
-them (one at a time, or with `--continuous-batching` a paged KV cache shared by all) and generates; this module
-checks the folder, pins the server to it, and checks each generation request first, so that a bad one gets a 4xx
-answer that names the problem instead of a 500 from inside generation.
+them (one at a time, or with `--continuous-batching` a paged KV cache shared by all) and generates; app.py pins it
+to the folder and runs it; this module checks each generation request first, so that a bad one gets a 4xx answer
+that names the problem instead of a 500 from inside generation.
 """
 
 from __future__ import annotations
@@ -11,17 +11,10 @@ from __future__ import annotations
 import json
 import math
 
-from ..compat import chat_processor_inputs, transformers_server
 from ..data.tokenizer import start_token_id
+from .transformers_serve import chat_processor_inputs
 
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
-
-
-def build_server(model: str, *, continuous_batching: bool, compile: bool, device: str, cb_num_blocks: int | None,
-                 host: str, port: int):
-    """transformers' server pinned to the folder `model`, with its model loaded and its app built but not started."""
-    return transformers_server(model, continuous_batching=continuous_batching, compile=compile, device=device,
-                               cb_num_blocks=cb_num_blocks, host=host, port=port)
 
 
 class BadRequest(ValueError):

@@ -1,0 +1,159 @@
+"""`depthattn serve`'s server from start to exit: the folder checked, transformers' server built on it, the method's
+fields switched, the continuous-batching worker started and watched, every request checked (`server.RequestChecks`),
+and SIGTERM ending it gracefully."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..config import DepthAttentionConfig
+from ..loading import check_saved_model, default_context_length, resolve_device
+from ..methods import METHODS
+from .cache import paged_cache_bytes, paged_cache_config
+from .server import RequestChecks
+from .transformers_serve import (
+    cb_worker_error,
+    serve_available,
+    served_model,
+    start_cb_worker,
+    stop_generation,
+    transformers_server,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeOptions:
+    """How to serve a folder: `depthattn serve`'s options (docs/serving.md), which give their defaults."""
+
+    host: str
+    port: int
+    served_model_name: str | None  # the name /v1/models lists (None: the folder as given)
+    continuous_batching: bool
+    cb_max_sequences: int
+    cb_num_blocks: int | None
+    cb_memory_gb: float
+    shutdown_grace: float  # seconds running requests may go on after SIGTERM
+    compile: bool
+    context_length: int | None  # None: the training seq_len, else max_position_embeddings
+    device: str
+    method_fields: Mapping[str, object]  # fields of the method's switchable_fields, over the saved config's
+
+
+def serve(folder: str, options: ServeOptions) -> int:
+    """Serve the model folder `folder` until SIGTERM (exit status 0) or Ctrl-C (130); 1 when the continuous-batching
+    worker died. Raises ValueError, FileNotFoundError, ImportError or RuntimeError, naming the fix, before serving."""
+    path = check_saved_model(folder)
+    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise FileNotFoundError(f"{path} holds no tokenizer; copy tokenizer.json and tokenizer_config.json of the "
+                                "prepared dataset the model was trained on (its tokenizer/ folder) into it")
+    if options.device != "auto":
+        resolve_device(options.device)
+    if options.shutdown_grace < 0:
+        raise ValueError(f"--shutdown-grace must be >= 0 seconds, got {options.shutdown_grace}")
+    if not serve_available():
+        raise ImportError('depthattn serve needs the serve extra: pip install "depthattn[serve]"')
+    config = DepthAttentionConfig.from_pretrained(path)
+    refusal = METHODS[config.cross_layer].packed_refusal
+    if options.continuous_batching and refusal:
+        raise ValueError(f"--continuous-batching: {refusal}")
+    blocks = paged_cache_blocks(options, config) if options.continuous_batching else None
+    context_length, context_origin, warning = served_context(path, config.max_position_embeddings,
+                                                             options.context_length)
+    if warning:
+        _say(f"warning: {warning}")
+
+    # uvicorn ends gracefully on SIGTERM and then raises the signal again with the handler it found: this one
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    server = transformers_server(folder, continuous_batching=options.continuous_batching, compile=options.compile,
+                                 device=options.device, cb_num_blocks=blocks, host=options.host, port=options.port)
+    served = served_model(server, folder)
+    try:
+        for name, value in options.method_fields.items():
+            served.model.switch_method_field(name, value)
+            _say(f"cross_layer={config.cross_layer!r} computes with {name}={value!r}")
+        if options.continuous_batching:  # the paged cache now: a failure is a startup error, not a broken server
+            try:
+                start_cb_worker(server, folder, served.model)
+            except (RuntimeError, MemoryError) as error:
+                raise RuntimeError(f"could not allocate the paged KV cache of {blocks} blocks: {error}; lower "
+                                   "--cb-max-sequences or --cb-num-blocks") from None
+        names = {options.served_model_name or folder, folder, str(Path(folder).resolve())}
+        server.server.config.app.add_middleware(
+            RequestChecks, model_id=folder, model_names=names, listed_name=options.served_model_name or folder,
+            tokenizer=served.processor, context_length=context_length, context_origin=context_origin)
+        _say(f"{folder} with a context of {context_length} tokens ({context_origin}; max_position_embeddings "
+             f"{config.max_position_embeddings})")
+        server.server.config.timeout_graceful_shutdown = options.shutdown_grace
+        died = _watch_generation_worker(server) if options.continuous_batching else threading.Event()
+        server.server.run()
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        stop_generation(server)
+        server.reset_loaded_models()
+    return 1 if died.is_set() else 0
+
+
+def paged_cache_blocks(options: ServeOptions, config: DepthAttentionConfig) -> int:
+    """The paged cache's blocks, from --cb-num-blocks or --cb-max-sequences, within --cb-memory-gb."""
+    if options.cb_max_sequences < 1 or (options.cb_num_blocks is not None and options.cb_num_blocks < 1):
+        raise ValueError(f"--cb-max-sequences and --cb-num-blocks must be >= 1, got {options.cb_max_sequences} and "
+                         f"{options.cb_num_blocks}")
+    paged = paged_cache_config(config, options.cb_max_sequences)
+    if options.cb_num_blocks is not None:
+        paged.num_blocks = options.cb_num_blocks
+    gigabytes = paged_cache_bytes(config, paged) / 2**30
+    if gigabytes > options.cb_memory_gb:
+        raise ValueError(f"a paged KV cache of {paged.num_blocks} blocks takes {gigabytes:.2f} GB, over "
+                         f"--cb-memory-gb {options.cb_memory_gb:g}: lower --cb-max-sequences or --cb-num-blocks, or "
+                         "raise --cb-memory-gb")
+    return paged.num_blocks
+
+
+def served_context(path: Path, max_positions: int, asked: int | None) -> tuple[int, str, str | None]:
+    """(context length, where it comes from, a warning or None): --context-length when given (at most
+    max_position_embeddings), else the training seq_len when train_config.json gives it, else max_positions."""
+    trained = default_context_length(path, max_positions)
+    if asked is None:
+        origin = "the training seq_len" if trained < max_positions else "max_position_embeddings"
+        return trained, origin, None
+    if not 1 <= asked <= max_positions:
+        raise ValueError(f"--context-length must be between 1 and the model's max_position_embeddings "
+                         f"({max_positions}), got {asked}")
+    warning = None if asked <= trained else (
+        f"--context-length {asked} is beyond the {trained} tokens the model was trained on (train_config.json): "
+        "text past them is extrapolation, usually worse")
+    return asked, "--context-length", warning
+
+
+def _watch_generation_worker(server, every_s: float = 0.5) -> threading.Event:
+    """If the continuous-batching worker dies, say so and stop the server, which then exits with status 1 (a
+    supervisor restarts it); meanwhile /health answers 503. Never a server that lists models while every
+    generation fails."""
+    died = threading.Event()
+
+    def watch():
+        while not server.server.should_exit:
+            error = cb_worker_error(server)
+            if error is not None:
+                _say(f"the generation worker died ({error}); stopping, exit status 1")
+                died.set()
+                server.server.should_exit = True
+                return
+            died.wait(every_s)
+
+    threading.Thread(target=watch, name="generation-watchdog", daemon=True).start()
+    return died
+
+
+def _say(line: str) -> None:
+    print(f"depthattn serve: {line}", file=sys.stderr, flush=True)
+
+
+def _exit_cleanly(signum, frame):
+    raise SystemExit(0)
