@@ -4,11 +4,10 @@
 below load at first use, and the first config imports `depthattn.modeling`, which registers the models with
 `AutoModel` and `AutoModelForCausalLM` (`config.register_models`)."""
 
-import importlib
-
 from transformers import AutoConfig
 
 from .config import DepthAttentionConfig
+from .lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -26,17 +25,5 @@ _LAZY = {  # public name: the module that defines it, imported at its first use
     "method_settings": "presets",
 }
 
-
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    globals()[name] = value  # the next lookup finds it without this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
-
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 __all__ = ["DepthAttentionConfig", *sorted(_LAZY)]

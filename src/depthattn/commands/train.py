@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..train.config import config_keys  # imports depthattn.train, the training loop: this help is not light
+    from ..train.config import config_keys  # the config alone: depthattn.train loads its loop at first use
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = ("Any config value can be overridden: --optim.lr 3e-4 --train.steps 100, and any field of the "

@@ -6,28 +6,30 @@
   built from the embedded corpus in tasks/) through lm-eval's own HFLM and simple_evaluate.
 - depth_map.py (`depthattn depth-map`): the mean depth-attention weight of every (target, source) layer pair.
 - costs.py (`depthattn costs`); plots.py draws loss curves and depth maps.
-lm-eval is imported only when a harness function runs (the `eval` extra); plots need matplotlib (`plot`).
+The names below load at their first use (PEP 562), so a submodule (costs.py, for `depthattn costs --help`) imports
+none of the others. lm-eval is imported only when a harness function runs (the `eval` extra); plots need matplotlib
+(`plot`).
 """
 
-from .depth_map import compute_depth_map, depth_weight_map, write_depth_map
-from .harness import LOCAL_TASKS, PAPER8, TASK_SETS, harness_evaluate, run_harness
-from .perplexity import TokenStream, compute_perplexity, evaluate_perplexity, window_spans
-from .plots import plot_depth_map, plot_loss_curves, read_metrics
+from ..lazy import lazy_names
 
-__all__ = [
-    "LOCAL_TASKS",
-    "PAPER8",
-    "TASK_SETS",
-    "TokenStream",
-    "compute_depth_map",
-    "compute_perplexity",
-    "depth_weight_map",
-    "evaluate_perplexity",
-    "harness_evaluate",
-    "plot_depth_map",
-    "plot_loss_curves",
-    "read_metrics",
-    "run_harness",
-    "window_spans",
-    "write_depth_map",
-]
+_LAZY = {  # public name: the module that defines it, imported at its first use
+    "compute_depth_map": "depth_map",
+    "depth_weight_map": "depth_map",
+    "write_depth_map": "depth_map",
+    "LOCAL_TASKS": "harness",
+    "PAPER8": "harness",
+    "TASK_SETS": "harness",
+    "harness_evaluate": "harness",
+    "run_harness": "harness",
+    "TokenStream": "perplexity",
+    "compute_perplexity": "perplexity",
+    "evaluate_perplexity": "perplexity",
+    "window_spans": "perplexity",
+    "plot_depth_map": "plots",
+    "plot_loss_curves": "plots",
+    "read_metrics": "plots",
+}
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
+__all__ = sorted(_LAZY)
