@@ -165,7 +165,7 @@ def test_toy_method_runs_in_a_study_and_its_report(toy, tiny_data, tmp_path):
     study = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla", toy)))
     run_study(study)
     results = study.read_results()
-    assert sorted((r["method"], r["seed"]) for r in results) == [(toy, 0), (toy, 1), ("vanilla", 0), ("vanilla", 1)]
-    assert all(r["params_extra_over_vanilla"] == 1 for r in results if r["method"] == toy)  # 2 layers: one gain
+    assert sorted((r.method, r.seed) for r in results) == [(toy, 0), (toy, 1), ("vanilla", 0), ("vanilla", 1)]
+    assert all(r.params_extra == 1 for r in results if r.method == toy)  # 2 layers: one gain
     text = write_report(study).read_text()
     assert f"| {toy} | 2 |" in text and run_flops(study, {}, toy)["flops"] > run_flops(study, {}, "vanilla")["flops"]

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from depthattn.study import Study
+from depthattn.study import Cell, Study
 from depthattn.train import MODEL_PRESETS, TrainConfig
 from depthattn.train.config import SHIPPED_CONFIGS, config_path
 
@@ -79,7 +79,7 @@ def test_repository_configs_load():
     for path in studies:
         study = Study.load(path)  # checks every setting's config
         for method in study.methods:
-            study.cell_config(study.settings()[0], method, study.seeds[0])
+            study.cell_config(Cell(study.settings()[0], method, study.seeds[0]))
 
 
 def test_train_help_lists_every_config_key_with_its_type_and_default(capsys):

@@ -10,7 +10,7 @@ from depthattn import DepthAttentionForCausalLM, method_settings
 from depthattn.convert import load_backbone
 from depthattn.data import TokenShards
 from depthattn.evaluate.plots import plot_loss_curves
-from depthattn.study import Study
+from depthattn.study import Cell, Study
 from depthattn.train import TrainConfig, train
 from depthattn.train.loop import build_model_config
 from tests.helpers import tiny_model
@@ -90,6 +90,6 @@ def test_a_run_starts_from_a_saved_vanilla_model(tiny_data, tmp_path):
 def test_the_retrofit_study_starts_each_seed_from_the_core_studys_vanilla_cell():  # and trains it if missing
     retrofit, core = Study.load("configs/study/retrofit.toml"), Study.load("configs/study/core.toml")
     for seed in retrofit.seeds:
-        cell = retrofit.cell_config({}, "depth_retrofit", seed)
-        assert cell.model.init_from == f"{core.out_dir}/{core.cell_path({}, 'vanilla', seed)}/final"
+        cell = retrofit.cell_config(Cell({}, "depth_retrofit", seed))
+        assert cell.model.init_from == f"{core.out_dir}/{core.cell_path(Cell({}, 'vanilla', seed))}/final"
         assert cell.model.preset == "tiny" and cell.model.overrides == {"num_hidden_layers": 8}

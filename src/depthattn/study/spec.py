@@ -7,7 +7,6 @@ import hashlib
 import itertools
 import json
 import statistics
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -280,10 +279,9 @@ class Study:
         return [Cell(setting, method, seed) for setting in self.settings() for method in self.methods
                 for seed in (self.seeds + self.more_seeds if seeds is None else seeds) if self.trains(setting, method)]
 
-    def cell_path(self, cell: Cell | Mapping[str, str], method: str | None = None, seed: int | None = None) -> Path:
+    def cell_path(self, cell: Cell) -> Path:
         """`<key>/<method>/seed_<s>`: where the cell's checkpoints and result file live under the out_dir and the
-        store. Outside the study package a setting, method and seed may stand for the cell."""
-        cell = cell if isinstance(cell, Cell) else Cell(cell, method, seed)
+        store."""
         return Path(cell_key(self.setting_config(cell.setting))) / cell.method / f"seed_{cell.seed}"
 
     @property
@@ -293,11 +291,8 @@ class Study:
     def result_path(self, cell: Cell) -> Path:
         return self.store.path(self.cell_path(cell))
 
-    def cell_config(self, cell: Cell | Mapping[str, str], method: str | None = None,
-                    seed: int | None = None) -> TrainConfig:
-        """The cell's training config. Outside the study package a setting, method and seed may stand for the
-        cell."""
-        cell = cell if isinstance(cell, Cell) else Cell(cell, method, seed)
+    def cell_config(self, cell: Cell) -> TrainConfig:
+        """The cell's training config."""
         data = self.setting_config(cell.setting)
         data.setdefault("model", {})["method"] = cell.method
         if self.start_from:  # retrofitting: each seed starts from its own model of the parent study
