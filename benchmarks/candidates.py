@@ -9,8 +9,8 @@ import torch
 from transformers import Cache, Qwen3Config, Qwen3ForCausalLM
 
 import depthattn
-from depthattn.config import METHODS
 from depthattn.convert import config_from_decoder
+from depthattn.methods import METHODS
 from depthattn.ops import DEPTH_IMPLS
 
 QWEN3 = "qwen3"

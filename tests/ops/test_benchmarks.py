@@ -2,13 +2,15 @@
 No timing is asserted."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from benchmarks.bench import main
 from benchmarks.candidates import all_candidates, parse_candidate
-from depthattn.config import METHODS
+from depthattn.methods import METHODS
 
 
 def test_candidates_cover_every_method():
@@ -17,6 +19,14 @@ def test_candidates_cover_every_method():
     assert {parse_candidate(n, "auto")[0] for n in names} == {"qwen3", *METHODS}
     assert parse_candidate("depth_attention:reference", "auto") == ("depth_attention", "reference")
     assert parse_candidate("depth_attention", "compiled") == ("depth_attention", "compiled")
+
+
+def test_candidates_known_in_a_fresh_process():
+    """`python -m benchmarks` imports nothing else first: the registry must be filled by the benchmark's own imports."""
+    code = "from benchmarks.candidates import parse_candidate; print(parse_candidate('vanilla', 'auto'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "('vanilla', None)" in done.stdout
 
 
 @pytest.mark.slow  # ~15-25 s on 2 busy cores: nine tiny models, three timed phases, profiled memory
