@@ -21,9 +21,9 @@ import transformers
 
 import depthattn  # the package itself: registered with the Auto classes, and its version
 
+from .checkpoint_shapes import CONFIG_FIX, config_value, fields_behind, meta_shapes, saved_shapes
 from .checksums import check_checksums
 from .config import RENAMED_METHODS, did_you_mean
-from .convert import CONFIG_FIX, config_value, fields_behind, meta_shapes, saved_shapes
 from .data.tokenizer import load_tokenizer
 from .files import read_json_object
 from .methods import ENTRY_POINT_GROUP, METHODS

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from safetensors import safe_open
 
+from ..checkpoint_shapes import check_shapes, first_line, meta_shapes, saved_shapes, weights_files
 from ..checksums import CHECKSUMS, damaged_weights, edited_files, recorded_checksums, write_checksums
 from ..config import DepthAttentionConfig
-from ..convert import check_shapes, meta_shapes, saved_shapes, weights_files
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,8 +56,8 @@ def check_weights_fit(path: Path) -> None:
     try:
         config = DepthAttentionConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, TypeError, KeyError) as error:
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise ValueError(f"{path / 'config.json'} is not a valid depthattn config ({first_line}); fix it") from None
+        raise ValueError(f"{path / 'config.json'} is not a valid depthattn config ({first_line(error)}); "
+                         "fix it") from None
     saved = saved_shapes(path)
     if saved is None:  # weights in another format than safetensors: their checksums are all there is to check
         return
