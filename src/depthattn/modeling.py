@@ -38,7 +38,7 @@ from .compat import (
 )
 from .config import DepthAttentionConfig
 from .convert import decoder_to_depth_attention
-from .depth import DepthState, DepthStates
+from .layer_states import DepthState, DepthStates
 from .methods import METHODS, AttentionMixer, CrossLayerMethod, Residual, build_method
 from .methods.base import rms_normalize
 from .ops.rotary import apply_rotary

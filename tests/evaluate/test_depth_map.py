@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from depthattn.commands import depth_map as depth_map_command
-from depthattn.depth import depth_sources
 from depthattn.evaluate.depth_map import compute_depth_map, depth_weight_map, step_sources
-from depthattn.methods.depth_attention import resolved_depth_stride
+from depthattn.methods.depth_attention import depth_sources, resolved_depth_stride
 from tests.helpers import tiny_model
 
 

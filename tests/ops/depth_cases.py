@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from depthattn.depth import DepthState
+from depthattn.layer_states import DepthState
 
 
 def make_inputs(batch=2, seq_len=5, num_sources=2, num_heads=4, num_kv_heads=2, head_dim=16,

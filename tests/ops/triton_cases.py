@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from depthattn import ops
-from depthattn.depth import DepthState
+from depthattn.layer_states import DepthState
 from tests.ops.depth_cases import assert_same, make_inputs
 from tests.ops.test_depth_mix import CASES, REF, TOL, case_id
 

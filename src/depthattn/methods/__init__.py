@@ -3,7 +3,7 @@ one registry (`METHODS`, filled by `register`) that the config, the model, the c
 read.
 
 - `vanilla`: the plain decoder (neither family below); `depth_attention`: Depth-Attention (an `AttentionMixer`; its
-  mixing: `depthattn.depth`, `depthattn.ops`);
+  mixing: `depthattn.ops`; the states it mixes: `depthattn.layer_states`);
 - hidden-state baselines (a `Residual`: how sublayer outputs are combined into the stream):
   `denseformer`, `attnres`, `mhc`, `hyper_connections` (docs/method.md#baselines);
 - hidden-state relatives adopted since the paper: `mudd` (MUDDFormer);

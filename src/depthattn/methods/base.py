@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..config import ConfigField
-from ..depth import DepthState, DepthStates
+from ..layer_states import DepthState, DepthStates
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Depth-Attention (Zeng, Hao et al., arXiv 2606.05014; docs/method.md#depth-attention).
 
 Before sequence attention, step `u`'s query attends over the keys of its sources S(u) (earlier unrolled steps,
-`depthattn.depth.depth_sources`) at the same position and mixes their (already mixed) values into its own
+`depth_sources`) at the same position and mixes their (already mixed) values into its own
 (`depthattn.ops.depth_mix`; the reference is `ops/depth_mix/naive.py`).
 
 Parameters: none; the layer's own q, k, v are reused. With `depth_score_bias` (a learned score bias) or
@@ -23,7 +23,6 @@ from torch import nn
 from transformers import initialization as init
 
 from ..config import ConfigField, check_bool, check_choice, check_int, check_number
-from ..depth import depth_sources
 from ..ops import get_depth_mix
 from .base import AttentionMixer, FlopTerm
 
@@ -33,6 +32,13 @@ DEPTH_MIX_STATES = ("v", "kv", "k")
 
 def _half(depth: int) -> int:
     return max(1, depth // 2)
+
+
+def depth_sources(layer_idx: int, stride: int, window: int = 0) -> list[int]:
+    """Earlier layers that layer `layer_idx` mixes from: multiples of `stride` and the `window` layers below it."""
+    if stride <= 1:
+        return list(range(layer_idx))
+    return [j for j in range(layer_idx) if j % stride == 0 or j >= layer_idx - window]
 
 
 def resolved_depth_stride(config) -> int:

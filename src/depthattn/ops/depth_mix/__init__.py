@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from depthattn.depth import DepthState
+from depthattn.layer_states import DepthState
 
 from .compiled import depth_mix_compiled
 from .cpu import depth_mix_cpu, load_cpu_kernel

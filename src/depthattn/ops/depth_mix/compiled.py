@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from depthattn.depth import DepthState
+from depthattn.layer_states import DepthState
 
 # rows (B * Hkv * T) up to which eager calls take the batched-matmul form; above it the per-source form is faster
 SMALL_ROWS = 256

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from depthattn.depth import DepthState
+from depthattn.layer_states import DepthState
 
 from .compiled import depth_mix_compiled
 

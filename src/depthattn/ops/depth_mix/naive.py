@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from depthattn.depth import DepthState
+from depthattn.layer_states import DepthState
 
 
 def depth_mix_reference(

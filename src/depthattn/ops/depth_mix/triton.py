@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from depthattn.depth import DepthState
+from depthattn.layer_states import DepthState
 
 # found, not imported: importing triton.language fixes whether its standard library is interpreted, so the
 # import waits for the first kernel call (TRITON_INTERPRET=1 set before then runs the kernels on CPU)

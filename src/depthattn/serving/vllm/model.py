@@ -30,7 +30,7 @@ from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, 
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
 from depthattn.config import DepthAttentionConfig
-from depthattn.depth import DepthState, DepthStates
+from depthattn.layer_states import DepthState, DepthStates
 from depthattn.methods import AttentionMixer, build_method
 from depthattn.serving.vllm import check_servable
 

@@ -1,5 +1,7 @@
-"""Depth-Attention's vocabulary: the state a layer hands to the layers above it, and which layers it reads
-(docs/method.md#the-operation). The mixing itself: `depthattn.ops.depth_mix` (reference in `naive.py`).
+"""What a layer hands to the layers above it within one forward pass: its attention state (`DepthState`) and the
+pass's store of those states (`DepthStates`), which every cross-layer method's hooks read and write
+(methods/base.py), with the token ids and whatever else a method hands from step to step. Which steps a method
+reads is its own (`AttentionMixer.step_sources`); Depth-Attention's mixing: `depthattn.ops.depth_mix`.
 """
 
 from __future__ import annotations
@@ -34,9 +36,3 @@ class DepthStates:
     def __setitem__(self, step: int, state: DepthState):
         self._states[step] = state
 
-
-def depth_sources(layer_idx: int, stride: int, window: int = 0) -> list[int]:
-    """Earlier layers that layer `layer_idx` mixes from: multiples of `stride` and the `window` layers below it."""
-    if stride <= 1:
-        return list(range(layer_idx))
-    return [j for j in range(layer_idx) if j % stride == 0 or j >= layer_idx - window]
