@@ -47,7 +47,7 @@ def test_reentrant_checkpointing_of_the_vanilla_decoder_gives_the_same_gradients
 
 
 def test_training_option_gives_the_same_losses(tiny_data, tmp_path):
-    from depthattn.evaluate.plots import read_metrics
+    from depthattn.run_metrics import read_metrics
     from depthattn.train import TrainConfig, train
 
     losses = []

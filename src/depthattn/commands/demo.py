@@ -111,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
 
     from ..data import MANIFEST_NAME, TokenShards, prepare
     from ..evaluate.perplexity import TokenStream, compute_perplexity
-    from ..evaluate.plots import plot_loss_curves, read_metrics
+    from ..evaluate.plots import plot_loss_curves
+    from ..run_metrics import read_metrics
     from ..serving.cache import cached_decoding_error, kv_cache_bytes
     from ..serving.generation import sample
     from ..train import train

@@ -12,6 +12,7 @@ none of the others. lm-eval is imported only when a harness function runs (the `
 """
 
 from ..lazy import lazy_names
+from ..run_metrics import read_metrics  # light; it lives with the metrics file it reads (depthattn.run_metrics)
 
 _LAZY = {  # public name: the module that defines it, imported at its first use
     "compute_depth_map": "depth_map",
@@ -28,8 +29,7 @@ _LAZY = {  # public name: the module that defines it, imported at its first use
     "window_spans": "perplexity",
     "plot_depth_map": "plots",
     "plot_loss_curves": "plots",
-    "read_metrics": "plots",
 }
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)
-__all__ = sorted(_LAZY)
+__all__ = ["read_metrics", *sorted(_LAZY)]

@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from ..files import AtomicFile
-
-
-def read_metrics(path: str | Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
-def metrics_file(run: str | Path) -> Path:
-    """A run's metrics.jsonl, given the file or the run's folder."""
-    path = Path(run)
-    path = path / "metrics.jsonl" if path.is_dir() else path
-    if not path.is_file():
-        raise FileNotFoundError(f"{run} holds no metrics.jsonl: pass a training run's folder (train.out_dir) or its "
-                                "metrics.jsonl")
-    return path
+from ..run_metrics import metrics_file, read_metrics
 
 
 def plot_loss_curves(runs: dict[str, str | Path], out_png: str | Path, title: str = "", lr: bool = False) -> Path:

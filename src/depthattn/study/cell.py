@@ -15,10 +15,10 @@ from ..data.manifest import TOKENIZER_DIR
 from ..data.shards import TokenShards
 from ..data.tokenizer import load_tokenizer
 from ..evaluate.perplexity import compute_perplexity
-from ..evaluate.plots import read_metrics
 from ..files import read_json_object
 from ..loading import load_model, run_metadata
 from ..methods import count_parameters
+from ..run_metrics import METRICS_FILE, read_metrics
 from ..train import train
 from ..train.branches import RECORD as BRANCHES
 from .records import Cell, CellResult
@@ -80,9 +80,9 @@ def write_result(study: Study, cell: Cell, folder: Path, run: Path, started: flo
     """Score the model in `folder` (trained for the cell's setting: the run in `run`, or a branch of it) on the
     whole validation split, and write the cell's result file."""
     cfg = study.cell_config(cell)
-    records = read_metrics(folder / "metrics.jsonl")
+    records = read_metrics(folder / METRICS_FILE)
     if folder != run:  # a branch: the run's records up to where it branched off, then its own
-        records = [r for r in read_metrics(run / "metrics.jsonl") if r["step"] < records[0]["step"]] + records
+        records = [r for r in read_metrics(run / METRICS_FILE) if r["step"] < records[0]["step"]] + records
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = load_model(folder / "final", device=device)
     val = TokenShards(cfg.data.path, "val")

@@ -11,6 +11,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..files import atomic_write_bytes, read_records, reporting_full_disk
+from ..run_metrics import METRICS_FILE
 from .config import TrainConfig
 from .distributed import World
 
@@ -68,7 +69,7 @@ class Metrics:
     def __init__(self, cfg: TrainConfig, world: World, parameters: int, start: int, resumed: bool):
         self.cfg, self.is_main = cfg, world.is_main
         out_dir = Path(cfg.train.out_dir)
-        self.log = MetricsLog(out_dir / "metrics.jsonl", world.is_main, start if resumed else None)
+        self.log = MetricsLog(out_dir / METRICS_FILE, world.is_main, start if resumed else None)
         if world.is_main:
             self.log.writers = _external_loggers(cfg, out_dir)
         t = cfg.train
