@@ -135,20 +135,18 @@ def test_demo_quotes_the_study_from_its_committed_results():
     from depthattn.study import Study, summarize, verdict
 
     study = Study.load(STUDY_CONFIG)
-    rows = {r["method"]: r for r in summarize(study, study.read_results())[""]["rows"]}
     quote = study_quote(STEPS)
-    da = rows["depth_attention"]
-    assert quote[0] == (f"Depth-Attention − vanilla: {da['diff_mean']:+.4f} nats, 95% CI [{da['diff_low']:+.4f}, "
-                        f"{da['diff_high']:+.4f}], p = {da['p_value']:.3g}, lower in {da['wins']}/{da['n']} seeds")
+    da = summarize(study, study.read_results())[""].row("depth_attention").difference
+    assert quote[0] == (f"Depth-Attention − vanilla: {da.diff_mean:+.4f} nats, 95% CI [{da.diff_low:+.4f}, "
+                        f"{da.diff_high:+.4f}], p = {da.p_value:.3g}, lower in {da.wins}/{da.n} seeds")
     search = Study.load(STUDY_CONFIG.parent / "search.toml")  # value embeddings in the same setting: another study
-    ve = next(r for r in summarize(search, search.read_results())[""]["rows"] if r["method"] == "value_embeddings")
-    assert f"value embeddings − vanilla: {ve['diff_mean']:+.4f} nats, 95% CI [{ve['diff_low']:+.4f}, " \
-           f"{ve['diff_high']:+.4f}], p = {ve['p_value']:.3g}, lower in {ve['wins']}/{ve['n']} seeds" in quote
+    ve = summarize(search, search.read_results())[""].row("value_embeddings").difference
+    assert f"value embeddings − vanilla: {ve.diff_mean:+.4f} nats, 95% CI [{ve.diff_low:+.4f}, " \
+           f"{ve.diff_high:+.4f}], p = {ve.p_value:.3g}, lower in {ve.wins}/{ve.n} seeds" in quote
     depth = Study.load(STUDY_CONFIG.parent / "depth.toml")
-    sixteen = next(r for r in summarize(depth, depth.read_results())["layers=16"]["rows"]
-                   if r["method"] == "depth_attention")
-    assert f"  layers=16 (depth): {sixteen['diff_mean']:+.4f} [{sixteen['diff_low']:+.4f}, " \
-           f"{sixteen['diff_high']:+.4f}], lower in {sixteen['wins']}/{sixteen['n']} seeds: {verdict(sixteen)}" in quote
+    sixteen = summarize(depth, depth.read_results())["layers=16"].row("depth_attention").difference
+    assert f"  layers=16 (depth): {sixteen.diff_mean:+.4f} [{sixteen.diff_low:+.4f}, " \
+           f"{sixteen.diff_high:+.4f}], lower in {sixteen.wins}/{sixteen.n} seeds: {verdict(sixteen)}" in quote
     assert not any("(retrofit)" in line for line in quote)  # converted models are not this comparison
     assert study_quote(STEPS // 2) == [f"(the study's numbers are for {STEPS} steps; this run trained {STEPS // 2})"]
 

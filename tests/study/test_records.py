@@ -40,9 +40,9 @@ def test_a_result_is_written_and_read_whole(tmp_path):
     assert list(json.loads(path.read_text())) == ["method", "seed", "val_loss", "val_bits_per_byte", "curve"]
     result = CellResult.read(path)
     assert (result.method, result.seed, result.val_loss, result.source) == ("vanilla", 0, 2.5, path)
-    assert result.get("curve") == [[10, 2.6]] and result.metric("val_bits_per_byte") == 3.6
+    assert result.metric("curve") == [[10, 2.6]] and result.val_bits_per_byte == 3.6
     assert CellResult.read(path, {"layers": "4"}).cell == Cell({"layers": "4"}, "vanilla", 0)
-    assert result["curve"] == [[10, 2.6]] and result.curve == {10: 2.6}
+    assert result.curve == {10: 2.6} and not hasattr(result, "get") and not hasattr(result, "__getitem__")
     with pytest.raises(ValueError, match=f"{re.escape(str(path))} has no 'val_acc'"):
         result.metric("val_acc")
 

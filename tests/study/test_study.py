@@ -66,13 +66,13 @@ def test_paired_difference_and_interval_match_scipy():
     result = paired_difference(method, base)
     diffs = [a - b for a, b in zip(method, base)]
     half = stats.t.ppf(0.975, len(diffs) - 1) * stats.tstd(diffs) / math.sqrt(len(diffs))
-    assert result["diff_mean"] == pytest.approx(-0.125)
-    assert result["p_value"] == pytest.approx(stats.ttest_rel(method, base).pvalue)
-    assert (result["diff_low"], result["diff_high"]) == pytest.approx((-0.125 - half, -0.125 + half))
-    assert result["wins"] == 4 and result["n"] == 4 and verdict(result) == "better"
+    assert result.diff_mean == pytest.approx(-0.125)
+    assert result.p_value == pytest.approx(stats.ttest_rel(method, base).pvalue)
+    assert (result.diff_low, result.diff_high) == pytest.approx((-0.125 - half, -0.125 + half))
+    assert result.wins == 4 and result.n == 4 and verdict(result) == "better"
     assert verdict(paired_difference([2.0, 2.2], [2.1, 2.1])) == "no difference shown"
     assert verdict(paired_difference(base, method)) == "worse"
-    assert math.isnan(paired_difference([1.0], [2.0])["diff_low"])
+    assert math.isnan(paired_difference([1.0], [2.0]).diff_low)
     with pytest.raises(ValueError):
         paired_difference([1.0, 2.0], [1.0])
 
@@ -151,11 +151,11 @@ def test_sweep_runs_each_cell_once_resumes_and_reports(tiny_data, tmp_path):
     results = study.read_results()
     assert len(results) == 4 and all(r.curve and r.val_bits_per_byte > 0 for r in results)
     table = summarize(study, results)[""]
-    da = next(r for r in table["rows"] if r["method"] == "depth_attention")
+    da = table.row("depth_attention").difference
     losses = {(r.method, r.seed): r.val_loss for r in results}
     diffs = [losses["depth_attention", s] - losses["vanilla", s] for s in (0, 1)]
-    assert da["diff_mean"] == pytest.approx(sum(diffs) / 2) and da["n"] == 2
-    assert table["contrasts"][0]["diff_mean"] == pytest.approx(da["diff_mean"])
+    assert da.diff_mean == pytest.approx(sum(diffs) / 2) and da.n == 2
+    assert table.contrasts[0].difference.diff_mean == pytest.approx(da.diff_mean)
     report = write_report(study)
     text = report.read_text()
     assert "| depth_attention | 2 |" in text and "depth_attention − vanilla" in text
@@ -291,11 +291,11 @@ def test_a_search_picks_only_when_every_candidate_cell_is_in_and_then_by_mean(ti
                 _finish(search, method, seed, value)
     _finish(search, "depth_static", 2, 0.1)  # a seed outside the search's seeds does not count
     result = search.search.result(search)
-    assert result["picked"] is None and result["missing"] == 1
+    assert result.picked is None and result.missing == 1
     _finish(search, "depth_static", 1, 2.4)
     result = search.search.result(search)
-    assert [row["method"] for row in result["ranking"]] == ["depth_linear", "depth_uniform", "depth_static"]
-    assert result["picked"] == ["depth_linear", "depth_uniform"]  # means 2.05, 2.1, 2.15
+    assert [row.method for row in result.ranking] == ["depth_linear", "depth_uniform", "depth_static"]
+    assert result.picked == ["depth_linear", "depth_uniform"]  # means 2.05, 2.1, 2.15
     assert "Picked: **depth_linear**, **depth_uniform**" in markdown_report(search, [])
 
     confirm = write_study(tmp_path, tiny_data, name="confirm.toml", methods=("vanilla", "value_residual"),

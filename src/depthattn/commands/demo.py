@@ -59,28 +59,29 @@ def study_quote(steps: int) -> list[str]:
     others = [Study.load(path) for path in sorted(STUDY_CONFIG.parent.glob("*.toml")) if path != STUDY_CONFIG]
     others.sort(key=lambda other: bool(other.confirm))  # a setting is named by the study that varies it first
     entries = setting_differences([study, *[other for other in others if not other.start_from]])
-    here = next((entry for entry in entries if entry["study"] == study.name and entry["label"] == "base"), None)
+    here = next((entry for entry in entries if entry.study == study.name and entry.label == "base"), None)
     lines = []
     for column, label in (("DA − vanilla", "Depth-Attention − vanilla"), ("VR − vanilla", "value residual − vanilla"),
                           ("VE − vanilla", "value embeddings − vanilla"), ("MUDD − vanilla", "MUDDFormer − vanilla")):
-        row = here and here[column]
-        if row and row.get("n", 0) > 1:
-            lines.append(f"{label}: {row['diff_mean']:+.4f} nats, 95% CI [{row['diff_low']:+.4f}, "
-                         f"{row['diff_high']:+.4f}], p = {row['p_value']:.3g}, lower in {row['wins']}/{row['n']} seeds")
-    contrast = here and here["DA − VR"]
-    if contrast and contrast["n"] > 1:
-        lines.append(f"Depth-Attention − value residual: {contrast['diff_mean']:+.4f} nats, 95% CI "
-                     f"[{contrast['diff_low']:+.4f}, {contrast['diff_high']:+.4f}], lower in "
-                     f"{contrast['wins']}/{contrast['n']} seeds")
+        d = here and here.difference(column)
+        if d and d.n > 1:
+            lines.append(f"{label}: {d.diff_mean:+.4f} nats, 95% CI [{d.diff_low:+.4f}, "
+                         f"{d.diff_high:+.4f}], p = {d.p_value:.3g}, lower in {d.wins}/{d.n} seeds")
+    contrast = here and here.difference("DA − VR")
+    if contrast and contrast.n > 1:
+        lines.append(f"Depth-Attention − value residual: {contrast.diff_mean:+.4f} nats, 95% CI "
+                     f"[{contrast.diff_low:+.4f}, {contrast.diff_high:+.4f}], lower in "
+                     f"{contrast.wins}/{contrast.n} seeds")
     if not lines:
         return ["(the study has fewer than two seeds of this setting so far: docs/results/study.md)"]
-    elsewhere = [entry for entry in entries if entry["study"] != study.name and entry["DA − vanilla"].get("n", 0) > 1]
+    elsewhere = [entry for entry in entries if entry.study != study.name
+                 and (d := entry.difference("DA − vanilla")) and d.n > 1]
     if elsewhere:
         lines.append("Depth-Attention − vanilla where the study changes one thing from this setting:")
         for entry in elsewhere:
-            row = entry["DA − vanilla"]
-            lines.append(f"  {entry['label']} ({entry['study']}): {format_interval(row)}, "
-                         f"lower in {row['wins']}/{row['n']} seeds: {verdict(row)}")
+            d = entry.difference("DA − vanilla")
+            lines.append(f"  {entry.label} ({entry.study}): {format_interval(d)}, "
+                         f"lower in {d.wins}/{d.n} seeds: {verdict(d)}")
     return lines
 
 

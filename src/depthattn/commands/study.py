@@ -137,7 +137,7 @@ def predictions(studies: list[Study], args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..study import IndexPage, Study, explain, run_study, write_index, write_report
+    from ..study import IndexPage, Study, explain, report_study, run_study, write_index
     from ..train import TrainingInterrupted
 
     if args.workers < 1:
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         for study in studies:
             status(study, args) if args.status else dry_run(study, args)
         return 0
-    complete = True
+    complete, reports = True, {}
     for study in studies:
         if not args.report_only:
             started = time.perf_counter()
@@ -172,9 +172,10 @@ def run(args: argparse.Namespace) -> int:
                 complete = False
                 print(f"study {study.name}: cells are still out or failed; --status shows them, and the same command "
                       "submits what has no result yet")
-        print(f"report: {write_report(study)}")
+        reports[study.name] = report_study(study)
+        print(f"report: {reports[study.name].path}")
         if args.why:
             print(f"why: {explain(study)}")
     if args.index:
-        print(f"index: {write_index(studies, Path(args.index), index)}")
+        print(f"index: {write_index(studies, Path(args.index), index, reports)}")
     return 0 if complete or args.detach else 1

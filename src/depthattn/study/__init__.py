@@ -43,7 +43,7 @@ study/index.toml.
 
 from ..lazy import lazy_names
 from .records import Cell, CellResult
-from .report import IndexPage, markdown_report, setting_differences, write_index, write_report
+from .report import IndexPage, markdown_report, report_study, setting_differences, write_index, write_report
 from .spec import Axis, Search, Study, cell_key, setting_label
 from .stats import format_interval, paired_difference, summarize, verdict
 from .store import CellStore
@@ -59,6 +59,7 @@ _LAZY = {  # what runs cells (and so imports the trainer) or plots mixing maps l
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)
 __all__ = [
     "Axis", "Cell", "CellResult", "CellStore", "IndexPage", "Search", "Study", "cell_key", "format_interval",
-    "markdown_report", "paired_difference", "pending_cells", "setting_differences", "setting_label", "summarize",
+    "markdown_report", "paired_difference", "pending_cells", "report_study", "setting_differences", "setting_label",
+    "summarize",
     "uncertain_cells", "verdict", "write_index", "write_report", *sorted(_LAZY),
 ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import math
 import os
 import signal
 import sys
@@ -140,7 +139,7 @@ class LocalExecutor:
                         print(f"[{i}/{len(calls)}] {label}: {result.message}", flush=True)
                     elif isinstance(result, CellResult):
                         print(f"[{i}/{len(calls)}] {label}: val loss {result.val_loss:.4f} "
-                              f"({result.get('seconds', math.nan):.0f} s)", flush=True)
+                              f"({result.seconds:.0f} s)", flush=True)
             except BaseException:  # a failed cell: no queued one starts, running ones finish
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise

@@ -27,18 +27,19 @@ def plot_differences(study: Study, results: list[CellResult], out_png: Path) -> 
     for i, method in enumerate(methods):
         xs, ys, lows, highs = [], [], [], []
         for j, label in enumerate(labels):
-            row = next((r for r in table[label]["rows"] if r["method"] == method and "diff_mean" in r), None)
-            if row is None:
+            row = table[label].row(method)
+            if row is None or row.difference is None:
                 continue
+            d = row.difference
             x = j + (i - (len(methods) - 1) / 2) * 0.08 if axis else i
-            mean = row["diff_mean"]
-            low, high = (mean, mean) if math.isnan(row["diff_low"]) else (row["diff_low"], row["diff_high"])
+            mean = d.diff_mean
+            low, high = (mean, mean) if math.isnan(d.diff_low) else (d.diff_low, d.diff_high)
             xs.append(x), ys.append(mean), lows.append(mean - low), highs.append(high - mean)
         if xs:
             ax.errorbar(xs, ys, yerr=[lows, highs], fmt="o-" if axis else "o", capsize=3, color=f"C{i}", label=method)
     ax.axhline(0, color="black", lw=0.8)
     if axis:
-        ax.set_xticks(range(len(labels)), [table[label]["setting"][axis.name] for label in labels])
+        ax.set_xticks(range(len(labels)), [table[label].setting[axis.name] for label in labels])
         ax.set_xlabel(axis.name)
     else:
         ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
@@ -86,28 +87,28 @@ def plot_curve_differences(study: Study, results: list[CellResult], out_png: Pat
     return save_figure(fig, out_png)
 
 
-def plot_overview(entries: list[dict], columns: list[str], out_png: Path, title: str) -> Path:
-    """The index's table (`setting_differences`) as one figure, titled `title`: per setting, each paired difference
-    of `columns` with its 95% interval."""
+def plot_overview(entries: list, columns: list[str], out_png: Path, title: str) -> Path:
+    """The index's table (`setting_differences`: `report.IndexEntry`s) as one figure, titled `title`: per setting,
+    each paired difference of `columns` with its 95% interval."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [name for name in columns if any(entry[name] for entry in entries)]
+    names = [name for name in columns if any(entry.found[name] for entry in entries)]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(entries)), 4.5))
     for i, name in enumerate(names):
-        shown = [(j, entry[name]) for j, entry in enumerate(entries)
-                 if entry[name] and not math.isnan(entry[name].get("diff_low", math.nan))]
+        shown = [(j, d) for j, entry in enumerate(entries)
+                 if (d := entry.difference(name)) and not math.isnan(d.diff_low)]
         if shown:
-            means = [row["diff_mean"] for _, row in shown]
-            errors = [[m - row["diff_low"] for m, (_, row) in zip(means, shown)],
-                      [row["diff_high"] - m for m, (_, row) in zip(means, shown)]]
+            means = [d.diff_mean for _, d in shown]
+            errors = [[m - d.diff_low for m, (_, d) in zip(means, shown)],
+                      [d.diff_high - m for m, (_, d) in zip(means, shown)]]
             offset = (i - (len(names) - 1) / 2) * 0.15
             ax.errorbar([j + offset for j, _ in shown], means, yerr=errors, fmt="o", capsize=3, color=f"C{i}",
                         label=name)
     ax.axhline(0, color="black", lw=0.8)
-    ax.set_xticks(range(len(entries)), [f"{e['label']}\n({e['study']})" for e in entries], fontsize=8)
+    ax.set_xticks(range(len(entries)), [f"{e.label}\n({e.study})" for e in entries], fontsize=8)
     ax.set_ylabel("Δ val loss (nats), 95% CI; below 0: the first is better")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)

@@ -99,9 +99,6 @@ class CellResult:
     def cell(self) -> Cell:
         return Cell(self.setting, self.method, self.seed)
 
-    def get(self, key: str, default=None):
-        return self.to_record().get(key, default)
-
     def metric(self, name: str):
         """The field `name` of the result file (a search's metric), with an error naming the file when it has
         none."""
@@ -111,8 +108,6 @@ class CellResult:
             raise ValueError(f"{self.source or 'the cell result'} has no {name!r} (it has "
                              f"{', '.join(self.to_record())})")
         return self.record[name]
-
-    __getitem__ = metric
 
     @property
     def val_bits_per_byte(self) -> float:
@@ -135,6 +130,11 @@ class CellResult:
     def tokens_per_s(self) -> float:
         """Median training throughput of the run."""
         return self.metric("tokens_per_s")
+
+    @property
+    def seconds(self) -> float:
+        """Wall-clock seconds the cell took (NaN in files written before it was recorded)."""
+        return self.record.get("seconds", math.nan)
 
     @property
     def data_epochs(self) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,14 +18,26 @@ from .plots import plot_curve_differences, plot_differences, plot_multipliers, p
 from .pricing import cell_flops
 from .records import Cell, CellResult
 from .spec import Study, setting_label
-from .stats import format_interval, paired_difference, summarize, verdict
+from .stats import (
+    Contrast,
+    Difference,
+    MethodSummary,
+    SettingSummary,
+    format_interval,
+    paired_difference,
+    summarize,
+    verdict,
+)
 from .trend import RESAMPLES, describe_zero, paired_by_budget, tokens_per_parameter, trend
 from .wanted import uncertain_cells
 
 
-def markdown_report(study: Study, results: list[CellResult], found: dict[str, dict | None] | None = None) -> str:
-    """The study's report; `found`: its `budget_multipliers`, where the caller has them already."""
+def markdown_report(study: Study, results: list[CellResult], found: dict[str, dict | None] | None = None,
+                    trends: dict[str, list[dict | None]] | None = None) -> str:
+    """The study's report; `found` and `trends`: its `budget_multipliers` and `budget_trends`, where the caller has
+    them already."""
     found = found if found is not None else budget_multipliers(study, results)
+    trends = trends if trends is not None else budget_trends(study, results)
     loss, bpb = summarize(study, results, "val_loss"), summarize(study, results, "val_bits_per_byte")
     lines = [f"### {study.title}", "",
              f"`depthattn study {study.config_file}`; val loss = mean next-token loss (nats) over the "
@@ -41,40 +54,40 @@ def markdown_report(study: Study, results: list[CellResult], found: dict[str, di
     if study.branch_axis:
         for label, group in groups(study, results).items():  # a ladder: per size
             lines += [f"**{label}**, against the budget:", ""] if label else []
-            lines += [*_trend_table(study, group), ""]
+            lines += [*_trend_table(study, group, trends[label]), ""]
             multiplier = _multiplier_tables(study, found[label])
             lines += [*multiplier, ""] if multiplier else []
     for label, table in loss.items():
-        if not table["rows"]:
+        if not table.rows:
             continue
-        cells = [r for r in results if r.setting == table["setting"]]
+        cells = [r for r in results if r.setting == table.setting]
         if label:
             lines += [f"**{label}**", ""]
         lines += [f"Training: {cells[0].train_tokens:,} tokens per run; cell key "
-                  f"`{study.cell_path(Cell(table['setting'], study.baseline, 0)).parts[0]}`"
+                  f"`{study.cell_path(Cell(table.setting, study.baseline, 0)).parts[0]}`"
                   f"{_last_quarter(study.baseline, cells)}.", "",
                   "| method |" + (" variant |" if study.describe else "") +
                   f" seeds | val loss (mean ± sd) | bits/byte | Δ loss vs {study.baseline} [95% CI] | p "
                   "| seeds better | verdict | extra params |" + (" paper |" if study.paper else ""),
                   "|---|---|---|---|---|---|---|---|---|" + ("---|" if study.describe else "")
                   + ("---|" if study.paper else "")]
-        bpb_rows = {r["method"]: r for r in bpb[label]["rows"]}
-        for r in table["rows"]:
-            p = f"{r['p_value']:.3f}" if "p_value" in r and not math.isnan(r["p_value"]) else "—"
-            wins = f"{r['wins']}/{r['n']}" if "wins" in r else "—"
+        for r in table.rows:
+            d = r.difference
+            p = f"{d.p_value:.3f}" if d and not math.isnan(d.p_value) else "—"
+            wins = f"{d.wins}/{d.n}" if d else "—"
             lines.append(
-                f"| {r['method']} |" + (f" {study.describe.get(r['method'], '')} |" if study.describe else "") +
-                f" {r['seeds']} | {r['mean']:.4f} ± {r['std']:.4f} | "
-                f"{bpb_rows[r['method']]['mean']:.4f} | {format_interval(r)} | {p} | {wins} | "
-                f"{verdict(r) if 'diff_mean' in r else '—'} | {r['extra_params']:,} |"
-                + (f" {study.paper.get(r['method'], '—')} |" if study.paper else ""))
+                f"| {r.method} |" + (f" {study.describe.get(r.method, '')} |" if study.describe else "") +
+                f" {r.seeds} | {r.mean:.4f} ± {r.std:.4f} | "
+                f"{bpb[label].row(r.method).mean:.4f} | {format_interval(d)} | {p} | {wins} | "
+                f"{verdict(d) if d else '—'} | {r.extra_params:,} |"
+                + (f" {study.paper.get(r.method, '—')} |" if study.paper else ""))
         if study.start_from:
             lines += ["", *_curve_table(study, cells)]
-        for c in table["contrasts"]:
-            a, b = c["pair"]
-            p = "" if math.isnan(c["p_value"]) else f", p = {c['p_value']:.3f}"
-            lines += ["", f"{a} − {b}: {format_interval(c)}{p}, {a} lower in {c['wins']}/{c['n']} "
-                          f"seeds: **{verdict(c).replace('better', f'{a} better').replace('worse', f'{b} better')}**."]
+        for c in table.contrasts:
+            (a, b), d = c.pair, c.difference
+            p = "" if math.isnan(d.p_value) else f", p = {d.p_value:.3f}"
+            lines += ["", f"{a} − {b}: {format_interval(d)}{p}, {a} lower in {d.wins}/{d.n} "
+                          f"seeds: **{verdict(d).replace('better', f'{a} better').replace('worse', f'{b} better')}**."]
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -87,12 +100,12 @@ def _search_table(study: Study) -> list[str]:
     lines = [f"Pre-registered search (written in `{study.config_file}` before its cells ran): the "
              f"{search.pick} candidates with the lowest mean {search.metric} over seeds {seeds} go on.", "",
              f"| rank | candidate | seeds | mean {search.metric} ± sd |", "|---|---|---|---|"]
-    for rank, row in enumerate(result["ranking"], 1):
-        lines.append(f"| {rank} | {row['method']} | {row['seeds']} | {row['mean']:.4f} ± {row['std']:.4f} |")
-    if result["picked"] is None:
-        lines += ["", f"Not decided yet: {result['missing']} candidate cells to go."]
+    for rank, row in enumerate(result.ranking, 1):
+        lines.append(f"| {rank} | {row.method} | {row.seeds} | {row.mean:.4f} ± {row.std:.4f} |")
+    if result.picked is None:
+        lines += ["", f"Not decided yet: {result.missing} candidate cells to go."]
     else:
-        lines += ["", f"Picked: **{'**, **'.join(result['picked'])}**."]
+        lines += ["", f"Picked: **{'**, **'.join(result.picked)}**."]
     return lines
 
 
@@ -101,7 +114,7 @@ def _confirm_table(study: Study, tables: dict) -> list[str]:
     method better than `against` in every setting becomes a named preset). A method is out once a setting shows
     it worse, or shows no difference with every seed in; it is in once every setting shows it better."""
     against = study.confirm["against"]
-    labels = [label for label, table in tables.items() if table["rows"]]
+    labels = [label for label, table in tables.items() if table.rows]
     methods = [a for a, b in study.contrasts if b == against]
     all_seeds = len(study.seeds) + len(study.more_seeds)
     lines = [f"Against {against}, setting by setting (the rule written in the config: a method better than "
@@ -110,17 +123,16 @@ def _confirm_table(study: Study, tables: dict) -> list[str]:
              "|---|" + "---|" * (len(labels) + 1)]
     status, mean_diff = {}, {}
     for method in methods:
-        found = [next((c for c in tables[label]["contrasts"] if c["pair"] == [method, against]), None)
-                 for label in labels]
-        verdicts = [verdict(c) if c else "not run" for c in found]
+        found = [c.difference if (c := tables[label].contrast(method, against)) else None for label in labels]
+        verdicts = [verdict(d) if d else "not run" for d in found]
         if verdicts and all(v == "better" for v in verdicts):
             status[method] = "yes"
-        elif any(v == "worse" or (v == "no difference shown" and c["n"] >= all_seeds)
-                 for v, c in zip(verdicts, found)):
+        elif any(v == "worse" or (v == "no difference shown" and d.n >= all_seeds)
+                 for v, d in zip(verdicts, found)):
             status[method] = "no"
         else:
             status[method] = "not decided"
-        mean_diff[method] = statistics.fmean([c["diff_mean"] for c in found if c and "diff_mean" in c] or [math.inf])
+        mean_diff[method] = statistics.fmean([d.diff_mean for d in found if d] or [math.inf])
         lines.append(f"| {method} | " + " | ".join(_cell(c) for c in found) + f" | {status[method]} |")
     winners = [m for m, s in status.items() if s == "yes"]
     if winners:
@@ -139,9 +151,16 @@ def trend_pairs(study: Study) -> list[tuple[str, str]]:
     return [(m, study.baseline) for m in study.methods if m != study.baseline] + [tuple(c) for c in study.contrasts]
 
 
-def _trend_table(study: Study, results: list[CellResult]) -> list[str]:
-    """Each gain at every budget (paired by seed, 95% interval), its fitted log-linear trend and where the trend's
-    bootstrap band first holds zero."""
+def budget_trends(study: Study, results: list[CellResult]) -> dict[str, list[dict | None]]:
+    """A branched study's fitted gains per budget group: for each of its `trend_pairs`, the `trend.trend` fit (None
+    where too few budgets or seeds)."""
+    found = groups(study, results) if study.branch_axis else {}
+    return {label: [trend(study, group, *pair) for pair in trend_pairs(study)] for label, group in found.items()}
+
+
+def _trend_table(study: Study, results: list[CellResult], fits: list[dict | None]) -> list[str]:
+    """Each gain at every budget (paired by seed, 95% interval), its fitted log-linear trend (`fits`, one per pair
+    of `trend_pairs`) and where the trend's bootstrap band first holds zero."""
     x_of = tokens_per_parameter(study, results)
     if not x_of:
         return []
@@ -155,15 +174,14 @@ def _trend_table(study: Study, results: list[CellResult]) -> list[str]:
              "| gain | " + " | ".join(f"{x_of[label]:.2g} tok/param" for label in labels)
              + " | slope per decade [95% CI] | fitted band reaches zero at |",
              "|---|" + "---|" * (len(labels) + 2)]
-    for method, against in trend_pairs(study):
-        fit = trend(study, results, method, against)
+    for (method, against), fit in zip(trend_pairs(study), fits, strict=True):
         pairs = paired_by_budget(study, results, method, against)
         cells = []
         for label in labels:
             if label in pairs:
                 values, base = zip(*pairs[label].values())
-                row = paired_difference(list(values), list(base))
-                cells.append(f"{format_interval(row)} {_short_verdict(row)}")
+                difference = paired_difference(list(values), list(base))
+                cells.append(f"{format_interval(difference)} {_short_verdict(difference)}")
             else:
                 cells.append("—")
         if fit:
@@ -243,8 +261,8 @@ def _multiplier_tables(study: Study, found: dict | None) -> list[str]:
                         "zero: holds."]
 
 
-def _short_verdict(row: dict) -> str:
-    return {"better": "✓", "worse": "✗", "no difference shown": "·"}.get(verdict(row), "")
+def _short_verdict(difference: Difference) -> str:
+    return {"better": "✓", "worse": "✗", "no difference shown": "·"}.get(verdict(difference), "")
 
 
 def _compare_table(study: Study, results: list[CellResult]) -> list[str]:
@@ -268,16 +286,15 @@ def _compare_table(study: Study, results: list[CellResult]) -> list[str]:
             if not seeds:
                 continue
             shift = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
-            worst = max(worst, abs(shift["diff_mean"]))
-            gains = [next((r for r in summarize(study, runs)[setting_label(setting)]["rows"]
-                           if r["method"] == method and "diff_mean" in r), None) for runs in (mine, yours)]
+            worst = max(worst, abs(shift.diff_mean))
+            gains = [row.difference if (row := summarize(study, runs)[setting_label(setting)].row(method)) else None
+                     for runs in (mine, yours)]
             overlap = "—"
-            if all(g and not math.isnan(g["diff_low"]) for g in gains):
-                overlaps.append(gains[0]["diff_low"] <= gains[1]["diff_high"] and
-                                gains[1]["diff_low"] <= gains[0]["diff_high"])
+            if all(g and not math.isnan(g.diff_low) for g in gains):
+                overlaps.append(gains[0].diff_low <= gains[1].diff_high and gains[1].diff_low <= gains[0].diff_high)
                 overlap = "yes" if overlaps[-1] else "no"
             lines.append(f"| {setting_label(setting)} | {method} | {format_interval(shift)} | "
-                         + " | ".join(format_interval(g) if g else "—" for g in gains) + f" | {overlap} |")
+                         + " | ".join(map(format_interval, gains)) + f" | {overlap} |")
     if not overlaps:
         return lines
     same = all(overlaps) and worst <= tolerance
@@ -318,34 +335,46 @@ def _curve_table(study: Study, cells: list[CellResult]) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class Report:
+    """A study's written report: its page and the page's Markdown without the figures, as the index shows it."""
+
+    path: Path
+    markdown: str
+
+
 def write_report(study: Study) -> Path:
     """results/<name>.md, .json and plots from the committed cell results (no training)."""
+    return report_study(study).path
+
+
+def report_study(study: Study) -> Report:
+    """`write_report`, returning the report with its Markdown for `write_index`."""
     results = study.read_results()
     root = Path(study.results)
-    found = budget_multipliers(study, results)
-    text = markdown_report(study, results, found)
+    found, trends = budget_multipliers(study, results), budget_trends(study, results)
+    markdown = text = markdown_report(study, results, found, trends)
     if results:
         text += f"\n![Δ vs {study.baseline}]({study.name}_difference.png)\n"
         text += f"\n![Δ along training]({study.name}_curves.png)\n"
         plot_differences(study, results, root / f"{study.name}_difference.png")
         plot_curve_differences(study, results, root / f"{study.name}_curves.png")
-        for label, group in (groups(study, results) if study.branch_axis else {}).items():
+        for label, fits in trends.items():
             name = f"{study.name}_{label}" if label else study.name
-            fits = [fit for pair in trend_pairs(study) if (fit := trend(study, group, *pair))]
-            if fits:
+            if fits := [fit for fit in fits if fit]:
                 plot_trend(study, fits, root / f"{name}_trend.png")
                 text += f"\n![gains against the budget{', ' + label if label else ''}]({name}_trend.png)\n"
             if found[label]:
                 plot_multipliers(study, found[label], root / f"{name}_multiplier.png")
                 text += f"\n![multipliers against the budget{', ' + label if label else ''}]({name}_multiplier.png)\n"
     atomic_write_bytes(root / f"{study.name}.md", text.encode())
-    summary = {label: table for label, table in summarize(study, results).items()}
+    summary = {label: table.to_dict() for label, table in summarize(study, results).items()}
     atomic_write_json(root / f"{study.name}.json", {"study": study.name, "title": study.title, "summary": summary})
-    return root / f"{study.name}.md"
+    return Report(root / f"{study.name}.md", markdown)
 
 
-def _cell(row: dict | None) -> str:
-    return f"{format_interval(row)}: {verdict(row)}" if row and "diff_mean" in row else "—"
+def _cell(difference: Difference | None) -> str:
+    return f"{format_interval(difference)}: {verdict(difference)}" if difference else "—"
 
 
 def _cell_paths(studies: list[Study], seeds_of) -> set[Path]:
@@ -376,12 +405,12 @@ class IndexColumn:
     method: str
     against: str
 
-    def find(self, study: Study, table: dict) -> dict | None:
-        """This difference in one setting of `study` (a table of `summarize`): against the study's baseline the
-        method's row, else the study's contrast [method, against]; None where the study has neither."""
+    def find(self, study: Study, table: SettingSummary) -> MethodSummary | Contrast | None:
+        """This difference in one setting of `study`: against the study's baseline the method's row, else the
+        study's contrast (method, against); None where the study has neither."""
         if self.against == study.baseline:
-            return next((row for row in table["rows"] if row["method"] == self.method), None)
-        return next((c for c in table["contrasts"] if c["pair"] == [self.method, self.against]), None)
+            return table.row(self.method)
+        return table.contrast(self.method, self.against)
 
 
 @dataclass(frozen=True)
@@ -423,34 +452,52 @@ class IndexPage:
         return [column.label for column in self.columns]
 
 
-def setting_differences(studies: list[Study], index: IndexPage | None = None) -> list[dict]:
-    """Per distinct setting where the index's anchor method has results: its label and study (the first study to
-    hold it with the anchor's results), train tokens, the anchor's seeds and, per column of the index (by its
-    label), the paired difference from the first study that has it once the setting has its row (None where none
-    has)."""
+@dataclass(frozen=True)
+class IndexEntry:
+    """A row of the index: a distinct setting, named by its label and the first study to hold it with the anchor's
+    results, its train tokens, the anchor's seeds and, per column label, what the first study that has it found
+    (`IndexColumn.find`; None where none has)."""
+
+    label: str
+    study: str
+    train_tokens: int
+    seeds: int
+    found: dict[str, MethodSummary | Contrast | None]
+
+    def difference(self, column: str) -> Difference | None:
+        """The column's paired difference (None where no study has it, or its row has no difference)."""
+        found = self.found[column]
+        return found.difference if found else None
+
+
+def setting_differences(studies: list[Study], index: IndexPage | None = None) -> list[IndexEntry]:
+    """Per distinct setting where the index's anchor method has results: its `IndexEntry`, each column filled from
+    the first study that has it once the setting has its row."""
     index = index or IndexPage.load()
     entries = {}
     for study in studies:
         results = study.read_results()
         for label, table in summarize(study, results).items():
-            key = study.cell_path(Cell(table["setting"], study.baseline, 0)).parts[0]
+            key = study.cell_path(Cell(table.setting, study.baseline, 0)).parts[0]
             entry = entries.get(key)
             if entry is None:
-                anchor = next((r for r in table["rows"] if r["method"] == index.anchor), None)
+                anchor = table.row(index.anchor)
                 if anchor is None:
                     continue
-                entry = entries[key] = {
-                    "label": label or "base", "study": study.name, "seeds": anchor["seeds"],
-                    "train_tokens": next(r.train_tokens for r in results if r.setting == table["setting"]),
-                    **dict.fromkeys(index.labels)}
+                entry = entries[key] = IndexEntry(
+                    label or "base", study.name, next(r.train_tokens for r in results if r.setting == table.setting),
+                    anchor.seeds, dict.fromkeys(index.labels))
             for column in index.columns:
-                entry[column.label] = entry[column.label] or column.find(study, table)
+                entry.found[column.label] = entry.found[column.label] or column.find(study, table)
     return list(entries.values())
 
 
-def write_index(studies: list[Study], path: Path, index: IndexPage | None = None) -> Path:
+def write_index(studies: list[Study], path: Path, index: IndexPage | None = None,
+                reports: Mapping[str, Report] | None = None) -> Path:
     """One page for the whole study: every distinct setting's key differences (the columns of `index`, by default
-    study/index.toml's), then each study's report."""
+    study/index.toml's), then each study's report (from `reports`, by study name, where `report_study` wrote it
+    already)."""
+    reports = reports or {}
     index = index or IndexPage.load()
     lines = [f"# {index.title}", "",
              "Generated by `make study` (`depthattn study configs/study/*.toml --index docs/results/study.md`) from "
@@ -466,12 +513,14 @@ def write_index(studies: list[Study], path: Path, index: IndexPage | None = None
              "|---" * (4 + len(index.columns)) + "|"]
     entries = setting_differences(studies, index)
     for entry in entries:
-        lines.append(f"| {entry['label']} | {entry['study']} | {entry['train_tokens']:,} | {entry['seeds']} | "
-                     + " | ".join(_cell(entry[label]) for label in index.labels) + " |")
+        lines.append(f"| {entry.label} | {entry.study} | {entry.train_tokens:,} | {entry.seeds} | "
+                     + " | ".join(_cell(entry.difference(label)) for label in index.labels) + " |")
     figure = plot_overview(entries, index.labels, Path(studies[0].results) / "overview.png", index.figure_title)
     lines += ["", f"![every setting]({Path(studies[0].results).name}/{figure.name})"]
     for study in studies:
-        text = markdown_report(study, study.read_results()).replace("](", f"]({Path(study.results).name}/")
+        report = reports.get(study.name)
+        markdown = report.markdown if report else markdown_report(study, study.read_results())
+        text = markdown.replace("](", f"]({Path(study.results).name}/")
         lines += ["", text]
         why = Path(study.results) / f"{study.name}_why.json"
         if why.exists():

@@ -51,7 +51,7 @@ class Search:
     metric: str = "val_loss"
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
 
-    def result(self, study: Study) -> dict:
+    def result(self, study: Study) -> SearchResult:
         """Each candidate's mean and sd of the metric over the finished search seeds, best first, and the picks
         (None until every candidate cell of the search seeds is finished)."""
         ranking, missing = [], 0
@@ -60,11 +60,30 @@ class Search:
                       if (result := study.read_result(Cell({}, method, seed))) is not None]
             missing += len(self.seeds) - len(values)
             if values:
-                ranking.append({"method": method, "seeds": len(values), "mean": statistics.fmean(values),
-                                "std": statistics.stdev(values) if len(values) > 1 else 0.0})
-        ranking.sort(key=lambda row: row["mean"])
-        picked = [row["method"] for row in ranking[:self.pick]] if not missing else None
-        return {"ranking": ranking, "missing": missing, "picked": picked}
+                ranking.append(Ranked(method, len(values), statistics.fmean(values),
+                                      statistics.stdev(values) if len(values) > 1 else 0.0))
+        ranking.sort(key=lambda row: row.mean)
+        picked = [row.method for row in ranking[:self.pick]] if not missing else None
+        return SearchResult(tuple(ranking), missing, picked)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A search candidate's mean and sd of the search metric over its finished search seeds."""
+
+    method: str
+    seeds: int
+    mean: float
+    std: float
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """A search's ranking (best first), its candidate cells still to go, and its picks (None until none is)."""
+
+    ranking: tuple[Ranked, ...]
+    missing: int
+    picked: list[str] | None
 
 
 @dataclass
@@ -188,11 +207,11 @@ class Study:
         search.results = self.results
         result = search.search.result(search)
         self.waiting = ""
-        if result["picked"] is None:
-            self.waiting = (f"the search of {search.name} has {result['missing']} candidate cells to go; its two picks "
+        if result.picked is None:
+            self.waiting = (f"the search of {search.name} has {result.missing} candidate cells to go; its two picks "
                             "join this study when they are in")
             return
-        for method in result["picked"]:
+        for method in result.picked:
             if method not in self.methods:
                 self.methods.append(method)
             if [method, self.confirm["against"]] not in self.contrasts:

@@ -71,7 +71,8 @@ def trend(study: Study, results: list[CellResult], method: str, against: str, se
     points = []  # at each budget every seed that has both cells, not only the seeds common to all budgets
     for label in labels:
         values, baseline = zip(*pairs[label].values())
-        points.append({"label": label, "tokens_per_parameter": x_of[label], **paired_difference(values, baseline)})
+        points.append({"label": label, "tokens_per_parameter": x_of[label],
+                       **paired_difference(values, baseline).to_dict()})
     out = {"method": method, "against": against, "seeds": seeds, "points": points,
            "fit": {"intercept": a, "slope_per_decade": b, "slope_low": None, "slope_high": None},
            "band": None, "zero_at": None, "zero_is_extrapolated": False, "zero_from_the_start": False,

@@ -34,10 +34,9 @@ def uncertain_cells(study: Study) -> list[Cell]:
     table = summarize(study, study.read_results())
     wanted = []
     for setting in study.settings():
-        rows = table[setting_label(setting)]["rows"]
-        unsure = [r["method"] for r in rows if "diff_low" in r and r["diff_low"] < 0 < r["diff_high"]]
-        unsure += [m for pair in study.contrasts for c in table[setting_label(setting)]["contrasts"]
-                   if c["pair"] == pair and c.get("diff_low", 0) < 0 < c.get("diff_high", 0) for m in pair]
+        summary = table[setting_label(setting)]
+        unsure = [r.method for r in summary.rows if r.difference and r.difference.diff_low < 0 < r.difference.diff_high]
+        unsure += [m for c in summary.contrasts if c.difference.diff_low < 0 < c.difference.diff_high for m in c.pair]
         for method in dict.fromkeys([study.baseline, *unsure] if unsure else []):
             wanted += [cell for cell in (Cell(setting, method, s) for s in study.more_seeds)
                        if study.trains(setting, method) and not study.has_result(cell)]
