@@ -33,6 +33,7 @@ from .base import (
     FlopTerm,
     NoExtraCost,
     Residual,
+    overrides_attention,
     undeclared_costs,
 )
 from .denseformer import DenseFormer
@@ -62,6 +63,10 @@ def register(name: str, cls: type[CrossLayerMethod]):
     if required := sorted(cls.__abstractmethods__):
         raise ValueError(f"{cls.__name__} (cross_layer={name!r}) does not define {', '.join(required)}, which its "
                          "family requires (docs/methods.md#what-the-model-calls)")
+    if issubclass(cls, AttentionMixer) and not overrides_attention(cls):
+        raise ValueError(f"{cls.__name__} (cross_layer={name!r}) is an AttentionMixer but defines neither forward (the "
+                         "state a step attends with) nor attend (sequence attention itself), so it would run as the "
+                         "plain decoder; define one (docs/methods.md#what-the-model-calls)")
     if missing := undeclared_costs(cls):
         raise ValueError(f"{cls.__name__} (cross_layer={name!r}) does not declare its costs: define the classmethods "
                          f"{', '.join(missing)} (docs/methods.md#costs), or derive it from NoExtraCost "

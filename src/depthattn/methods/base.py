@@ -136,8 +136,9 @@ class AttentionMixer(CrossLayerMethod):
         out = method.attend(attention_fn, ..., u, states, ...)   # sequence attention over the cache
 
     and the MLP of step `u` shows its normed input to `mlp_input`. The residual stream stays the plain one.
-    Optional: `forward` (needed wherever `acts_at`, which by default is where a step has sources), `acts_at`,
-    `attend`, `mlp_input`.
+    Required besides `step_sources`: `forward` (needed wherever `acts_at`, which by default is where a step has
+    sources) or `attend`, or both: with neither the method would run as the plain decoder (`overrides_attention`).
+    Optional: `acts_at`, `mlp_input`.
     """
 
     def __init__(self, config):
@@ -176,6 +177,11 @@ class AttentionMixer(CrossLayerMethod):
 
     def mlp_input(self, step: int, hidden: torch.Tensor, states: DepthStates):
         """Sees the normed input (B, T, D) of step `step`'s MLP; a method that hands it on keeps it in `states`."""
+
+
+def overrides_attention(cls: type[AttentionMixer]) -> bool:
+    """Whether `cls` defines `forward` or `attend`, without which an `AttentionMixer` changes nothing."""
+    return cls.forward is not AttentionMixer.forward or cls.attend is not AttentionMixer.attend
 
 
 COST_MEMBERS = ("extra_parameters", "flop_terms", "io_elements", "extra_state_elements")

@@ -8,6 +8,7 @@ and `res` (B, T, n, n). The sublayer reads `sum_i pre_i x_i`; afterwards stream 
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 
 import torch
@@ -23,24 +24,27 @@ class Streams:
 
 
 class MultiStreamResidual(Residual):
+    """The shared stream handling; a subclass defines `streams`, `coefficient_term`, `final_term`, `coefficients`
+    (abstract: `register` refuses a class without one) and `final`, besides `extra_parameters`."""
+
     def __init__(self, config, num_streams: int):
         super().__init__(config)
         self.num_streams = num_streams
 
     @classmethod
+    @abc.abstractmethod
     def streams(cls, config) -> int:
         """n, the number of residual streams."""
-        raise NotImplementedError
 
     @classmethod
+    @abc.abstractmethod
     def coefficient_term(cls, config) -> FlopTerm:
         """The FLOPs of computing pre, post and res, over every sublayer."""
-        raise NotImplementedError
 
     @classmethod
+    @abc.abstractmethod
     def final_term(cls, config) -> FlopTerm:
         """The FLOPs of merging the streams before the final norm."""
-        raise NotImplementedError
 
     @classmethod
     def flop_terms(cls, config):
@@ -68,9 +72,9 @@ class MultiStreamResidual(Residual):
     def extra_state_elements(cls, config, context):
         return (cls.streams(config) - 1) * context * config.hidden_size  # n - 1 extra residual streams
 
+    @abc.abstractmethod
     def coefficients(self, x: torch.Tensor, sublayer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(pre, post, res) for the sublayer, from its input streams x (B, T, n, D)."""
-        raise NotImplementedError
 
     def init(self, embeds):
         return Streams(embeds.unsqueeze(-2).expand(*embeds.shape[:-1], self.num_streams, embeds.shape[-1]))
