@@ -1,6 +1,7 @@
 """The contract of a cross-layer method (docs/methods.md), checked for every registered method at its defaults, for
 the option variants of tests/helpers.py's METHOD_SETTINGS, and for a method registered from outside the package
-(tests/methods/toy_method.py): registering a method adds it to every check here."""
+(tests/methods/toy_method.py): registering a method adds it to every check here, and to one tiny study whose every
+method (each registered one at its defaults) trains a cell and has its row in the report."""
 
 import argparse
 import re
@@ -14,6 +15,8 @@ from depthattn.commands import convert as convert_command
 from depthattn.evaluate import costs
 from depthattn.methods import METHODS, AttentionMixer, FlopTerm, Residual, register, unregister
 from depthattn.serving.vllm import check_servable
+from depthattn.study import Study, markdown_report, run_study
+from depthattn.study.local import LocalExecutor
 
 from ..helpers import (
     ELEMENTWISE,
@@ -25,6 +28,7 @@ from ..helpers import (
     tiny_config,
     tiny_model,
 )
+from ..study.test_study import BASE, write_study
 from .toy_method import ToyValueGain
 
 TOY = "toy"
@@ -192,3 +196,23 @@ def test_convert_offers_the_method_and_its_fields(settings):
     assert set(METHODS[name].config_fields) <= set(options)
     args = parser.parse_args(["src", "out", "--cross-layer", name])
     assert args.cross_layer == name and all(getattr(args, f) is None for f in METHODS[name].config_fields)
+
+
+def test_every_method_trains_a_study_cell_that_its_report_names(tiny_data, tmp_path):
+    """One study of every registered method, the outside one too: every cell finishes and the report has a row per
+    method. One torch thread: on a shared machine more spin against each other (40 s become minutes)."""
+    threads = torch.get_num_threads()
+    register(TOY, ToyValueGain)
+    try:
+        methods = list(METHODS)
+        # tests/study's tiny study, 2 steps of 4 x 128 tokens: the whole validation split, which each cell scores,
+        # then takes fewer model calls
+        base = BASE.format(data=tiny_data).replace("seq_len = 32", "seq_len = 128").replace("steps = 3", "steps = 2")
+        study = Study.load(write_study(tmp_path, tiny_data, axes=base, base=False, methods=methods, seeds=(0,)))
+        run_study(study, LocalExecutor(threads=1))
+        report = markdown_report(study, study.read_results())
+    finally:
+        unregister(TOY)
+        torch.set_num_threads(threads)
+    assert TOY in methods and sorted(r.method for r in study.read_results()) == sorted(methods)
+    assert [m for m in methods if f"| {m} | 1 |" not in report] == []
