@@ -175,7 +175,7 @@ class SlurmExecutor:
             key = str(study.cell_path(cell))
             record = records.get(key, {})
             job = record.get("job_id")
-            if study.result_path(cell).exists():
+            if study.has_result(cell):
                 state = "finished"
             elif job is None:
                 state = "not submitted"
