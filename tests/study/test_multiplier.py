@@ -34,6 +34,15 @@ def planted_results(study, multiplier_of, seeds=range(5), noise=0.0, epochs_per_
     return results
 
 
+@pytest.fixture(autouse=True)
+def fewer_resamples(monkeypatch):  # also used by test_predictions and test_depth_axis
+    """Fewer seed resamples than the rule's 2,000 (and 400 joint fits): enough for the planted values' intervals."""
+    from depthattn.study import multiplier
+
+    monkeypatch.setattr(multiplier, "RESAMPLES", 400)
+    monkeypatch.setattr(multiplier, "FIT_RESAMPLES", 50)
+
+
 @pytest.fixture
 def study(tiny_data, tmp_path):
     return Study.load(write_study(tmp_path, tiny_data, axes=WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS)))

@@ -6,7 +6,7 @@ import pytest
 
 from depthattn.study import Study
 from depthattn.study.predictions import format_score, predict, read_prediction, score, write_prediction
-from tests.study.test_multiplier import BUDGETS, planted_results
+from tests.study.test_multiplier import BUDGETS, fewer_resamples, planted_results  # noqa: F401 (a fixture)
 from tests.study.test_study import WSD_BUDGETS, write_study
 
 TARGET_AXES = WSD_BUDGETS.replace("{ short = 3, long = 6 }", "{ one = 2, two = 4, three = 8 }") + """

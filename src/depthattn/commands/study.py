@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("configs", nargs="+", help="study configs (configs/study/*.toml), run in this order")
+    parser.add_argument("configs", nargs="*", help="study configs (configs/study/*.toml), run in this order")
     parser.add_argument("--report-only", action="store_true",
                         help="write the reports from finished cells; train nothing")
     parser.add_argument("--executor", choices=("local", "slurm"), default="local",
@@ -54,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--predict-for: the folder of prediction files (default %(default)s)")
     parser.add_argument("--score-predictions", metavar="FILE",
                         help="compare a prediction file with this study's finished cells; train nothing")
+    parser.add_argument("--depth-axis", metavar="FILE",
+                        help="write the depth-axis report of the sweeps that FILE names "
+                             "(configs/study/depth_axis.toml) into --results; with --predict-for, the prediction of "
+                             "its depth-and-budget surface; train nothing")
     parser.add_argument("--out-dir", help="checkpoints and logs (default: the config's out_dir, runs/study)")
     parser.add_argument("--results",
                         help="cell results and reports (default: the config's results, docs/results/study)")
@@ -136,10 +140,33 @@ def predictions(studies: list[Study], args: argparse.Namespace) -> int:
     return 0
 
 
+def depth_axis(args: argparse.Namespace) -> int:
+    from ..files import atomic_write_bytes
+    from ..study import Study
+    from ..study.depth_axis import DepthAxis, depth_trend, format_depth_axis
+    from ..study.predictions import predict_with_depth, write_prediction
+
+    if args.configs:
+        raise ValueError("--depth-axis reads the sweeps its file names; give no study configs beside it")
+    axis = DepthAxis.load(args.depth_axis)
+    if args.predict_for:
+        found = predict_with_depth(axis, Study.load(args.predict_for), datetime.date.today().isoformat(), args.assumes)
+        print(f"prediction: {write_prediction(found, Path(args.predictions))}")
+        return 0
+    path = Path(args.results or axis.sweeps[0].results) / f"{Path(axis.config_file).stem}.md"
+    atomic_write_bytes(path, format_depth_axis(axis, depth_trend(axis)).encode())
+    print(f"depth axis: {path}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from ..study import IndexPage, Study, explain, report_study, run_study, write_index
     from ..train import TrainingInterrupted
 
+    if args.depth_axis:
+        return depth_axis(args)
+    if not args.configs:
+        raise ValueError("give one or more study configs (configs/study/*.toml), or --depth-axis FILE")
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     studies = [Study.load(path) for path in args.configs]

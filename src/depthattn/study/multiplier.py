@@ -29,6 +29,7 @@ ran):
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -64,17 +65,21 @@ class BaselineCurve:
         monotone = isotonic_regression(loss, increasing=False).x
         return cls(x, monotone, power_law(x, monotone))
 
+    @functools.cached_property
+    def _log_x_of_loss(self):
+        """log x against loss, a monotone cubic (a straight line between budgets would lie above a convex curve and
+        overstate every multiplier); a flat stretch is reached at its start. None for a flat curve."""
+        from scipy.interpolate import PchipInterpolator
+
+        loss_values, first = np.unique(self.loss, return_index=True)
+        return PchipInterpolator(loss_values, np.log(self.x[first])) if len(first) >= 2 else None
+
     def tokens_for(self, loss: float) -> float:
         """Tokens per parameter at which the curve reaches `loss` (inf where it never does, nan where unknown)."""
         if self.loss[-1] <= loss <= self.loss[0]:
-            from scipy.interpolate import PchipInterpolator
-
-            # log x against loss, monotone cubic (a straight line between budgets would lie above a convex curve
-            # and overstate every multiplier); a flat stretch is reached at its start
-            loss_values, first = np.unique(self.loss, return_index=True)
-            if len(first) < 2:
+            if self._log_x_of_loss is None:
                 return float(self.x[0])
-            return float(np.exp(PchipInterpolator(loss_values, np.log(self.x[first]))(loss)))
+            return float(np.exp(self._log_x_of_loss(loss)))
         if self.power is None:
             return math.nan
         E, _, beta = self.power  # the fitted shape, anchored at the nearer end of the measured curve
@@ -105,15 +110,19 @@ def power_law(x: np.ndarray, loss: np.ndarray) -> tuple[float, float, float] | N
 def loss_table(study: Study, results: list[CellResult]
                ) -> tuple[list[str], np.ndarray, list[int], dict[str, np.ndarray]]:
     """Budget labels (ascending), their tokens per parameter, the seeds every method of the study has at every
-    budget, and per method its losses as an array (budgets, seeds)."""
+    budget it trains, and per method its losses as an array (budgets, seeds), nan at the budgets only the baseline
+    trains (its curve read past the others' longest budget)."""
     x_of = tokens_per_parameter(study, results)
     axis = study.branch_axis
     labels = sorted(x_of, key=x_of.get)
     loss = {(r.method, r.setting[axis.name], r.seed): r.val_loss for r in results}
     methods = [m for m in study.methods if any(key[0] == m for key in loss)]
+    trained = {m: [study.trains({axis.name: label}, m) for label in labels] for m in methods}
     seeds = sorted({key[2] for key in loss})
-    seeds = [s for s in seeds if all((m, label, s) in loss for m in methods for label in labels)]
-    table = {m: np.array([[loss[m, label, s] for s in seeds] for label in labels]).reshape(len(labels), len(seeds))
+    seeds = [s for s in seeds if all((m, label, s) in loss for m in methods
+                                     for label, trains in zip(labels, trained[m]) if trains)]
+    table = {m: np.array([[loss[m, label, s] if trains else math.nan for s in seeds]
+                          for label, trains in zip(labels, trained[m])]).reshape(len(labels), len(seeds))
              for m in methods}
     return labels, np.array([x_of[label] for label in labels]), seeds, table
 
@@ -155,6 +164,8 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
             boot = np.array([data_multipliers(x, c, table[method][:, d])[0] for c, d in zip(boot_curves, draws)])
         points = []
         for i, label in enumerate(labels):
+            if np.isnan(table[method][i]).all():  # a budget only the baseline trains
+                continue
             outside = max(read[i] / x[-1], x[0] / read[i]) if read[i] > 0 else math.inf
             point = {"label": label, "tokens_per_parameter": float(x[i]), "multiplier": float(k[i]),
                      "read_at": float(read[i]), "extrapolated": not x[0] <= read[i] <= x[-1],
@@ -172,6 +183,7 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
             trend["verdict"] = "grows" if trend["low"] > 0 else "fades" if trend["high"] < 0 else "holds"
         rows.append({"method": method, "flops_ratio": (flops_ratio or {}).get(method), "points": points,
                      "trend": trend})
+    fitted &= ~np.isnan(np.stack(list(table.values()))).any(axis=(0, 2))  # the joint fit: budgets every method has
     return {"labels": labels, "x": x.tolist(), "seeds": seeds, "baseline": study.baseline, "rows": rows,
             "fit": joint_fit(x[fitted], {m: t[fitted] for m, t in table.items()}, study.baseline,
                              rng if draws is not None else None, len(seeds)),

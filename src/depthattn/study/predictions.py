@@ -22,12 +22,15 @@ from pathlib import Path
 import numpy as np
 
 from ..files import atomic_write_json
+from ..train.config import MODEL_PRESETS
+from .depth_axis import EXTRAPOLATION_LIMIT, DepthAxis, depth_trend, model_depth, surface_at
 from .multiplier import groups, multipliers, percentile_interval
 from .pricing import cell_flops
 from .spec import Study, setting_label
 
 FORMAT = "depthattn-multiplier-prediction"
-PAPER_SHAPE = {"label": "paper 1.5B shape", "tokens_per_parameter": 20.0}
+PAPER_SHAPE = {"label": "paper 1.5B shape", "tokens_per_parameter": 20.0,
+               "depth": MODEL_PRESETS["1.5b"]["num_hidden_layers"]}
 
 
 def target_budgets(target: Study) -> list[dict]:
@@ -39,7 +42,7 @@ def target_budgets(target: Study) -> list[dict]:
         cost = cell_flops(target, setting, target.baseline)
         rest = {name: label for name, label in setting.items() if name != target.branch_axis.name}
         out.append({"group": setting_label(rest), "budget": setting[target.branch_axis.name],
-                    "tokens_per_parameter": cost["tokens"] / cost["params"]})
+                    "tokens_per_parameter": cost["tokens"] / cost["params"], "depth": model_depth(target, setting)})
     return out
 
 
@@ -77,6 +80,43 @@ def predict(source: Study, target: Study, date: str, assumes: str) -> dict:
     return {"format": FORMAT, "date": date, "source": source.config_file, "target": target.config_file,
             "seeds": found["seeds"], "fit_budgets": found["fit_budgets"], "baseline": source.baseline,
             "assumes": assumes, "rule": __doc__.split("\n\n")[1].replace("\n", " "), "methods": methods}
+
+
+def predict_with_depth(axis: DepthAxis, target: Study, date: str, assumes: str) -> dict:
+    """The depth-informed prediction for every budget of `target` and the paper's shape: the depth axis's surface
+    (depthattn.study.depth_axis) read at each budget's tokens per parameter and depth; a depth more than
+    EXTRAPOLATION_LIMIT times past the sweeps' is marked `extrapolated`."""
+    if target.branch_axis is None:
+        raise ValueError(f"{target.name} has no branched budget axis to predict")
+    trend = depth_trend(axis)
+    if trend["missing"] or any(entry["surface"]["draws"] is None for entry in trend["methods"].values()):
+        raise ValueError(f"{axis.config_file}: every sweep needs every method at five seeds or more at three budgets "
+                         f"or more before it can predict (waiting for: {', '.join(trend['missing']) or 'seeds'})")
+    low, high = min(trend["depths"]), max(trend["depths"])
+
+    def at(surface, budget):
+        outside = max(budget["depth"] / high, low / budget["depth"])
+        return {**budget, **surface_at(surface, budget["tokens_per_parameter"], budget["depth"]),
+                "extrapolated": outside > EXTRAPOLATION_LIMIT}
+
+    budgets = target_budgets(target)
+    methods = {}
+    for method, entry in trend["methods"].items():
+        if method not in target.methods:
+            continue
+        surface = entry["surface"]
+        a, gamma, delta = surface["coefficients"]
+        methods[method] = {"trend": {"a": a, "gamma": gamma, "delta": delta, "delta_low": surface["low"],
+                                     "delta_high": surface["high"]},
+                           "at": [at(surface, budget) for budget in budgets], "paper": at(surface, PAPER_SHAPE)}
+    return {"format": FORMAT, "date": date, "source": axis.config_file, "target": target.config_file,
+            "depths": trend["depths"], "seeds": trend["seeds"], "baseline": target.baseline, "assumes": assumes,
+            "rule": DEPTH_RULE, "methods": methods}
+
+
+DEPTH_RULE = ("The surface log k = a + gamma log x + delta log L (x tokens per parameter, L layers) fitted to the "
+              "depth axis's sweeps over their budgets within two epochs, read at each target budget's x and depth, "
+              "with the 95% interval of the sweeps' seed-bootstrap resamples (seed uncertainty only).")
 
 
 def write_prediction(prediction: dict, folder: Path) -> Path:

@@ -1,0 +1,234 @@
+"""The depth axis: each method's multiplier against the model's depth, from budget sweeps that differ only in
+depth (configs/study/depth_axis.toml names them and states the rule, written before its deepest sweep's cells ran).
+
+- Each sweep's data multipliers as `depthattn.study.multiplier` computes them: against that sweep's own baseline
+  curve, with the same seed bootstrap. The sweeps are separate runs, so a resample draws each sweep's seeds on its
+  own (resample r of every sweep together make resample r of the depth fits).
+- At every budget that all sweeps measure: delta, the least-squares slope of log multiplier against log depth, with
+  the 95% percentile interval of the resamples: above zero the multiplier **grows** with depth, below zero it
+  **fades**, across zero it **holds**. No interval and no verdict unless every sweep has MIN_SEEDS seeds.
+- The surface log k = a + gamma log x + delta log L (x tokens per parameter, L layers), least squares over each
+  sweep's budgets that pass over its data at most REPEATS_FLAG times (the budgets the sweeps' own verdicts use),
+  with the same resamples: its delta is the verdict on depth, and it is what a depth-informed prediction reads.
+  Read more than EXTRAPOLATION_LIMIT times past the measured depths, a prediction is marked as an extrapolation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..train.config import MODEL_PRESETS, config_path, read_toml
+from .multiplier import (
+    EXTRAPOLATION_LIMIT,
+    REPEATS_FLAG,
+    RESAMPLES,
+    BaselineCurve,
+    _epochs_per_token_per_parameter,
+    data_multipliers,
+    groups,
+    loss_table,
+    percentile_interval,
+)
+from .records import Cell
+from .spec import Study
+from .stats import MIN_SEEDS
+
+
+@dataclass
+class DepthAxis:
+    """Budget sweeps of the same methods and budgets at different depths."""
+
+    title: str
+    sweeps: list[Study]
+    config_file: str
+
+    @classmethod
+    def load(cls, path: str | Path) -> DepthAxis:
+        path = config_path(path)
+        data = read_toml(path, "depth-axis config", "configs/study/")
+        head = data.get("depth_axis")
+        if not isinstance(head, dict) or not isinstance(head.get("sweeps"), list) or len(head["sweeps"]) < 2:
+            raise ValueError(f"{path}: a depth-axis config has a [depth_axis] table with `sweeps`, two or more study "
+                             "configs (paths relative to it) that differ only in depth")
+        unknown = set(head) - {"title", "sweeps"}
+        if unknown:
+            raise ValueError(f"{path}: unknown [depth_axis] keys {sorted(unknown)}; it takes title and sweeps")
+        sweeps = [Study.load(path.parent / name) for name in head["sweeps"]]
+        for sweep in sweeps:
+            if sweep.branch_axis is None:
+                raise ValueError(f"{path}: {sweep.config_file} has no branched budget axis; the depth axis compares "
+                                 "budget sweeps")
+        depths = [sweep_depth(s) for s in sweeps]
+        if len(set(depths)) != len(depths):
+            raise ValueError(f"{path}: two sweeps have the same depth ({depths}); each sweep is one depth")
+        return cls(head.get("title", path.stem), sweeps, str(path))
+
+
+def sweep_depth(study: Study) -> int:
+    """The unrolled depth (layers x loops) of a sweep's baseline model."""
+    return model_depth(study, study.settings()[0])
+
+
+def model_depth(study: Study, setting: dict) -> int:
+    model = study.cell_config(Cell(setting, study.baseline, study.seeds[0])).model
+    return {**MODEL_PRESETS[model.preset], **model.overrides}["num_hidden_layers"] * model.num_loops
+
+
+@dataclass
+class SweepMultipliers:
+    """One sweep's multipliers: per method, at each budget label, the point estimate and its resamples."""
+
+    depth: int
+    labels: list[str]
+    x: np.ndarray  # tokens per parameter of each budget
+    in_fit: np.ndarray  # the budgets that pass over the data at most REPEATS_FLAG times
+    seeds: list[int]
+    k: dict[str, np.ndarray]  # method -> (budgets,)
+    draws: dict[str, np.ndarray] | None  # method -> (RESAMPLES, budgets); None below MIN_SEEDS seeds
+
+
+def sweep_multipliers(study: Study, seed: int = 0) -> SweepMultipliers | None:
+    """`study`'s multipliers with the resamples `depthattn.study.multiplier.multipliers` draws (same generator
+    and order); None without three budgets and one seed that every method has at each."""
+    found = groups(study, study.read_results())
+    if len(found) != 1:
+        return None
+    results = next(iter(found.values()))
+    labels, x, seeds, table = loss_table(study, results)
+    if len(labels) < 3 or not seeds or study.baseline not in table:
+        return None
+    epochs_per_x = _epochs_per_token_per_parameter(study, results)
+    base = table[study.baseline]
+    curve = BaselineCurve.fit(x, base.mean(axis=1))
+    methods = [m for m in table if m != study.baseline]
+    k = {m: data_multipliers(x, curve, table[m])[0] for m in methods}
+    draws = None
+    if len(seeds) >= MIN_SEEDS:
+        picks = np.random.default_rng(seed).integers(0, len(seeds), size=(RESAMPLES, len(seeds)))
+        curves = [BaselineCurve.fit(x, base[:, d].mean(axis=1)) for d in picks]
+        draws = {m: np.array([data_multipliers(x, c, table[m][:, d])[0] for c, d in zip(curves, picks)])
+                 for m in methods}
+    return SweepMultipliers(sweep_depth(study), labels, x, x * (epochs_per_x or 0) <= REPEATS_FLAG, seeds, k, draws)
+
+
+def _slope(log_depth: np.ndarray, k: np.ndarray) -> float:
+    """Least-squares slope of log k against log depth over the finite multipliers (nan with fewer than two)."""
+    keep = np.isfinite(k) & (k > 0)
+    if keep.sum() < 2:
+        return math.nan
+    return float(np.polyfit(log_depth[keep], np.log(k[keep]), 1)[0])
+
+
+def _surface(points: list[tuple[float, float, float]]) -> np.ndarray:
+    """(a, gamma, delta) of log k = a + gamma log x + delta log L over points (x, L, k); nan without four finite
+    points spanning two depths and two budgets."""
+    rows = [(x, depth, k) for x, depth, k in points if math.isfinite(k) and k > 0]
+    if len(rows) < 4 or len({r[1] for r in rows}) < 2 or len({r[0] for r in rows}) < 2:
+        return np.full(3, math.nan)
+    x, depth, k = map(np.array, zip(*rows))
+    design = np.column_stack([np.ones(len(x)), np.log(x), np.log(depth)])
+    return np.linalg.lstsq(design, np.log(k), rcond=None)[0]
+
+
+def _verdict(low: float | None, high: float | None) -> str | None:
+    if low is None or math.isnan(low) or math.isnan(high):
+        return None
+    return "grows" if low > 0 else "fades" if high < 0 else "holds"
+
+
+def depth_trend(axis: DepthAxis) -> dict:
+    """Per method: its multiplier at each common budget and depth, delta per budget with intervals, and the
+    surface; `missing` names the sweeps without enough cells yet (then nothing is fitted)."""
+    found = [(sweep, sweep_multipliers(sweep)) for sweep in axis.sweeps]
+    missing = [sweep.config_file for sweep, m in found if m is None]
+    if missing:
+        return {"missing": missing, "methods": {}}
+    sweeps = sorted((m for _, m in found), key=lambda m: m.depth)
+    depths = np.array([s.depth for s in sweeps], dtype=float)
+    labels = [label for label in sweeps[0].labels if all(label in s.labels for s in sweeps)]
+    methods = [m for m in sweeps[0].k if all(m in s.k for s in sweeps)]
+    resampled = all(s.draws is not None for s in sweeps)
+    out = {"missing": [], "depths": depths.astype(int).tolist(), "labels": labels,
+           "seeds": [len(s.seeds) for s in sweeps], "methods": {}}
+    for method in methods:
+        budgets = []
+        for label in labels:
+            at = [s.labels.index(label) for s in sweeps]
+            k = np.array([s.k[method][i] for s, i in zip(sweeps, at)])
+            if np.isnan(k).any():  # a budget that only the baseline trains in some sweep
+                continue
+            row = {"label": label, "x": float(sweeps[0].x[at[0]]), "k": k.tolist(), "delta": _slope(np.log(depths), k),
+                   "k_low": None, "k_high": None, "low": None, "high": None, "verdict": None}
+            if resampled:
+                boot = np.stack([s.draws[method][:, i] for s, i in zip(sweeps, at)], axis=1)  # (RESAMPLES, depths)
+                row["k_low"], row["k_high"] = map(list, zip(*(percentile_interval(boot[:, j])
+                                                               for j in range(len(sweeps)))))
+                row["low"], row["high"] = percentile_interval(np.array([_slope(np.log(depths), b) for b in boot]))
+                row["verdict"] = _verdict(row["low"], row["high"])
+            budgets.append(row)
+        surface = {"coefficients": _surface(_surface_points(sweeps, method)).tolist(), "draws": None,
+                   "low": None, "high": None, "verdict": None}
+        if resampled:
+            draws = np.array([_surface(_surface_points(sweeps, method, r)) for r in range(RESAMPLES)])
+            surface["draws"] = draws
+            surface["low"], surface["high"] = percentile_interval(draws[:, 2])
+            surface["verdict"] = _verdict(surface["low"], surface["high"])
+        out["methods"][method] = {"budgets": budgets, "surface": surface}
+    return out
+
+
+def _surface_points(sweeps: list[SweepMultipliers], method: str, resample: int | None = None):
+    return [(float(s.x[i]), s.depth, float(s.k[method][i] if resample is None else s.draws[method][resample, i]))
+            for s in sweeps for i in np.flatnonzero(s.in_fit)]
+
+
+def surface_at(surface: dict, x: float, depth: float) -> dict:
+    """The surface's multiplier at x tokens per parameter and `depth` layers, with the resamples' 95% interval."""
+    a, gamma, delta = surface["coefficients"]
+    point = {"multiplier": math.exp(a + gamma * math.log(x) + delta * math.log(depth)), "low": None, "high": None}
+    if surface["draws"] is not None:
+        d = surface["draws"]
+        point["low"], point["high"] = percentile_interval(np.exp(d[:, 0] + d[:, 1] * math.log(x)
+                                                                 + d[:, 2] * math.log(depth)))
+    return point
+
+
+def _interval(low, high) -> str:
+    return f" [{low:+.3f}, {high:+.3f}]" if low is not None else ""
+
+
+def format_depth_axis(axis: DepthAxis, trend: dict) -> str:
+    """The depth axis as Markdown: per method, the multiplier at each depth and budget, delta with its interval and
+    verdict, then the surface."""
+    lines = [f"# {axis.title}", "", f"Config: `{axis.config_file}`; sweeps: "
+             + ", ".join(f"`{s.config_file}`" for s in axis.sweeps) + ".", ""]
+    if trend["missing"]:
+        lines.append("Waiting for cells: " + ", ".join(f"`{m}`" for m in trend["missing"]) + " (three budgets and "
+                     "one seed that every method has at each, at least). `depthattn study` on them runs what is "
+                     "missing.")
+        return "\n".join(lines) + "\n"
+    depths = trend["depths"]
+    seeds = ", ".join(f"{n} at {d} layers" for n, d in zip(trend["seeds"], depths))
+    lines += [f"Data multiplier over vanilla at each depth (seeds: {seeds}); delta: the slope of log multiplier "
+              "against log depth, with its 95% seed-bootstrap interval (none below "
+              f"{MIN_SEEDS} seeds in every sweep).", ""]
+    for method, entry in trend["methods"].items():
+        lines += [f"## {method}", "", "| tokens per parameter | " + " | ".join(f"{d} layers" for d in depths)
+                  + " | delta [95%] | with depth |", "|---" * (len(depths) + 3) + "|"]
+        for row in entry["budgets"]:
+            cells = [f"{k:.2f}x" + (f" [{lo:.2f}, {hi:.2f}]" if row["k_low"] else "")
+                     for k, lo, hi in zip(row["k"], row["k_low"] or row["k"], row["k_high"] or row["k"])]
+            lines.append(f"| {row['label']} | " + " | ".join(cells) + f" | {row['delta']:+.3f}"
+                         f"{_interval(row['low'], row['high'])} | {row['verdict'] or '—'} |")
+        a, gamma, delta = entry["surface"]["coefficients"]
+        s = entry["surface"]
+        lines += ["", f"Surface over the budgets read within {REPEATS_FLAG:g} epochs: log k = {a:+.3f} "
+                  f"{gamma:+.3f} log x {delta:+.3f} log L; delta{_interval(s['low'], s['high'])}: "
+                  f"**{s['verdict'] or 'no verdict (too few seeds)'}** with depth.", ""]
+    lines.append(f"A prediction read more than {EXTRAPOLATION_LIMIT:g}x past the measured depths ({depths[0]} to "
+                 f"{depths[-1]} layers) is marked as an extrapolation.")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,123 @@
+"""The depth axis recovers what is planted: a multiplier that grows with depth, or holds."""
+
+import pytest
+
+from depthattn.study import Study
+from depthattn.study.depth_axis import DepthAxis, depth_trend, format_depth_axis, surface_at, sweep_depth
+from tests.study.test_multiplier import BUDGETS, fewer_resamples, planted_results  # noqa: F401 (a fixture)
+from tests.study.test_study import BASE, WSD_BUDGETS, write_study
+
+DEPTHS = (2, 4, 8)
+
+
+@pytest.fixture(autouse=True)
+def fewer_depth_resamples(monkeypatch):
+    from depthattn.study import depth_axis
+
+    monkeypatch.setattr(depth_axis, "RESAMPLES", 400)
+
+
+def write_axis(tmp_path, data, depths=DEPTHS, seeds=range(5)):
+    names = []
+    for depth in depths:
+        base = BASE.format(data=data).replace("num_hidden_layers = 2", f"num_hidden_layers = {depth}")
+        axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS) + base
+        names.append(write_study(tmp_path, data, name=f"sweep{depth}.toml", axes=axes, base=False, seeds=seeds).name)
+    path = tmp_path / "axis.toml"
+    path.write_text(f'[depth_axis]\ntitle = "Depth axis"\nsweeps = {names}\n'.replace("'", '"'))
+    return path
+
+
+def plant(monkeypatch, multiplier, seeds=range(5)):
+    """Every sweep's cells with the data multiplier `multiplier(x, depth)`."""
+    monkeypatch.setattr(Study, "read_results", lambda self: planted_results(
+        self, lambda x: multiplier(x, sweep_depth(self)), seeds=seeds, noise=0.005))
+
+
+def test_a_multiplier_growing_with_depth_is_recovered_and_called_growing(tiny_data, tmp_path, monkeypatch):
+    axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
+    assert [sweep_depth(s) for s in axis.sweeps] == list(DEPTHS)
+    plant(monkeypatch, lambda x, depth: 1.1 * depth ** 0.2)
+    trend = depth_trend(axis)
+    entry = trend["methods"]["depth_attention"]
+    inside = [row for row in entry["budgets"] if 2 <= row["x"] <= 200]  # read within every sweep's curve
+    assert inside
+    for row in inside:
+        assert row["delta"] == pytest.approx(0.2, abs=0.03)
+        assert row["low"] <= row["delta"] <= row["high"] and row["verdict"] == "grows"
+    surface = entry["surface"]
+    assert surface["coefficients"][2] == pytest.approx(0.2, abs=0.03)
+    assert surface["coefficients"][1] == pytest.approx(0.0, abs=0.03)  # constant in the budget
+    assert surface["verdict"] == "grows"
+    at = surface_at(surface, 20.0, 16)
+    assert at["low"] <= at["multiplier"] <= at["high"]
+    assert at["multiplier"] == pytest.approx(1.1 * 16 ** 0.2, rel=0.05)
+    text = format_depth_axis(axis, trend)
+    assert "## depth_attention" in text and "**grows** with depth" in text
+
+
+def test_a_multiplier_constant_in_depth_holds(tiny_data, tmp_path, monkeypatch):
+    axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
+    plant(monkeypatch, lambda x, depth: 1.3)
+    surface = depth_trend(axis)["methods"]["depth_attention"]["surface"]
+    assert surface["coefficients"][2] == pytest.approx(0.0, abs=0.03)
+    assert surface["verdict"] == "holds"
+
+
+def test_three_seeds_give_slopes_but_no_intervals_or_verdicts(tiny_data, tmp_path, monkeypatch):
+    axis = DepthAxis.load(write_axis(tmp_path, tiny_data, seeds=range(3)))
+    plant(monkeypatch, lambda x, depth: 1.1 * depth ** 0.2, seeds=range(3))
+    entry = depth_trend(axis)["methods"]["depth_attention"]
+    assert all(row["low"] is None and row["verdict"] is None for row in entry["budgets"])
+    assert entry["surface"]["verdict"] is None
+    assert surface_at(entry["surface"], 20.0, 16)["low"] is None
+
+
+def test_a_sweep_without_cells_is_named_and_nothing_is_fitted(tiny_data, tmp_path, monkeypatch):
+    axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
+    monkeypatch.setattr(Study, "read_results", lambda self: [] if sweep_depth(self) == 8 else planted_results(
+        self, lambda x: 1.2, noise=0.005))
+    trend = depth_trend(axis)
+    assert trend["methods"] == {} and trend["missing"] == [axis.sweeps[2].config_file]
+    assert "Waiting for cells" in format_depth_axis(axis, trend)
+
+
+def test_a_bad_depth_axis_config_says_what_it_needs(tiny_data, tmp_path):
+    path = write_axis(tmp_path, tiny_data)
+    path.write_text('[depth_axis]\nsweeps = ["sweep2.toml"]\n')
+    with pytest.raises(ValueError, match="two or more study configs"):
+        DepthAxis.load(path)
+    path.write_text('[depth_axis]\nsweeps = ["sweep2.toml", "sweep2.toml"]\n')
+    with pytest.raises(ValueError, match="same depth"):
+        DepthAxis.load(path)
+
+
+def test_a_depth_informed_prediction_reads_the_surface_at_each_rungs_depth(tiny_data, tmp_path, monkeypatch):
+    from depthattn.study.predictions import predict_with_depth, score
+    from tests.study.test_predictions import TARGET_AXES, planted_target
+
+    axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
+    target = Study.load(write_study(tmp_path, tiny_data, name="rungs.toml", axes=TARGET_AXES, seeds=range(5)))
+    plant(monkeypatch, lambda x, depth: 1.1 * depth ** 0.2)
+    prediction = predict_with_depth(axis, target, "2026-11-29", "width does not matter")
+    entry = prediction["methods"]["depth_attention"]
+    assert entry["trend"]["delta"] == pytest.approx(0.2, abs=0.03)
+    for at in entry["at"]:  # the rungs: 2 layers, inside the sweeps' depths
+        assert at["depth"] == 2 and not at["extrapolated"]
+        assert at["low"] <= at["multiplier"] <= at["high"]
+        assert at["multiplier"] == pytest.approx(1.1 * 2 ** 0.2, rel=0.05)
+    assert entry["paper"]["depth"] == 48 and entry["paper"]["extrapolated"]  # 6x past the deepest sweep
+    planted = planted_target(target, 1.1 * 2 ** 0.2)  # the rungs' own cells, as planted at their depth
+    monkeypatch.setattr(Study, "read_results", lambda self: planted)
+    assert {row["verdict"] for row in score(prediction, target)} == {"agrees"}
+
+
+def test_the_command_writes_the_depth_axis_report(tiny_data, tmp_path, monkeypatch, capsys):
+    from depthattn.cli import main
+
+    path = write_axis(tmp_path, tiny_data)
+    plant(monkeypatch, lambda x, depth: 1.3)
+    assert main(["study", "--depth-axis", str(path), "--results", str(tmp_path / "out")]) == 0
+    assert "**holds** with depth" in (tmp_path / "out" / "axis.md").read_text()
+    assert main(["study", str(path), "--depth-axis", str(path)]) != 0
+    assert "give no study configs" in capsys.readouterr().err
