@@ -27,9 +27,6 @@ class Axis:
     branches: bool = False  # train.steps only, with WSD: every value is a cooldown branch of one run (train/)
     baseline_only: list[str] = field(default_factory=list)  # budgets only the baseline trains (past the others')
 
-    def label_of(self, value) -> str:
-        return next(label for label, v in self.values.items() if v == value)
-
     def apply(self, data: dict, label: str) -> None:
         """Set this axis's key(s) to the values of `label` in a training config. STEPS_FRACTION scales the
         train.steps that the base and the axes before this one set."""
