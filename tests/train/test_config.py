@@ -69,13 +69,16 @@ def test_repository_configs_load():
     from pathlib import Path
 
     from depthattn.study import Study
+    from depthattn.study.depth_axis import DepthAxis
 
     root = Path(__file__).parents[2] / "configs"
-    runs = sorted(p for p in root.glob("**/*.toml") if p.parent.name != "study")
+    runs = sorted(p for p in root.glob("**/*.toml") if p.parent.name not in ("study", "analysis"))
     studies = sorted((root / "study").glob("*.toml"))
     assert runs and studies
     for path in runs:
         TrainConfig.load(path)
+    for path in (root / "analysis").glob("*.toml"):  # analyses across studies: each names its studies
+        assert DepthAxis.load(path).sweeps
     for path in studies:
         study = Study.load(path)  # checks every setting's config
         for method in study.methods:

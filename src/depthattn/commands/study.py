@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare a prediction file with this study's finished cells; train nothing")
     parser.add_argument("--depth-axis", metavar="FILE",
                         help="write the depth-axis report of the sweeps that FILE names "
-                             "(configs/study/depth_axis.toml) into --results; with --predict-for, the prediction of "
+                             "(configs/analysis/depth_axis.toml) into --results; with --predict-for, the prediction of "
                              "its depth-and-budget surface; train nothing")
     parser.add_argument("--out-dir", help="checkpoints and logs (default: the config's out_dir, runs/study)")
     parser.add_argument("--results",

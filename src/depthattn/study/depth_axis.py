@@ -1,5 +1,5 @@
 """The depth axis: each method's multiplier against the model's depth, from budget sweeps that differ only in
-depth (configs/study/depth_axis.toml names them and states the rule, written before its deepest sweep's cells ran).
+depth (configs/analysis/depth_axis.toml names them and states the rule, written before its deepest sweep's cells ran).
 
 - Each sweep's data multipliers as `depthattn.study.multiplier` computes them: against that sweep's own baseline
   curve, with the same seed bootstrap. The sweeps are separate runs, so a resample draws each sweep's seeds on its
@@ -16,6 +16,7 @@ depth (configs/study/depth_axis.toml names them and states the rule, written bef
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +50,7 @@ class DepthAxis:
     @classmethod
     def load(cls, path: str | Path) -> DepthAxis:
         path = config_path(path)
-        data = read_toml(path, "depth-axis config", "configs/study/")
+        data = read_toml(path, "depth-axis config", "configs/analysis/")
         head = data.get("depth_axis")
         if not isinstance(head, dict) or not isinstance(head.get("sweeps"), list) or len(head["sweeps"]) < 2:
             raise ValueError(f"{path}: a depth-axis config has a [depth_axis] table with `sweeps`, two or more study "
@@ -57,7 +58,7 @@ class DepthAxis:
         unknown = set(head) - {"title", "sweeps"}
         if unknown:
             raise ValueError(f"{path}: unknown [depth_axis] keys {sorted(unknown)}; it takes title and sweeps")
-        sweeps = [Study.load(path.parent / name) for name in head["sweeps"]]
+        sweeps = [Study.load(os.path.normpath(path.parent / name)) for name in head["sweeps"]]
         for sweep in sweeps:
             if sweep.branch_axis is None:
                 raise ValueError(f"{path}: {sweep.config_file} has no branched budget axis; the depth axis compares "
