@@ -512,11 +512,15 @@ def synthetic_budget_results(study, gain_of, seeds=(0, 1, 2), noise=0.0):
 
 
 def test_the_budget_trend_fits_the_gain_and_finds_where_it_reaches_zero(tiny_data, tmp_path, monkeypatch):
+    from depthattn.study import multiplier
     from depthattn.study import trend as trends
     from depthattn.study.report import markdown_report
     from depthattn.study.trend import describe_zero, trend
 
-    monkeypatch.setattr(trends, "RESAMPLES", 400)  # the rule's 2,000 resamples are not needed for these margins
+    # the rule's 2,000 resamples (and 400 joint fits) are not needed for these margins
+    monkeypatch.setattr(trends, "RESAMPLES", 400)
+    monkeypatch.setattr(multiplier, "RESAMPLES", 400)
+    monkeypatch.setattr(multiplier, "FIT_RESAMPLES", 50)
 
     axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", '{ a = 1, b = 10, c = 100, d = 1000 }')
     study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
