@@ -40,6 +40,7 @@ study: $(VENV)/.installed
 
 study-report: $(VENV)/.installed
 	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) --report-only --index docs/results/study.md
+	$(VENV)/bin/depthattn study --depth-axis configs/analysis/depth_axis.toml
 	$(PY) docs/paste_results.py
 
 clean:

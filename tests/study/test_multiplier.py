@@ -115,3 +115,20 @@ def test_baseline_only_budgets_train_the_baseline_alone(tiny_data, tmp_path):
     with pytest.raises(ValueError, match="each longer than every budget the other methods train"):
         Study.load(write_study(tmp_path, tiny_data, axes=bad, name="bad.toml"))
 
+
+
+def test_budgets_only_the_baseline_trains_extend_its_curve_and_get_no_column(tiny_data, tmp_path):
+    axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS).replace(
+        "branches = true", 'branches = true\nbaseline_only = ["f"]')
+    study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
+    results = [r for r in planted_results(study, lambda x: 1.3, noise=0.005)
+               if r.method == "vanilla" or r.setting["budget"] != "f"]
+    found = multipliers(study, results)
+    assert found["labels"] == ["a", "b", "c", "d", "e"] and found["seeds"] == [0, 1, 2, 3, 4]
+    points = found["rows"][0]["points"]
+    assert [p["label"] for p in points] == found["labels"]
+    assert not points[-1]["extrapolated"]  # the method's best loss is read inside vanilla's longer curve
+    assert points[-1]["multiplier"] == pytest.approx(1.3, rel=0.03)
+    table = ("| data multiplier |" + markdown_report(study, results).split("| data multiplier |")[1]
+             ).split("\n\n")[0].splitlines()
+    assert len({line.count("|") for line in table}) == 1  # every row has the header's columns

@@ -183,8 +183,10 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
             trend["verdict"] = "grows" if trend["low"] > 0 else "fades" if trend["high"] < 0 else "holds"
         rows.append({"method": method, "flops_ratio": (flops_ratio or {}).get(method), "points": points,
                      "trend": trend})
-    fitted &= ~np.isnan(np.stack(list(table.values()))).any(axis=(0, 2))  # the joint fit: budgets every method has
-    return {"labels": labels, "x": x.tolist(), "seeds": seeds, "baseline": study.baseline, "rows": rows,
+    every = ~np.isnan(np.stack(list(table.values()))).any(axis=(0, 2))  # not only the baseline's: they have points
+    fitted &= every
+    return {"labels": [label for label, keep in zip(labels, every) if keep], "x": x[every].tolist(), "seeds": seeds,
+            "baseline": study.baseline, "rows": rows,
             "fit": joint_fit(x[fitted], {m: t[fitted] for m, t in table.items()}, study.baseline,
                              rng if draws is not None else None, len(seeds)),
             "fit_budgets": [label for label, keep in zip(labels, fitted) if keep],
