@@ -28,8 +28,8 @@ from .multiplier import (
     REPEATS_FLAG,
     RESAMPLES,
     BaselineCurve,
-    _epochs_per_token_per_parameter,
     data_multipliers,
+    epochs_per_token_per_parameter,
     groups,
     loss_table,
     percentile_interval,
@@ -102,7 +102,7 @@ def sweep_multipliers(study: Study, seed: int = 0) -> SweepMultipliers | None:
     labels, x, seeds, table = loss_table(study, results)
     if len(labels) < 3 or not seeds or study.baseline not in table:
         return None
-    epochs_per_x = _epochs_per_token_per_parameter(study, results)
+    epochs_per_x = epochs_per_token_per_parameter(study, results)
     base = table[study.baseline]
     curve = BaselineCurve.fit(x, base.mean(axis=1))
     methods = [m for m in table if m != study.baseline]

@@ -149,7 +149,7 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
     labels, x, seeds, table = loss_table(study, results)
     if len(labels) < 3 or not seeds or study.baseline not in table:
         return None
-    epochs_per_x = _epochs_per_token_per_parameter(study, results)
+    epochs_per_x = epochs_per_token_per_parameter(study, results)
     fitted = x * (epochs_per_x or 0) <= REPEATS_FLAG  # the joint fit leaves out budgets that repeat the data more
     base = table[study.baseline]
     rng = np.random.default_rng(seed)
@@ -213,7 +213,7 @@ def groups(study: Study, results: list[CellResult]) -> dict[str, list[CellResult
     return out
 
 
-def _epochs_per_token_per_parameter(study: Study, results: list[CellResult]) -> float | None:
+def epochs_per_token_per_parameter(study: Study, results: list[CellResult]) -> float | None:
     """Passes over the training data per token per parameter of the baseline model (from the cells' data_epochs)."""
     x_of = tokens_per_parameter(study, results)
     axis = study.branch_axis
