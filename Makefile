@@ -32,6 +32,7 @@ demo: $(VENV)/.installed
 
 # The whole study (hours on 2 cores; resumable, finished cells are skipped), then its pages in docs/results/ and
 # their tables pasted into README.md and docs/results.md.
+ANALYSES := depth_axis wikipedia_orderings
 STUDIES := core retrofit budget depth tokenization ablations search confirm moda budget_wsd budget_sweep \
            budget_sweep_layers4 budget_sweep_wiki budget_sweep_layers16
 study: $(VENV)/.installed
@@ -40,7 +41,7 @@ study: $(VENV)/.installed
 
 study-report: $(VENV)/.installed
 	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) --report-only --index docs/results/study.md
-	$(VENV)/bin/depthattn study --depth-axis configs/analysis/depth_axis.toml
+	$(VENV)/bin/depthattn study $(ANALYSES:%=--analysis configs/analysis/%.toml)
 	$(PY) docs/paste_results.py
 
 clean:

@@ -117,7 +117,7 @@ def test_the_command_writes_the_depth_axis_report(tiny_data, tmp_path, monkeypat
 
     path = write_axis(tmp_path, tiny_data)
     plant(monkeypatch, lambda x, depth: 1.3)
-    assert main(["study", "--depth-axis", str(path), "--results", str(tmp_path / "out")]) == 0
+    assert main(["study", "--analysis", str(path), "--results", str(tmp_path / "out")]) == 0
     assert "**holds** with depth" in (tmp_path / "out" / "axis.md").read_text()
-    assert main(["study", str(path), "--depth-axis", str(path)]) != 0
+    assert main(["study", str(path), "--analysis", str(path)]) != 0
     assert "give no study configs" in capsys.readouterr().err

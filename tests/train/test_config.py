@@ -70,6 +70,8 @@ def test_repository_configs_load():
 
     from depthattn.study import Study
     from depthattn.study.depth_axis import DepthAxis
+    from depthattn.study.orderings import Orderings
+    from depthattn.train.config import read_toml
 
     root = Path(__file__).parents[2] / "configs"
     runs = sorted(p for p in root.glob("**/*.toml") if p.parent.name not in ("study", "analysis"))
@@ -77,8 +79,9 @@ def test_repository_configs_load():
     assert runs and studies
     for path in runs:
         TrainConfig.load(path)
+    kinds = {"depth_axis": DepthAxis, "orderings": Orderings}
     for path in (root / "analysis").glob("*.toml"):  # analyses across studies: each names its studies
-        assert DepthAxis.load(path).sweeps
+        assert kinds[next(iter(read_toml(path, "analysis", "")))].load(path).sweeps
     for path in studies:
         study = Study.load(path)  # checks every setting's config
         for method in study.methods:

@@ -54,10 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--predict-for: the folder of prediction files (default %(default)s)")
     parser.add_argument("--score-predictions", metavar="FILE",
                         help="compare a prediction file with this study's finished cells; train nothing")
-    parser.add_argument("--depth-axis", metavar="FILE",
-                        help="write the depth-axis report of the sweeps that FILE names "
-                             "(configs/analysis/depth_axis.toml) into --results; with --predict-for, the prediction of "
-                             "its depth-and-budget surface; train nothing")
+    parser.add_argument("--analysis", action="append", metavar="FILE",
+                        help="write the report of an analysis across sweeps (configs/analysis/*.toml: the depth axis, "
+                             "the orderings on two corpora) into --results; with --predict-for, the depth axis's "
+                             "prediction; train nothing (repeatable)")
     parser.add_argument("--out-dir", help="checkpoints and logs (default: the config's out_dir, runs/study)")
     parser.add_argument("--results",
                         help="cell results and reports (default: the config's results, docs/results/study)")
@@ -140,22 +140,36 @@ def predictions(studies: list[Study], args: argparse.Namespace) -> int:
     return 0
 
 
-def depth_axis(args: argparse.Namespace) -> int:
+def analyses(args: argparse.Namespace) -> int:
     from ..files import atomic_write_bytes
     from ..study import Study
     from ..study.depth_axis import DepthAxis, depth_trend, format_depth_axis
+    from ..study.orderings import Orderings, compare, format_orderings
     from ..study.predictions import predict_with_depth, write_prediction
+    from ..train.config import config_path, read_toml
 
     if args.configs:
-        raise ValueError("--depth-axis reads the sweeps its file names; give no study configs beside it")
-    axis = DepthAxis.load(args.depth_axis)
-    if args.predict_for:
-        found = predict_with_depth(axis, Study.load(args.predict_for), datetime.date.today().isoformat(), args.assumes)
-        print(f"prediction: {write_prediction(found, Path(args.predictions))}")
-        return 0
-    path = Path(args.results or axis.sweeps[0].results) / f"{Path(axis.config_file).stem}.md"
-    atomic_write_bytes(path, format_depth_axis(axis, depth_trend(axis)).encode())
-    print(f"depth axis: {path}")
+        raise ValueError("--analysis reads the sweeps its file names; give no study configs beside it")
+    for path in args.analysis:
+        kind = next(iter(read_toml(config_path(path), "analysis config", "configs/analysis/")), None)
+        if kind == "depth_axis":
+            axis = DepthAxis.load(path)
+            if args.predict_for:
+                found = predict_with_depth(axis, Study.load(args.predict_for), datetime.date.today().isoformat(),
+                                           args.assumes)
+                print(f"prediction: {write_prediction(found, Path(args.predictions))}")
+                continue
+            text, results = format_depth_axis(axis, depth_trend(axis)), axis.sweeps[0].results
+        elif kind == "orderings":
+            if args.predict_for:
+                raise ValueError(f"{path}: --predict-for reads a depth axis (configs/analysis/depth_axis.toml)")
+            orderings = Orderings.load(path)
+            text, results = format_orderings(orderings, compare(orderings)), orderings.sweeps[0].results
+        else:
+            raise ValueError(f"{path}: an analysis config has a [depth_axis] or an [orderings] table, not {kind!r}")
+        out = Path(args.results or results) / f"{Path(path).stem}.md"
+        atomic_write_bytes(out, text.encode())
+        print(f"analysis: {out}")
     return 0
 
 
@@ -163,10 +177,10 @@ def run(args: argparse.Namespace) -> int:
     from ..study import IndexPage, Study, explain, report_study, run_study, write_index
     from ..train import TrainingInterrupted
 
-    if args.depth_axis:
-        return depth_axis(args)
+    if args.analysis:
+        return analyses(args)
     if not args.configs:
-        raise ValueError("give one or more study configs (configs/study/*.toml), or --depth-axis FILE")
+        raise ValueError("give one or more study configs (configs/study/*.toml), or --analysis FILE")
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     studies = [Study.load(path) for path in args.configs]

@@ -49,24 +49,29 @@ class DepthAxis:
 
     @classmethod
     def load(cls, path: str | Path) -> DepthAxis:
-        path = config_path(path)
-        data = read_toml(path, "depth-axis config", "configs/analysis/")
-        head = data.get("depth_axis")
-        if not isinstance(head, dict) or not isinstance(head.get("sweeps"), list) or len(head["sweeps"]) < 2:
-            raise ValueError(f"{path}: a depth-axis config has a [depth_axis] table with `sweeps`, two or more study "
-                             "configs (paths relative to it) that differ only in depth")
-        unknown = set(head) - {"title", "sweeps"}
-        if unknown:
-            raise ValueError(f"{path}: unknown [depth_axis] keys {sorted(unknown)}; it takes title and sweeps")
-        sweeps = [Study.load(os.path.normpath(path.parent / name)) for name in head["sweeps"]]
-        for sweep in sweeps:
-            if sweep.branch_axis is None:
-                raise ValueError(f"{path}: {sweep.config_file} has no branched budget axis; the depth axis compares "
-                                 "budget sweeps")
+        title, sweeps, path = read_sweeps(path, "depth_axis", "two or more study configs (paths relative to it) "
+                                          "that differ only in depth", lambda n: n >= 2)
         depths = [sweep_depth(s) for s in sweeps]
         if len(set(depths)) != len(depths):
             raise ValueError(f"{path}: two sweeps have the same depth ({depths}); each sweep is one depth")
-        return cls(head.get("title", path.stem), sweeps, str(path))
+        return cls(title, sweeps, str(path))
+
+
+def read_sweeps(path: str | Path, table: str, wanted: str, count_ok) -> tuple[str, list[Study], Path]:
+    """An analysis config's [table]: its title and its budget sweeps (`sweeps`, paths relative to the file)."""
+    path = config_path(path)
+    head = read_toml(path, "analysis config", "configs/analysis/").get(table)
+    if not isinstance(head, dict) or not isinstance(head.get("sweeps"), list) or not count_ok(len(head["sweeps"])):
+        raise ValueError(f"{path}: this analysis has a [{table}] table with `sweeps`, {wanted}")
+    unknown = set(head) - {"title", "sweeps"}
+    if unknown:
+        raise ValueError(f"{path}: unknown [{table}] keys {sorted(unknown)}; it takes title and sweeps")
+    sweeps = [Study.load(os.path.normpath(path.parent / name)) for name in head["sweeps"]]
+    for sweep in sweeps:
+        if sweep.branch_axis is None:
+            raise ValueError(f"{path}: {sweep.config_file} has no branched budget axis; the analysis compares "
+                             "budget sweeps")
+    return head.get("title", path.stem), sweeps, path
 
 
 def sweep_depth(study: Study) -> int:

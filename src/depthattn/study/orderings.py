@@ -1,0 +1,96 @@
+"""Whether two budget sweeps of the same methods order them the same way: the same model on two corpora tells
+whether an ordering is about the method or about the text (configs/analysis/wikipedia_orderings.toml, whose rule
+budget_sweep_wiki.toml pre-registered before its cells ran).
+
+At every budget both sweeps measure, each sweep's methods are ranked by their data multiplier over the baseline
+(`depthattn.study.depth_axis.sweep_multipliers`: the same multipliers and seed resamples as the sweeps' own reports).
+The orders agree or not; each pair of methods that swaps is named, with whether each sweep separates the two (the
+95% seed-bootstrap interval of their multipliers' ratio excludes 1; none below MIN_SEEDS seeds): a swap that
+neither sweep separates is within the seeds' noise.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .depth_axis import SweepMultipliers, read_sweeps, sweep_multipliers
+from .multiplier import percentile_interval
+from .spec import Study
+
+
+@dataclass
+class Orderings:
+    """Two budget sweeps of the same methods, compared by the order of their multipliers."""
+
+    title: str
+    sweeps: list[Study]
+    config_file: str
+
+    @classmethod
+    def load(cls, path: str | Path) -> Orderings:
+        title, sweeps, path = read_sweeps(path, "orderings", "two study configs (paths relative to it) of the same "
+                                          "methods", lambda n: n == 2)
+        return cls(title, sweeps, str(path))
+
+
+def _separated(found: SweepMultipliers, a: str, b: str, i: int) -> bool | None:
+    """Whether the sweep's resamples put the ratio of a's and b's multipliers at budget i away from 1 (None without
+    resamples)."""
+    if found.draws is None:
+        return None
+    low, high = percentile_interval(np.log(found.draws[a][:, i]) - np.log(found.draws[b][:, i]))
+    return bool(low > 0 or high < 0)
+
+
+def compare(orderings: Orderings) -> dict:
+    """Per common budget: each sweep's order of the methods (highest multiplier first), whether the orders agree,
+    and the pairs that swap with whether each sweep separates them; `missing` names sweeps without cells yet."""
+    found = [sweep_multipliers(sweep) for sweep in orderings.sweeps]
+    missing = [sweep.config_file for sweep, f in zip(orderings.sweeps, found)
+               if f is None or set(f.k) != set(sweep.methods) - {sweep.baseline}]  # an order of every method
+    if missing:
+        return {"missing": missing, "budgets": []}
+    first, second = found
+    methods = [m for m in first.k if m in second.k]
+    budgets = []
+    for label in (label for label in first.labels if label in second.labels):
+        at = [f.labels.index(label) for f in found]
+        ks = [{m: float(f.k[m][i]) for m in methods} for f, i in zip(found, at)]
+        if any(np.isnan(k).any() for k in (np.array(list(k.values())) for k in ks)):
+            continue  # a budget only the baseline trains
+        orders = [sorted(methods, key=k.get, reverse=True) for k in ks]
+        swaps = []
+        for a, b in itertools.combinations(methods, 2):
+            if (ks[0][a] > ks[0][b]) != (ks[1][a] > ks[1][b]):
+                swaps.append({"pair": (a, b), "separated": [_separated(f, a, b, i) for f, i in zip(found, at)]})
+        budgets.append({"label": label, "x": float(first.x[at[0]]), "orders": orders, "k": ks,
+                        "same": orders[0] == orders[1], "swaps": swaps})
+    return {"missing": [], "budgets": budgets, "seeds": [len(f.seeds) for f in found]}
+
+
+def _separation(value: bool | None) -> str:
+    return "no resamples" if value is None else "separated" if value else "within noise"
+
+
+def format_orderings(orderings: Orderings, found: dict) -> str:
+    names = [f"`{s.config_file}`" for s in orderings.sweeps]
+    lines = [f"# {orderings.title}", "", f"Config: `{orderings.config_file}`; sweeps: {names[0]} and {names[1]}.", ""]
+    if found["missing"]:
+        lines.append("Waiting for cells: " + ", ".join(f"`{m}`" for m in found["missing"]) + " (every method at "
+                     "three budgets, with one seed that every method has at each, at least).")
+        return "\n".join(lines) + "\n"
+    lines += [f"Methods by data multiplier over the baseline, highest first (seeds: {found['seeds'][0]} and "
+              f"{found['seeds'][1]}); a swapped pair is separated in a sweep when the 95% seed-bootstrap interval "
+              "of its multipliers' ratio excludes 1.", "",
+              f"| tokens per parameter | {names[0]} | {names[1]} | same order | pairs that swap |",
+              "|---|---|---|---|---|"]
+    for row in found["budgets"]:
+        orders = [" > ".join(f"{m} {k[m]:.2f}x" for m in order) for order, k in zip(row["orders"], row["k"])]
+        swaps = "; ".join(f"{a} / {b} ({_separation(s1)}, {_separation(s2)})"
+                          for (a, b), (s1, s2) in ((s["pair"], s["separated"]) for s in row["swaps"])) or "—"
+        lines.append(f"| {row['label']} | {orders[0]} | {orders[1]} | {'yes' if row['same'] else 'no'} | {swaps} |")
+    return "\n".join(lines) + "\n"
