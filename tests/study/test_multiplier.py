@@ -132,3 +132,18 @@ def test_budgets_only_the_baseline_trains_extend_its_curve_and_get_no_column(tin
     table = ("| data multiplier |" + markdown_report(study, results).split("| data multiplier |")[1]
              ).split("\n\n")[0].splitlines()
     assert len({line.count("|") for line in table}) == 1  # every row has the header's columns
+
+
+def test_the_difference_figure_leaves_out_budgets_only_the_baseline_trains(tiny_data, tmp_path, monkeypatch):
+    from depthattn.study import plots
+
+    axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS).replace(
+        "branches = true", 'branches = true\nbaseline_only = ["f"]')
+    study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
+    results = [r for r in planted_results(study, lambda x: 1.3, noise=0.005)
+               if r.method == "vanilla" or r.setting["budget"] != "f"]
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or path)
+    plots.plot_differences(study, results, tmp_path / "d.png")
+    ticks = [t.get_text() for t in figures[0].axes[0].get_xticklabels()]
+    assert ticks == ["a", "b", "c", "d", "e"]

@@ -23,7 +23,8 @@ def plot_differences(study: Study, results: list[CellResult], out_png: Path) -> 
     methods = [m for m in study.methods if m != study.baseline]
     axis = study.axes[0] if study.axes else None
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    labels = list(table)
+    # budgets only the baseline trains have no difference to plot
+    labels = [label for label in table if any(study.trains(table[label].setting, m) for m in methods)]
     for i, method in enumerate(methods):
         xs, ys, lows, highs = [], [], [], []
         for j, label in enumerate(labels):
