@@ -27,12 +27,9 @@ from .multiplier import (
     EXTRAPOLATION_LIMIT,
     REPEATS_FLAG,
     RESAMPLES,
-    BaselineCurve,
-    data_multipliers,
-    epochs_per_token_per_parameter,
     groups,
-    loss_table,
     percentile_interval,
+    seed_bootstrap,
 )
 from .records import Cell
 from .spec import Study
@@ -98,27 +95,16 @@ class SweepMultipliers:
 
 
 def sweep_multipliers(study: Study, seed: int = 0) -> SweepMultipliers | None:
-    """`study`'s multipliers with the resamples `depthattn.study.multiplier.multipliers` draws (same generator
-    and order); None without three budgets and one seed that every method has at each."""
+    """`study`'s multipliers with the resamples `depthattn.study.multiplier.multipliers` draws; None without three
+    budgets and one seed that every method has at each."""
     found = groups(study, study.read_results())
     if len(found) != 1:
         return None
-    results = next(iter(found.values()))
-    labels, x, seeds, table = loss_table(study, results)
-    if len(labels) < 3 or not seeds or study.baseline not in table:
+    sample = seed_bootstrap(study, next(iter(found.values())), seed)
+    if sample is None:
         return None
-    epochs_per_x = epochs_per_token_per_parameter(study, results)
-    base = table[study.baseline]
-    curve = BaselineCurve.fit(x, base.mean(axis=1))
-    methods = [m for m in table if m != study.baseline]
-    k = {m: data_multipliers(x, curve, table[m])[0] for m in methods}
-    draws = None
-    if len(seeds) >= MIN_SEEDS:
-        picks = np.random.default_rng(seed).integers(0, len(seeds), size=(RESAMPLES, len(seeds)))
-        curves = [BaselineCurve.fit(x, base[:, d].mean(axis=1)) for d in picks]
-        draws = {m: np.array([data_multipliers(x, c, table[m][:, d])[0] for c, d in zip(curves, picks)])
-                 for m in methods}
-    return SweepMultipliers(sweep_depth(study), labels, x, x * (epochs_per_x or 0) <= REPEATS_FLAG, seeds, k, draws)
+    in_fit = sample.x * (sample.epochs_per_x or 0) <= REPEATS_FLAG
+    return SweepMultipliers(sweep_depth(study), sample.labels, sample.x, in_fit, sample.seeds, sample.k, sample.boot)
 
 
 def _slope(log_depth: np.ndarray, k: np.ndarray) -> float:

@@ -139,29 +139,60 @@ def percentile_interval(draws: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, float] | None = None,
-                seed: int = 0) -> dict | None:
-    """Every method's data (and, given each method's FLOPs per token over the baseline's, compute) multiplier at
-    each budget, with bootstrap intervals where the seeds can carry them; None without a branched axis, three
-    budgets and one seed that every method has at every budget."""
+@dataclass(frozen=True)
+class SeedBootstrap:
+    """A branched sweep's losses, the baseline's curve and every other method's data multipliers (and where they
+    read that curve), with the same from RESAMPLES resamples of the seeds where there are MIN_SEEDS of them."""
+
+    labels: list[str]  # budgets, ascending
+    x: np.ndarray  # their tokens per parameter
+    seeds: list[int]
+    table: dict[str, np.ndarray]  # method -> losses (budgets, seeds)
+    epochs_per_x: float | None
+    curve: BaselineCurve
+    k: dict[str, np.ndarray]  # method -> (budgets,)
+    read: dict[str, np.ndarray]  # method -> the tokens per parameter where the baseline reaches its loss
+    boot: dict[str, np.ndarray] | None  # method -> (RESAMPLES, budgets); None below MIN_SEEDS seeds
+    rng: np.random.Generator  # after the resamples, for draws that follow them (the joint fit's)
+
+
+def seed_bootstrap(study: Study, results: list[CellResult], seed: int = 0) -> SeedBootstrap | None:
+    """None without a branched axis, three budgets and one seed that every method has at every budget."""
     if study.branch_axis is None:
         return None
     labels, x, seeds, table = loss_table(study, results)
     if len(labels) < 3 or not seeds or study.baseline not in table:
         return None
-    epochs_per_x = epochs_per_token_per_parameter(study, results)
-    fitted = x * (epochs_per_x or 0) <= REPEATS_FLAG  # the joint fit leaves out budgets that repeat the data more
     base = table[study.baseline]
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(seeds), size=(RESAMPLES, len(seeds))) if len(seeds) >= MIN_SEEDS else None
     curve = BaselineCurve.fit(x, base.mean(axis=1))
+    methods = [m for m in table if m != study.baseline]
+    k, read = {}, {}
+    for method in methods:
+        k[method], read[method] = data_multipliers(x, curve, table[method])
+    boot = None
     if draws is not None:
-        boot_curves = [BaselineCurve.fit(x, base[:, d].mean(axis=1)) for d in draws]
+        curves = [BaselineCurve.fit(x, base[:, d].mean(axis=1)) for d in draws]
+        boot = {m: np.array([data_multipliers(x, c, table[m][:, d])[0] for c, d in zip(curves, draws)])
+                for m in methods}
+    return SeedBootstrap(labels, x, seeds, table, epochs_per_token_per_parameter(study, results), curve, k, read,
+                         boot, rng)
+
+
+def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, float] | None = None,
+                seed: int = 0) -> dict | None:
+    """Every method's data (and, given each method's FLOPs per token over the baseline's, compute) multiplier at
+    each budget, with bootstrap intervals where the seeds can carry them; None without a branched axis, three
+    budgets and one seed that every method has at every budget."""
+    sample = seed_bootstrap(study, results, seed)
+    if sample is None:
+        return None
+    labels, x, table, epochs_per_x = sample.labels, sample.x, sample.table, sample.epochs_per_x
+    fitted = x * (epochs_per_x or 0) <= REPEATS_FLAG  # the joint fit leaves out budgets that repeat the data more
     rows = []
-    for method in (m for m in table if m != study.baseline):
-        k, read = data_multipliers(x, curve, table[method])
-        if draws is not None:
-            boot = np.array([data_multipliers(x, c, table[method][:, d])[0] for c, d in zip(boot_curves, draws)])
+    for method, k in sample.k.items():
+        read, boot = sample.read[method], sample.boot[method] if sample.boot else None
         points = []
         for i, label in enumerate(labels):
             if np.isnan(table[method][i]).all():  # a budget only the baseline trains
@@ -172,12 +203,12 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
                      "printable": bool(outside <= EXTRAPOLATION_LIMIT) if not math.isnan(read[i]) else False,
                      "read_epochs": epochs_per_x * read[i] if epochs_per_x else None,
                      "curve_low": float(x[0]), "curve_high": float(x[-1]), "low": None, "high": None}
-            if draws is not None:
+            if boot is not None:
                 point["low"], point["high"] = percentile_interval(boot[:, i])
             points.append(point)
         gamma, log_c = _log_fit(x[fitted], k[fitted])
         trend = {"gamma": gamma, "log_c": log_c, "low": None, "high": None, "verdict": None, "draws": None}
-        if draws is not None:
+        if boot is not None:
             trend["draws"] = np.array([_log_fit(x[fitted], b[fitted]) for b in boot])  # (RESAMPLES, 2)
             trend["low"], trend["high"] = percentile_interval(trend["draws"][:, 0])
             trend["verdict"] = "grows" if trend["low"] > 0 else "fades" if trend["high"] < 0 else "holds"
@@ -185,12 +216,12 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
                      "trend": trend})
     every = ~np.isnan(np.stack(list(table.values()))).any(axis=(0, 2))  # not only the baseline's: they have points
     fitted &= every
-    return {"labels": [label for label, keep in zip(labels, every) if keep], "x": x[every].tolist(), "seeds": seeds,
-            "baseline": study.baseline, "rows": rows,
+    return {"labels": [label for label, keep in zip(labels, every) if keep], "x": x[every].tolist(),
+            "seeds": sample.seeds, "baseline": study.baseline, "rows": rows,
             "fit": joint_fit(x[fitted], {m: t[fitted] for m, t in table.items()}, study.baseline,
-                             rng if draws is not None else None, len(seeds)),
+                             sample.rng if sample.boot is not None else None, len(sample.seeds)),
             "fit_budgets": [label for label, keep in zip(labels, fitted) if keep],
-            "curve": curve.power}
+            "curve": sample.curve.power}
 
 
 def _log_fit(x: np.ndarray, k: np.ndarray) -> tuple[float, float]:
