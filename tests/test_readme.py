@@ -53,10 +53,10 @@ def section(text: str, start: str, end: str) -> str:
 
 def test_readme_study_tables_are_the_generated_ones():
     """The study tables of README.md and docs/results.md are the generated ones, pasted by docs/paste_results.py
-    under their markers (the index table of every setting in both, the budget sweep's gains), with the progress
-    line docs/results/study.md counts; every other table row of docs/results.md's study section is a row of
-    docs/results/study.md, which `depthattn study` writes from the committed cells. After `make study-report`
-    (which pastes) nothing here may differ."""
+    under their markers (the budget sweep's multipliers in both; in docs/results.md also the index table of every
+    setting and the budget sweep's gains), with the progress line docs/results/study.md counts; every other table
+    row of docs/results.md's study section is a row of docs/results/study.md, which `depthattn study` writes from
+    the committed cells. After `make study-report` (which pastes) nothing here may differ."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("paste_results", ROOT / "docs" / "paste_results.py")
@@ -65,11 +65,14 @@ def test_readme_study_tables_are_the_generated_ones():
     generated = set(STUDY.read_text().splitlines())
     headline = section(README.read_text(), "## Results", "### The demo")
     full = section(RESULTS.read_text(), "## Where Depth-Attention stands", "## The demo")
+    multipliers = ("docs/results/study/budget_sweep.md", "data multiplier")
+    wanted = {README: [multipliers],
+              RESULTS: [("docs/results/study.md", "setting"), ("docs/results/study/budget_sweep.md", "gain"), multipliers]}
     for page, text in ((README, headline), (RESULTS, full)):
         name = page.relative_to(ROOT)
         markers = paste.MARKER.findall(text)
-        assert ("docs/results/study.md", "setting") in markers, f"{name} has no index table to paste into"
-        assert ("docs/results/study/budget_sweep.md", "gain") in markers, f"{name} lacks the budget sweep's gains"
+        missing = [marker for marker in wanted[page] if marker not in markers]
+        assert not missing, f"{name} has no table to paste into for {missing}"
         assert paste.PROGRESS + "Finished:" in text, f"{name} does not give the study's progress"
         assert paste.pasted(page.read_text()) == page.read_text(), (
             f"{name}'s study tables are not the generated ones (make study-report pastes them)")
