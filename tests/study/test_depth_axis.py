@@ -121,3 +121,19 @@ def test_the_command_writes_the_depth_axis_report(tiny_data, tmp_path, monkeypat
     assert "**holds** with depth" in (tmp_path / "out" / "axis.md").read_text()
     assert main(["study", str(path), "--analysis", str(path)]) != 0
     assert "give no study configs" in capsys.readouterr().err
+
+
+def test_each_sweeps_seeds_are_resampled_independently_of_the_others():
+    import numpy as np
+
+    from depthattn.study.depth_axis import SweepMultipliers, independent_resamples
+
+    picks = np.random.default_rng(0).normal(size=(400, 3))  # what every sweep's generator draws alike
+    sweeps = [SweepMultipliers(depth, ["a", "b", "c"], np.array([1.0, 2.0, 5.0]), np.ones(3, bool), list(range(5)),
+                               {"m": np.ones(3)}, {"m": picks.copy()}) for depth in DEPTHS]
+    out = independent_resamples(sweeps)
+    assert np.array_equal(out[0].draws["m"], picks)  # the first keeps its order
+    for sweep in out[1:]:  # the others keep their own resamples, in an order of their own
+        assert np.array_equal(np.sort(sweep.draws["m"], axis=0), np.sort(picks, axis=0))
+        assert abs(np.corrcoef(sweep.draws["m"][:, 0], picks[:, 0])[0, 1]) < 0.2
+    assert abs(np.corrcoef(out[1].draws["m"][:, 0], out[2].draws["m"][:, 0])[0, 1]) < 0.2

@@ -3,7 +3,7 @@ depth (configs/analysis/depth_axis.toml names them and states the rule, written 
 
 - Each sweep's data multipliers as `depthattn.study.multiplier` computes them: against that sweep's own baseline
   curve, with the same seed bootstrap. The sweeps are separate runs, so a resample draws each sweep's seeds on its
-  own (resample r of every sweep together make resample r of the depth fits).
+  own: resample r of every sweep, each sweep's resamples in an order of its own, make resample r of the depth fits.
 - At every budget that all sweeps measure: delta, the least-squares slope of log multiplier against log depth, with
   the 95% percentile interval of the resamples: above zero the multiplier **grows** with depth, below zero it
   **fades**, across zero it **holds**. No interval and no verdict unless every sweep has MIN_SEEDS seeds.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +107,21 @@ def sweep_multipliers(study: Study, seed: int = 0) -> SweepMultipliers | None:
     return SweepMultipliers(sweep_depth(study), sample.labels, sample.x, in_fit, sample.seeds, sample.k, sample.boot)
 
 
+def independent_resamples(sweeps: list[SweepMultipliers]) -> list[SweepMultipliers]:
+    """The sweeps with each one's resamples in an order of its own (a fixed permutation per sweep after the first).
+    Every sweep draws its seeds from the same generator, so resample r would otherwise pick the same seed positions
+    in every sweep; reordered, resample r of the depth fits combines independent draws, and each sweep keeps the
+    resamples (and intervals) of its own report."""
+    out = sweeps[:1]
+    for j, sweep in enumerate(sweeps[1:], start=1):
+        draws = sweep.draws
+        if draws is not None:
+            order = np.random.default_rng(j).permutation(len(next(iter(draws.values()))))
+            draws = {method: d[order] for method, d in draws.items()}
+        out.append(replace(sweep, draws=draws))
+    return out
+
+
 def _slope(log_depth: np.ndarray, k: np.ndarray) -> float:
     """Least-squares slope of log k against log depth over the finite multipliers (nan with fewer than two)."""
     keep = np.isfinite(k) & (k > 0)
@@ -139,7 +154,7 @@ def depth_trend(axis: DepthAxis) -> dict:
     missing = [sweep.config_file for sweep, m in found if m is None]
     if missing:
         return {"missing": missing, "methods": {}}
-    sweeps = sorted((m for _, m in found), key=lambda m: m.depth)
+    sweeps = independent_resamples(sorted((m for _, m in found), key=lambda m: m.depth))
     depths = np.array([s.depth for s in sweeps], dtype=float)
     labels = [label for label in sweeps[0].labels if all(label in s.labels for s in sweeps)]
     methods = [m for m in sweeps[0].k if all(m in s.k for s in sweeps)]
