@@ -20,6 +20,7 @@ import numpy as np
 from .depth_axis import SweepMultipliers, read_sweeps, sweep_multipliers
 from .multiplier import percentile_interval
 from .spec import Study
+from .stats import MIN_SEEDS
 
 
 @dataclass
@@ -85,7 +86,8 @@ def format_orderings(orderings: Orderings, found: dict) -> str:
         return "\n".join(lines) + "\n"
     lines += [f"Methods by data multiplier over the baseline, highest first (seeds: {found['seeds'][0]} and "
               f"{found['seeds'][1]}); a swapped pair is separated in a sweep when the 95% seed-bootstrap interval "
-              "of its multipliers' ratio excludes 1.", "",
+              "of its multipliers' ratio excludes 1, said for the first sweep, then the second (no resamples below "
+              f"{MIN_SEEDS} seeds).", "",
               f"| tokens per parameter | {names[0]} | {names[1]} | same order | pairs that swap |",
               "|---|---|---|---|---|"]
     for row in found["budgets"]:
