@@ -103,8 +103,8 @@ def sweep_multipliers(study: Study, seed: int = 0) -> SweepMultipliers | None:
     sample = seed_bootstrap(study, next(iter(found.values())), seed)
     if sample is None:
         return None
-    in_fit = sample.x * (sample.epochs_per_x or 0) <= REPEATS_FLAG
-    return SweepMultipliers(sweep_depth(study), sample.labels, sample.x, in_fit, sample.seeds, sample.k, sample.boot)
+    return SweepMultipliers(sweep_depth(study), sample.labels, sample.x, sample.in_fit, sample.seeds, sample.k,
+                            sample.boot)
 
 
 def independent_resamples(sweeps: list[SweepMultipliers]) -> list[SweepMultipliers]:

@@ -155,6 +155,11 @@ class SeedBootstrap:
     boot: dict[str, np.ndarray] | None  # method -> (RESAMPLES, budgets); None below MIN_SEEDS seeds
     rng: np.random.Generator  # after the resamples, for draws that follow them (the joint fit's)
 
+    @property
+    def in_fit(self) -> np.ndarray:
+        """The budgets that pass over the data at most REPEATS_FLAG times (the ones the fits use)."""
+        return self.x * (self.epochs_per_x or 0) <= REPEATS_FLAG
+
 
 def seed_bootstrap(study: Study, results: list[CellResult], seed: int = 0) -> SeedBootstrap | None:
     """None without a branched axis, three budgets and one seed that every method has at every budget."""
@@ -189,7 +194,7 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
     if sample is None:
         return None
     labels, x, table, epochs_per_x = sample.labels, sample.x, sample.table, sample.epochs_per_x
-    fitted = x * (epochs_per_x or 0) <= REPEATS_FLAG  # the joint fit leaves out budgets that repeat the data more
+    fitted = sample.in_fit
     rows = []
     for method, k in sample.k.items():
         read, boot = sample.read[method], sample.boot[method] if sample.boot else None
