@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import textwrap
 from pathlib import Path
 
 from ..evaluate.plots import save_figure
@@ -170,6 +171,7 @@ def plot_multipliers(study: Study, found: dict, out_png: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     colours = {m: f"C{i}" for i, m in enumerate(study.methods)}
@@ -190,10 +192,14 @@ def plot_multipliers(study: Study, found: dict, out_png: Path) -> Path:
     ax.axhline(1, color="black", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    # the multipliers span a small range: plain ticks such as 1.05x read better than log decades
+    ax.yaxis.set_major_locator(ticker.MaxNLocator(nbins=8, steps=[1, 2, 2.5, 5, 10]))
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda y, _: f"{y:g}x"))
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     ax.set_xlabel("training tokens per parameter (log); open: read beyond the baseline's measured budgets")
     ax.set_ylabel(f"data multiplier over {study.baseline} (log); above 1: better")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    ax.set_title(study.title, fontsize=9)
+    ax.set_title(textwrap.fill(study.title, 90), fontsize=9)
     fig.tight_layout()
     return save_figure(fig, out_png)
