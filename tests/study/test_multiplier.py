@@ -147,3 +147,27 @@ def test_the_difference_figure_leaves_out_budgets_only_the_baseline_trains(tiny_
     plots.plot_differences(study, results, tmp_path / "d.png")
     ticks = [t.get_text() for t in figures[0].axes[0].get_xticklabels()]
     assert ticks == ["a", "b", "c", "d", "e"]
+
+
+def test_every_study_figure_keeps_a_long_title_inside_the_figure(tiny_data, tmp_path, monkeypatch):
+    from depthattn.study import plots, report
+
+    title = "Budget sweep at many layers: 0.5 to 20 tokens per parameter, vanilla alone to 30 (bytes, 16 layers x 64)"
+    axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS)
+    study = Study.load(write_study(tmp_path, tiny_data, head=f'title = "{title}"', axes=axes))
+    results = planted_results(study, lambda x: 1.3, noise=0.005)
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or path)
+    plots.plot_differences(study, results, tmp_path / "d.png")
+    plots.plot_curve_differences(study, results, tmp_path / "c.png")
+    plots.plot_trend(study, [f for f in report.budget_trends(study, results)[""] if f], tmp_path / "t.png")
+    plots.plot_multipliers(study, report.budget_multipliers(study, results)[""], tmp_path / "m.png")
+    assert len(figures) == 4
+    for fig in figures:
+        fig.canvas.draw()
+        width = fig.bbox.width
+        titles = fig.texts + [ax.title for ax in fig.axes]
+        assert any(title.split()[0] in t.get_text() for t in titles)
+        for text in titles:
+            box = text.get_window_extent(fig.canvas.get_renderer())
+            assert 0 <= box.x0 and box.x1 <= width, text.get_text()
