@@ -13,9 +13,9 @@ from .spec import Study, setting_label
 from .stats import summarize
 
 
-def _wrapped(title: str) -> str:
-    """A figure title in lines that fit a 7.5-inch figure at 9 points: study titles run long and would be cut."""
-    return textwrap.fill(title, 90)
+def _wrapped(title: str, fig) -> str:
+    """A title in lines that fit `fig`'s width at 9 points (about 12 characters an inch): study titles run long."""
+    return textwrap.fill(title, int(12 * fig.get_figwidth()))
 
 
 def plot_differences(study: Study, results: list[CellResult], out_png: Path) -> Path | None:
@@ -51,7 +51,7 @@ def plot_differences(study: Study, results: list[CellResult], out_png: Path) -> 
     else:
         ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
     ax.set_ylabel(f"Δ val loss vs {study.baseline} (nats), 95% CI")
-    ax.set_title(_wrapped(study.title), fontsize=9)
+    ax.set_title(_wrapped(study.title, fig), fontsize=9)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:  # nothing to show with the baseline alone
         ax.legend(fontsize=8)
@@ -86,7 +86,7 @@ def plot_curve_differences(study: Study, results: list[CellResult], out_png: Pat
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xlabel("training tokens")
     ax.set_ylabel(f"Δ val loss vs {study.baseline} (nats; eval subset)")
-    ax.set_title(_wrapped(f"{study.title}: mean over seeds, shaded min-max"), fontsize=9)
+    ax.set_title(_wrapped(f"{study.title}: mean over seeds, shaded min-max", fig), fontsize=9)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
@@ -117,7 +117,7 @@ def plot_overview(entries: list, columns: list[str], out_png: Path, title: str) 
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(range(len(entries)), [f"{e.label}\n({e.study})" for e in entries], fontsize=8)
     ax.set_ylabel("Δ val loss (nats), 95% CI; below 0: the first is better")
-    ax.set_title(_wrapped(title), fontsize=9)
+    ax.set_title(_wrapped(title, fig), fontsize=9)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:  # nothing to show before two seeds of a setting
         ax.legend(fontsize=8)
@@ -163,7 +163,7 @@ def plot_trend(study: Study, fits: list[dict], out_png: Path) -> Path:
         ax.set_title(f"against {against}", fontsize=9)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
-    fig.suptitle(_wrapped(study.title), fontsize=9)
+    fig.suptitle(_wrapped(study.title, fig), fontsize=9)
     fig.tight_layout()
     return save_figure(fig, out_png)
 
@@ -205,6 +205,6 @@ def plot_multipliers(study: Study, found: dict, out_png: Path) -> Path:
     ax.set_ylabel(f"data multiplier over {study.baseline} (log); above 1: better")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    ax.set_title(_wrapped(study.title), fontsize=9)
+    ax.set_title(_wrapped(study.title, fig), fontsize=9)
     fig.tight_layout()
     return save_figure(fig, out_png)
