@@ -4,12 +4,21 @@ import pytest
 import torch
 
 from depthattn.cli import main
+from depthattn.data.tokenizer import start_token_id
 from depthattn.evaluate.harness import run_harness
+from depthattn.loading import open_model
 
 
 def test_generate_with_an_empty_prompt_starts_a_document(tiny_run, capsys):
     assert main(["generate", str(tiny_run / "final"), "", "--max-new-tokens", "8", "--temperature", "0"]) == 0
-    assert capsys.readouterr().out.removesuffix("\n")  # a continuation: a tiny model's may be all whitespace
+    printed = capsys.readouterr().out.removesuffix("\n")
+    # the greedy continuation of the document-start token, one full forward per token (no cache)
+    opened = open_model(tiny_run / "final")
+    ids = torch.tensor([[start_token_id(opened.tokenizer)]])
+    with torch.no_grad():
+        for _ in range(8):
+            ids = torch.cat([ids, opened.model(ids).logits[:, -1:].argmax(-1)], dim=1)
+    assert printed == opened.tokenizer.decode(ids[0], skip_special_tokens=True)
 
 
 @pytest.mark.parametrize("argv, message", [
