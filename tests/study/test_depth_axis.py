@@ -78,8 +78,25 @@ def test_a_sweep_without_cells_is_named_and_nothing_is_fitted(tiny_data, tmp_pat
     monkeypatch.setattr(Study, "read_results", lambda self: [] if sweep_depth(self) == 8 else planted_results(
         self, lambda x: 1.2, noise=0.005))
     trend = depth_trend(axis)
-    assert trend["methods"] == {} and trend["missing"] == [axis.sweeps[2].config_file]
+    assert trend["methods"] == {} and list(trend["missing"]) == [axis.sweeps[2].config_file]
+    assert trend["missing"][axis.sweeps[2].config_file] == "no cells yet"
     assert "Waiting for cells" in format_depth_axis(axis, trend)
+
+
+def test_a_sweep_waiting_for_its_first_seed_names_the_cells_it_lacks(tiny_data, tmp_path, monkeypatch):
+    from depthattn.study.predictions import predict_with_depth
+
+    axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
+    monkeypatch.setattr(Study, "read_results", lambda self: [
+        r for r in planted_results(self, lambda x: 1.2, seeds=[0])
+        if sweep_depth(self) != 8 or r.method != "depth_attention" or r.setting["budget"] not in ("e", "f")])
+    trend = depth_trend(axis)
+    lacks = "seed 0 lacks depth_attention at e, f"
+    assert trend["missing"] == {axis.sweeps[2].config_file: lacks}
+    assert f"`{axis.sweeps[2].config_file}`: {lacks}" in format_depth_axis(axis, trend)
+    target = Study.load(write_study(tmp_path, tiny_data, name="rungs.toml", axes=WSD_BUDGETS, seeds=range(5)))
+    with pytest.raises(ValueError, match=lacks):
+        predict_with_depth(axis, target, "2026-11-29", "nothing")
 
 
 def test_a_bad_depth_axis_config_says_what_it_needs(tiny_data, tmp_path):

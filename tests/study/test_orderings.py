@@ -65,8 +65,9 @@ def test_a_sweep_without_every_method_waits(tiny_data, tmp_path, monkeypatch):
     monkeypatch.setattr(Study, "read_results", lambda self: [
         r for r in planted(self, {"depth_attention": 1.2}) if self.name == "a" or r.method != "value_residual"])
     found = compare(orderings)
-    assert found["missing"] == [orderings.sweeps[1].config_file]
-    assert "Waiting for cells" in format_orderings(orderings, found)
+    lacks = "seed 0 lacks value_residual at " + ", ".join(orderings.sweeps[1].branch_axis.values)
+    assert found["missing"] == {orderings.sweeps[1].config_file: lacks}
+    assert f"`{orderings.sweeps[1].config_file}`: {lacks}" in format_orderings(orderings, found)
 
 
 def test_an_orderings_config_needs_two_sweeps(tiny_data, tmp_path):

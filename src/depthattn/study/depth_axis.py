@@ -27,6 +27,7 @@ from .multiplier import (
     EXTRAPOLATION_LIMIT,
     REPEATS_FLAG,
     RESAMPLES,
+    first_seed_gaps,
     groups,
     percentile_interval,
     seed_bootstrap,
@@ -149,9 +150,10 @@ def _verdict(low: float | None, high: float | None) -> str | None:
 
 def depth_trend(axis: DepthAxis) -> dict:
     """Per method: its multiplier at each common budget and depth, delta per budget with intervals, and the
-    surface; `missing` names the sweeps without enough cells yet (then nothing is fitted)."""
+    surface; `missing`: the sweeps without enough cells yet, each with what its first seed lacks (then nothing is
+    fitted)."""
     found = [(sweep, sweep_multipliers(sweep)) for sweep in axis.sweeps]
-    missing = [sweep.config_file for sweep, m in found if m is None]
+    missing = {sweep.config_file: first_seed_gaps(sweep, sweep.read_results()) for sweep, m in found if m is None}
     if missing:
         return {"missing": missing, "methods": {}}
     sweeps = independent_resamples(sorted((m for _, m in found), key=lambda m: m.depth))
@@ -159,7 +161,7 @@ def depth_trend(axis: DepthAxis) -> dict:
     labels = [label for label in sweeps[0].labels if all(label in s.labels for s in sweeps)]
     methods = [m for m in sweeps[0].k if all(m in s.k for s in sweeps)]
     resampled = all(s.draws is not None for s in sweeps)
-    out = {"missing": [], "depths": depths.astype(int).tolist(), "labels": labels,
+    out = {"missing": {}, "depths": depths.astype(int).tolist(), "labels": labels,
            "seeds": [len(s.seeds) for s in sweeps], "methods": {}}
     for method in methods:
         budgets = []
@@ -214,9 +216,9 @@ def format_depth_axis(axis: DepthAxis, trend: dict) -> str:
     lines = [f"# {axis.title}", "", f"Config: `{axis.config_file}`; sweeps: "
              + ", ".join(f"`{s.config_file}`" for s in axis.sweeps) + ".", ""]
     if trend["missing"]:
-        lines.append("Waiting for cells: " + ", ".join(f"`{m}`" for m in trend["missing"]) + " (three budgets and "
-                     "one seed that every method has at each, at least). `depthattn study` on them runs what is "
-                     "missing.")
+        lines += ["Waiting for cells (three budgets and one seed that every method has at each, at least; "
+                  "`depthattn study` on a sweep runs what it lacks):", ""]
+        lines += [f"- `{sweep}`: {gaps}" for sweep, gaps in trend["missing"].items()]
         return "\n".join(lines) + "\n"
     depths = trend["depths"]
     seeds = ", ".join(f"{n} at {d} layers" for n, d in zip(trend["seeds"], depths))

@@ -127,6 +127,25 @@ def loss_table(study: Study, results: list[CellResult]
     return labels, np.array([x_of[label] for label in labels]), seeds, table
 
 
+def first_seed_gaps(study: Study, results: list[CellResult]) -> str:
+    """What the study's first seed with cells still lacks for a multiplier, per method, e.g. "seed 0 lacks moda at 5,
+    10, 20; vanilla at 30" (`depthattn study` on the study runs them)."""
+    axis = study.branch_axis
+    if axis is None:
+        return "no branched axis"
+    if not results:
+        return "no cells yet"
+    seed = min(r.seed for r in results)
+    have = {(r.method, r.setting[axis.name]) for r in results if r.seed == seed}
+    lacking: dict[str, list[str]] = {}
+    for cell in study.cells([seed]):
+        if (cell.method, cell.setting[axis.name]) not in have:
+            lacking.setdefault(cell.method, []).append(cell.setting[axis.name])
+    if not lacking:
+        return f"seed {seed} has every cell"
+    return f"seed {seed} lacks " + "; ".join(f"{m} at {', '.join(lacking[m])}" for m in study.methods if m in lacking)
+
+
 def data_multipliers(x: np.ndarray, curve: BaselineCurve, method: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per budget: the data multiplier of mean losses `method` (budgets, seeds) over the baseline's `curve`, and the
     tokens per parameter where that curve was read."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .depth_axis import SweepMultipliers, read_sweeps, sweep_multipliers
-from .multiplier import percentile_interval
+from .multiplier import first_seed_gaps, percentile_interval
 from .spec import Study
 from .stats import MIN_SEEDS
 
@@ -49,10 +49,12 @@ def _separated(found: SweepMultipliers, a: str, b: str, i: int) -> bool | None:
 
 def compare(orderings: Orderings) -> dict:
     """Per common budget: each sweep's order of the methods (highest multiplier first), whether the orders agree,
-    and the pairs that swap with whether each sweep separates them; `missing` names sweeps without cells yet."""
+    and the pairs that swap with whether each sweep separates them; `missing`: the sweeps without cells yet, each
+    with what its first seed lacks."""
     found = [sweep_multipliers(sweep) for sweep in orderings.sweeps]
-    missing = [sweep.config_file for sweep, f in zip(orderings.sweeps, found)
-               if f is None or set(f.k) != set(sweep.methods) - {sweep.baseline}]  # an order of every method
+    missing = {sweep.config_file: first_seed_gaps(sweep, sweep.read_results())
+               for sweep, f in zip(orderings.sweeps, found)
+               if f is None or set(f.k) != set(sweep.methods) - {sweep.baseline}}  # an order of every method
     if missing:
         return {"missing": missing, "budgets": []}
     first, second = found
@@ -70,7 +72,7 @@ def compare(orderings: Orderings) -> dict:
                 swaps.append({"pair": (a, b), "separated": [_separated(f, a, b, i) for f, i in zip(found, at)]})
         budgets.append({"label": label, "x": float(first.x[at[0]]), "orders": orders, "k": ks,
                         "same": orders[0] == orders[1], "swaps": swaps})
-    return {"missing": [], "budgets": budgets, "seeds": [len(f.seeds) for f in found]}
+    return {"missing": {}, "budgets": budgets, "seeds": [len(f.seeds) for f in found]}
 
 
 def _separation(value: bool | None) -> str:
@@ -81,8 +83,9 @@ def format_orderings(orderings: Orderings, found: dict) -> str:
     names = [f"`{s.config_file}`" for s in orderings.sweeps]
     lines = [f"# {orderings.title}", "", f"Config: `{orderings.config_file}`; sweeps: {names[0]} and {names[1]}.", ""]
     if found["missing"]:
-        lines.append("Waiting for cells: " + ", ".join(f"`{m}`" for m in found["missing"]) + " (every method at "
-                     "three budgets, with one seed that every method has at each, at least).")
+        lines += ["Waiting for cells (every method at three budgets, with one seed that every method has at each, "
+                  "at least; `depthattn study` on a sweep runs what it lacks):", ""]
+        lines += [f"- `{sweep}`: {gaps}" for sweep, gaps in found["missing"].items()]
         return "\n".join(lines) + "\n"
     lines += [f"Methods by data multiplier over the baseline, highest first (seeds: {found['seeds'][0]} and "
               f"{found['seeds'][1]}); a swapped pair is separated in a sweep when the 95% seed-bootstrap interval "

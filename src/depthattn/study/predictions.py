@@ -91,7 +91,8 @@ def predict_with_depth(axis: DepthAxis, target: Study, date: str, assumes: str) 
     trend = depth_trend(axis)
     if trend["missing"] or any(entry["surface"]["draws"] is None for entry in trend["methods"].values()):
         raise ValueError(f"{axis.config_file}: every sweep needs every method at five seeds or more at three budgets "
-                         f"or more before it can predict (waiting for: {', '.join(trend['missing']) or 'seeds'})")
+                         f"or more before it can predict (waiting for: "
+                         f"{'; '.join(f'{s}: {g}' for s, g in trend['missing'].items()) or 'seeds'})")
     low, high = min(trend["depths"]), max(trend["depths"])
 
     def at(surface, budget):
