@@ -47,7 +47,7 @@ def imported(tiny_data, tmp_path_factory):
 
 def test_a_fresh_process_writes_the_report(imported):
     report, modules = imported
-    assert "| depth_attention | 1 | 1.9000 ± 0.0000 |" in report and "depthattn.study.report" in modules
+    assert "| depth_attention | 1 | 1.9000 | " in report and "depthattn.study.report" in modules  # one seed: no sd
 
 
 def test_writing_a_report_imports_no_trainer(imported):

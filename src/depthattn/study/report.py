@@ -77,7 +77,7 @@ def markdown_report(study: Study, results: list[CellResult], found: dict[str, di
             wins = f"{d.wins}/{d.n}" if d else "—"
             lines.append(
                 f"| {r.method} |" + (f" {study.describe.get(r.method, '')} |" if study.describe else "") +
-                f" {r.seeds} | {r.mean:.4f} ± {r.std:.4f} | "
+                f" {r.seeds} | {_mean_sd(r)} | "
                 f"{bpb[label].row(r.method).mean:.4f} | {format_interval(d)} | {p} | {wins} | "
                 f"{verdict(d) if d else '—'} | {r.extra_params:,} |"
                 + (f" {study.paper.get(r.method, '—')} |" if study.paper else ""))
@@ -92,6 +92,11 @@ def markdown_report(study: Study, results: list[CellResult], found: dict[str, di
     return "\n".join(lines) + "\n"
 
 
+def _mean_sd(row) -> str:
+    """`mean ± sd`; one seed has no spread to show."""
+    return f"{row.mean:.4f} ± {row.std:.4f}" if row.seeds > 1 else f"{row.mean:.4f}"
+
+
 def _search_table(study: Study) -> list[str]:
     """The pre-registered search: its rule, each candidate's mean over the search seeds, and the picks."""
     search = study.search
@@ -101,7 +106,7 @@ def _search_table(study: Study) -> list[str]:
              f"{search.pick} candidates with the lowest mean {search.metric} over seeds {seeds} go on.", "",
              f"| rank | candidate | seeds | mean {search.metric} ± sd |", "|---|---|---|---|"]
     for rank, row in enumerate(result.ranking, 1):
-        lines.append(f"| {rank} | {row.method} | {row.seeds} | {row.mean:.4f} ± {row.std:.4f} |")
+        lines.append(f"| {rank} | {row.method} | {row.seeds} | {_mean_sd(row)} |")
     if result.picked is None:
         lines += ["", f"Not decided yet: {result.missing} candidate cells to go."]
     else:
