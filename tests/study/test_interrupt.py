@@ -71,6 +71,9 @@ def test_a_signal_stops_every_running_cell_of_a_study_at_a_checkpoint(tiny_data,
     assert len(stopped) == 2 and min(stopped) >= REACHED, out
     checkpoints = sorted(int(p.name.removeprefix("step_")) for p in tmp_path.glob("runs/**/checkpoints/step_*"))
     assert checkpoints == sorted(stopped)
+    status = subprocess.run([*command[:4], "--status"], capture_output=True, text=True, timeout=120)
+    assert sorted(int(n) for n in re.findall(rf"resumes at step (\d+) of {STEPS}\)", status.stdout)) == \
+        sorted(stopped), status
 
     rerun = subprocess.run(command, env={**env, "LAUNCH_STEP_SECONDS": "0"}, capture_output=True, text=True,
                            timeout=600)

@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="slurm: submit and return; run the same command again to submit what remains")
     parser.add_argument("--poll", type=float, default=30.0, help="slurm: seconds between queue checks while waiting")
     parser.add_argument("--status", action="store_true",
-                        help="list every cell as finished, running, pending, failed (job id, log) or not submitted")
+                        help="list every cell: finished or to run (and the step it resumes at) locally; finished, "
+                             "running, pending, failed (job id, log) or not submitted with slurm")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the cells that would run and what each costs (FLOPs, GPU-hours at --mfu); "
                              "train nothing")
@@ -121,8 +122,19 @@ def status(study: Study, args: argparse.Namespace) -> None:
     for cell in cells:
         path = study.result_path(cell)
         if path.exists() or path in wanted:
-            print(f"{'finished' if path.exists() else 'to run':>13}  {study.cell_path(cell)}")
+            print(f"{'finished' if path.exists() else 'to run':>13}  {study.cell_path(cell)}"
+                  + ("" if path.exists() else _resumes(study, cell)))
     print(f"study {study.name}: {done} finished, {len(wanted)} to run")
+
+
+def _resumes(study, cell) -> str:
+    """Where a cell's run resumes on this machine: after its newest whole checkpoint, if it has one."""
+    from ..train.checkpoint import STEP_DIR, newest_good_checkpoint
+
+    checkpoint = newest_good_checkpoint(Path(study.out_dir) / study.cell_path(cell))
+    if checkpoint is None:
+        return ""
+    return f" (resumes at step {int(STEP_DIR.match(checkpoint.name)[1]):,} of {study.cell_config(cell).train.steps:,})"
 
 
 def predictions(studies: list[Study], args: argparse.Namespace) -> int:
