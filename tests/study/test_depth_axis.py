@@ -64,6 +64,16 @@ def test_a_multiplier_constant_in_depth_holds(tiny_data, tmp_path, monkeypatch):
     assert surface["verdict"] == "holds"
 
 
+def test_multipliers_read_past_the_baselines_budgets_or_two_epochs_are_marked(tiny_data, tmp_path, monkeypatch):
+    axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
+    plant(monkeypatch, lambda x, depth: 1.3)  # at the longest budget (500), vanilla's curve is read at 650: 6.5 epochs
+    rows = {line.split(" | ")[0]: line.split(" | ")[1:1 + len(DEPTHS)]
+            for line in format_depth_axis(axis, depth_trend(axis)).split("## depth_attention")[1].splitlines()
+            if line.startswith("| ") and line[2].isalpha()}
+    assert all(cell.startswith("1.3") and cell.endswith("]") for cell in rows["| b"])  # inside, within 2 epochs
+    assert all(cell.endswith("]†‡") for cell in rows["| f"])
+
+
 def test_three_seeds_give_slopes_but_no_intervals_or_verdicts(tiny_data, tmp_path, monkeypatch):
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data, seeds=range(3)))
     plant(monkeypatch, lambda x, depth: 1.1 * depth ** 0.2, seeds=range(3))
@@ -147,7 +157,8 @@ def test_each_sweeps_seeds_are_resampled_independently_of_the_others():
 
     picks = np.random.default_rng(0).normal(size=(400, 3))  # what every sweep's generator draws alike
     sweeps = [SweepMultipliers(depth, ["a", "b", "c"], np.array([1.0, 2.0, 5.0]), np.ones(3, bool), list(range(5)),
-                               {"m": np.ones(3)}, {"m": picks.copy()}) for depth in DEPTHS]
+                               {"m": np.ones(3)}, {"m": picks.copy()}, {"m": np.array([1.0, 2.0, 5.0])}, None)
+              for depth in DEPTHS]
     out = independent_resamples(sweeps)
     assert np.array_equal(out[0].draws["m"], picks)  # the first keeps its order
     for sweep in out[1:]:  # the others keep their own resamples, in an order of their own

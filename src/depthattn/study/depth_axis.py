@@ -28,7 +28,9 @@ from .multiplier import (
     REPEATS_FLAG,
     RESAMPLES,
     first_seed_gaps,
+    format_multiplier,
     groups,
+    multiplier_point,
     percentile_interval,
     seed_bootstrap,
 )
@@ -93,6 +95,13 @@ class SweepMultipliers:
     seeds: list[int]
     k: dict[str, np.ndarray]  # method -> (budgets,)
     draws: dict[str, np.ndarray] | None  # method -> (RESAMPLES, budgets); None below MIN_SEEDS seeds
+    read: dict[str, np.ndarray]  # method -> (budgets,): the tokens per parameter where the baseline's curve was read
+    epochs_per_x: float | None  # passes over the data per token per parameter
+
+    def point(self, method: str, i: int) -> dict:
+        """The method's multiplier at budget i as each sweep's own report states it (`multiplier_point`)."""
+        return multiplier_point(self.labels, self.x, i, self.k[method], self.read[method], self.epochs_per_x,
+                                self.draws[method] if self.draws is not None else None)
 
 
 def sweep_multipliers(study: Study, seed: int = 0) -> SweepMultipliers | None:
@@ -105,7 +114,7 @@ def sweep_multipliers(study: Study, seed: int = 0) -> SweepMultipliers | None:
     if sample is None:
         return None
     return SweepMultipliers(sweep_depth(study), sample.labels, sample.x, sample.in_fit, sample.seeds, sample.k,
-                            sample.boot)
+                            sample.boot, sample.read, sample.epochs_per_x)
 
 
 def independent_resamples(sweeps: list[SweepMultipliers]) -> list[SweepMultipliers]:
@@ -171,11 +180,10 @@ def depth_trend(axis: DepthAxis) -> dict:
             if np.isnan(k).any():  # a budget that only the baseline trains in some sweep
                 continue
             row = {"label": label, "x": float(sweeps[0].x[at[0]]), "k": k.tolist(), "delta": _slope(np.log(depths), k),
-                   "k_low": None, "k_high": None, "low": None, "high": None, "verdict": None}
+                   "points": [s.point(method, i) for s, i in zip(sweeps, at)], "low": None, "high": None,
+                   "verdict": None}
             if resampled:
                 boot = np.stack([s.draws[method][:, i] for s, i in zip(sweeps, at)], axis=1)  # (RESAMPLES, depths)
-                row["k_low"], row["k_high"] = map(list, zip(*(percentile_interval(boot[:, j])
-                                                               for j in range(len(sweeps)))))
                 row["low"], row["high"] = percentile_interval(np.array([_slope(np.log(depths), b) for b in boot]))
                 row["verdict"] = _verdict(row["low"], row["high"])
             budgets.append(row)
@@ -222,15 +230,17 @@ def format_depth_axis(axis: DepthAxis, trend: dict) -> str:
         return "\n".join(lines) + "\n"
     depths = trend["depths"]
     seeds = ", ".join(f"{n} at {d} layers" for n, d in zip(trend["seeds"], depths))
-    lines += [f"Data multiplier over vanilla at each depth (seeds: {seeds}); delta: the slope of log multiplier "
-              "against log depth, with its 95% seed-bootstrap interval (none below "
+    baseline = axis.sweeps[0].baseline
+    lines += [f"Data multiplier over {baseline} at each depth (seeds: {seeds}), as each sweep's own report states "
+              f"it: † read on {baseline}'s fitted curve beyond that sweep's measured budgets (more than "
+              f"{EXTRAPOLATION_LIMIT:g}x beyond: a bound instead), ‡ read on it past {REPEATS_FLAG:g} epochs; "
+              "delta: the slope of log multiplier against log depth, with its 95% seed-bootstrap interval (none below "
               f"{MIN_SEEDS} seeds in every sweep).", ""]
     for method, entry in trend["methods"].items():
         lines += [f"## {method}", "", "| tokens per parameter | " + " | ".join(f"{d} layers" for d in depths)
                   + " | delta [95%] | with depth |", "|---" * (len(depths) + 3) + "|"]
         for row in entry["budgets"]:
-            cells = [f"{k:.2f}x" + (f" [{lo:.2f}, {hi:.2f}]" if row["k_low"] else "")
-                     for k, lo, hi in zip(row["k"], row["k_low"] or row["k"], row["k_high"] or row["k"])]
+            cells = [format_multiplier(point) for point in row["points"]]
             lines.append(f"| {row['label']} | " + " | ".join(cells) + f" | {row['delta']:+.3f}"
                          f"{_interval(row['low'], row['high'])} | {row['verdict'] or '—'} |")
         a, gamma, delta = entry["surface"]["coefficients"]

@@ -217,19 +217,8 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
     rows = []
     for method, k in sample.k.items():
         read, boot = sample.read[method], sample.boot[method] if sample.boot else None
-        points = []
-        for i, label in enumerate(labels):
-            if np.isnan(table[method][i]).all():  # a budget only the baseline trains
-                continue
-            outside = max(read[i] / x[-1], x[0] / read[i]) if read[i] > 0 else math.inf
-            point = {"label": label, "tokens_per_parameter": float(x[i]), "multiplier": float(k[i]),
-                     "read_at": float(read[i]), "extrapolated": not x[0] <= read[i] <= x[-1],
-                     "printable": bool(outside <= EXTRAPOLATION_LIMIT) if not math.isnan(read[i]) else False,
-                     "read_epochs": epochs_per_x * read[i] if epochs_per_x else None,
-                     "curve_low": float(x[0]), "curve_high": float(x[-1]), "low": None, "high": None}
-            if boot is not None:
-                point["low"], point["high"] = percentile_interval(boot[:, i])
-            points.append(point)
+        points = [multiplier_point(labels, x, i, k, read, epochs_per_x, boot) for i in range(len(labels))
+                  if not np.isnan(table[method][i]).all()]  # not a budget only the baseline trains
         gamma, log_c = _log_fit(x[fitted], k[fitted])
         trend = {"gamma": gamma, "log_c": log_c, "low": None, "high": None, "verdict": None, "draws": None}
         if boot is not None:
@@ -246,6 +235,22 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
                              sample.rng if sample.boot is not None else None, len(sample.seeds)),
             "fit_budgets": [label for label, keep in zip(labels, fitted) if keep],
             "curve": sample.curve.power}
+
+
+def multiplier_point(labels: list[str], x: np.ndarray, i: int, k: np.ndarray, read: np.ndarray,
+                     epochs_per_x: float | None, boot: np.ndarray | None) -> dict:
+    """A method's multiplier at budget i (of `labels` at tokens per parameter `x`) with where it read the
+    baseline's curve (`read`): outside the measured budgets, how far, in how many epochs; and its interval from the
+    resamples `boot` (RESAMPLES, budgets), if any. `format_multiplier` writes it."""
+    outside = max(read[i] / x[-1], x[0] / read[i]) if read[i] > 0 else math.inf
+    point = {"label": labels[i], "tokens_per_parameter": float(x[i]), "multiplier": float(k[i]),
+             "read_at": float(read[i]), "extrapolated": not x[0] <= read[i] <= x[-1],
+             "printable": bool(outside <= EXTRAPOLATION_LIMIT) if not math.isnan(read[i]) else False,
+             "read_epochs": epochs_per_x * read[i] if epochs_per_x else None,
+             "curve_low": float(x[0]), "curve_high": float(x[-1]), "low": None, "high": None}
+    if boot is not None:
+        point["low"], point["high"] = percentile_interval(boot[:, i])
+    return point
 
 
 def _log_fit(x: np.ndarray, k: np.ndarray) -> tuple[float, float]:
