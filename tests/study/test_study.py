@@ -456,6 +456,33 @@ branches = true
 """
 
 
+def test_status_says_how_long_the_cells_to_run_train_at_the_speed_of_the_finished_ones(tiny_data, tmp_path, capsys):
+    from depthattn.commands.study import add_arguments, run
+    from depthattn.study.pricing import tokens_left
+
+    path = write_study(tmp_path, tiny_data, axes=WSD_BUDGETS, methods=("vanilla", "depth_attention", "value_residual"))
+    study = Study.load(path)
+    short, long = {"budget": "short"}, {"budget": "long"}
+    for setting, method, seed, tokens_per_s in [(short, "vanilla", 0, 0.01), (long, "vanilla", 0, 0.03),
+                                                (short, "vanilla", 1, 0.08), (short, "depth_attention", 0, 0.01)]:
+        study.store.write(study.cell_path(Cell(setting, method, seed)), CellResult(
+            method, seed, 2.0, {"tokens_per_s": tokens_per_s}, setting=setting))
+    per_step = 4 * 32  # batch x seq_len
+    # a run's steps after the step it resumes at, and the decay (0.34 x 3 steps: 1) of a shorter budget still to do
+    assert tokens_left(study, Cell(long, "value_residual", 1), 0) == (6 + 1) * per_step
+    assert tokens_left(study, Cell(long, "value_residual", 1), 4) == (2 + 1) * per_step
+    assert tokens_left(study, Cell(long, "vanilla", 1), 0) == 6 * per_step  # its short budget is done
+    assert tokens_left(study, Cell(long, "depth_attention", 0), 0) == 6 * per_step  # its short budget is done
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert run(parser.parse_args([str(path), "--status"])) == 0
+    out = capsys.readouterr().out
+    # vanilla at its median speed, 0.03 tokens/s; depth_attention at 0.01; value_residual has no finished cell
+    seconds = 6 * per_step / 0.03 + (6 + 7) * per_step / 0.01
+    assert f"4 finished, 5 to run; about {seconds / 3600:,.1f} hours of training left for one worker" in out
+    assert "value_residual not counted: no finished cell to time" in out
+
+
 @pytest.fixture(scope="module")
 def short_data(tmp_path_factory):
     """tiny_data's documents cut to 3,000 characters: each budget is scored on the whole held-out split, which is

@@ -119,22 +119,45 @@ def status(study: Study, args: argparse.Namespace) -> None:
         return
     wanted = {study.result_path(cell) for cell in wanted_cells(study, args)}
     done = sum(study.has_result(cell) for cell in cells)
+    resumes = {}  # cell to run -> the step its run resumes at
     for cell in cells:
         path = study.result_path(cell)
         if path.exists() or path in wanted:
-            print(f"{'finished' if path.exists() else 'to run':>13}  {study.cell_path(cell)}"
-                  + ("" if path.exists() else _resumes(study, cell)))
-    print(f"study {study.name}: {done} finished, {len(wanted)} to run")
+            if not path.exists():
+                resumes[cell] = _resumes_at(study, cell)
+            print(f"{'finished' if path.exists() else 'to run':>13}  {study.cell_path(cell)}" + (
+                f" (resumes at step {resumes[cell]:,} of {study.cell_config(cell).train.steps:,})"
+                if resumes.get(cell) else ""))
+    print(f"study {study.name}: {done} finished, {len(wanted)} to run" + _time_left(study, resumes))
 
 
-def _resumes(study, cell) -> str:
-    """Where a cell's run resumes on this machine: after its newest whole checkpoint, if it has one."""
+def _resumes_at(study, cell) -> int:
+    """The step a cell's run resumes at on this machine: its newest whole checkpoint's, 0 without one."""
     from ..train.checkpoint import STEP_DIR, newest_good_checkpoint
 
     checkpoint = newest_good_checkpoint(Path(study.out_dir) / study.cell_path(cell))
-    if checkpoint is None:
+    return 0 if checkpoint is None else int(STEP_DIR.match(checkpoint.name)[1])
+
+
+def _time_left(study, resumes: dict) -> str:
+    """'; about N hours of training left ...' from the training tokens the cells to run have left and each method's
+    median speed (tokens per second) in its cells that finished here; '' before any has."""
+    import statistics
+
+    from ..study.pricing import tokens_left
+
+    speeds: dict[str, list[float]] = {}
+    for result in study.read_results():
+        if (speed := result.record.get("tokens_per_s")) and speed > 0:  # not in files of old releases
+            speeds.setdefault(result.method, []).append(speed)
+    timed = [cell for cell in resumes if cell.method in speeds]
+    if not timed:
         return ""
-    return f" (resumes at step {int(STEP_DIR.match(checkpoint.name)[1]):,} of {study.cell_config(cell).train.steps:,})"
+    seconds = sum(tokens_left(study, cell, resumes[cell]) / statistics.median(speeds[cell.method]) for cell in timed)
+    untimed = sorted({cell.method for cell in resumes} - set(speeds))
+    return (f"; about {seconds / 3600:,.1f} hours of training left for one worker (--workers N divides it), at the "
+            "median tokens per second of each method's finished cells, evaluations not counted"
+            + (f"; {', '.join(untimed)} not counted: no finished cell to time" if untimed else ""))
 
 
 def predictions(studies: list[Study], args: argparse.Namespace) -> int:

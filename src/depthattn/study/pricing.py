@@ -55,5 +55,18 @@ def run_flops(study: Study, setting: dict, method: str) -> dict:
     return {**run, "flops": run["flops"] + decays, "separate_flops": sum(b["flops"] for b in budgets)}
 
 
+def tokens_left(study: Study, cell: Cell, resumes_at: int) -> int:
+    """Training tokens the run that trains `cell` has left after step `resumes_at`: its own steps and, with a
+    branched budget axis, the decay of every shorter budget of the run that has no result yet."""
+    cfg = study.cell_config(cell)
+    steps = cfg.train.steps - resumes_at
+    for budget in study.budget_settings(cell.setting, cell.method):
+        branch = Cell(budget, cell.method, cell.seed)
+        branch_steps = study.cell_config(branch).train.steps
+        if branch_steps < cfg.train.steps and not study.has_result(branch):
+            steps += round(cfg.optim.decay_fraction * branch_steps)
+    return steps * cfg.train.batch_size * cfg.train.grad_accum * cfg.data.seq_len
+
+
 def gpu_hours(flops: float, mfu: float, peak_tflops: float = H100_BF16_TFLOPS) -> float:
     return flops / (mfu * peak_tflops * 1e12) / 3600
