@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -142,8 +143,6 @@ def _resumes_at(study, cell) -> int:
 def _time_left(study, resumes: dict) -> str:
     """'; about N hours of training left ...' from the training tokens the cells to run have left and each method's
     median speed (tokens per second) in its cells that finished here; '' before any has."""
-    import statistics
-
     from ..study.pricing import tokens_left
 
     speeds: dict[str, list[float]] = {}
