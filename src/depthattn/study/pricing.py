@@ -48,8 +48,8 @@ def run_flops(study: Study, setting: dict, method: str) -> dict:
     budgets = [cell_flops(study, s, method) for s in study.budget_settings(setting, method)]
     if study.branch_axis is None:
         return {**run, "separate_flops": run["flops"]}
-    fraction = study.cell_config(Cell(setting, method, study.seeds[0])).optim.decay_fraction
-    decays = sum(b["flops"] * round(fraction * steps) / steps for b, steps in (
+    optim = study.cell_config(Cell(setting, method, study.seeds[0])).optim
+    decays = sum(b["flops"] * optim.decay_steps(steps) / steps for b, steps in (
         (b, study.cell_config(Cell(s, method, study.seeds[0])).train.steps)
         for b, s in zip(budgets, study.budget_settings(setting, method))) if b["tokens"] < run["tokens"])
     return {**run, "flops": run["flops"] + decays, "separate_flops": sum(b["flops"] for b in budgets)}
@@ -64,7 +64,7 @@ def tokens_left(study: Study, cell: Cell, resumes_at: int) -> int:
         branch = Cell(budget, cell.method, cell.seed)
         branch_steps = study.cell_config(branch).train.steps
         if branch_steps < cfg.train.steps and not study.has_result(branch):
-            steps += round(cfg.optim.decay_fraction * branch_steps)
+            steps += cfg.optim.decay_steps(branch_steps)
     return steps * cfg.train.batch_size * cfg.train.grad_accum * cfg.data.seq_len
 
 

@@ -105,9 +105,13 @@ class OptimSection:
         if not 0 < self.decay_fraction <= 1:
             raise ValueError(f"optim.decay_fraction must lie in (0, 1], got {self.decay_fraction}")
 
+    def decay_steps(self, total_steps: int) -> int:
+        """WSD: the length of the decay that ends a run (or a cooldown branch) of `total_steps`."""
+        return round(self.decay_fraction * total_steps)
+
     def decay_start(self, total_steps: int) -> int:
         """WSD: how many steps a run of `total_steps` takes, warmup included, before its decay."""
-        return total_steps - round(self.decay_fraction * total_steps)
+        return total_steps - self.decay_steps(total_steps)
 
 
 @dataclass

@@ -45,7 +45,7 @@ def lr_factor(step: int, total_steps: int, optim: OptimSection) -> float:
         start = optim.decay_start(total_steps)
         if step < start:
             return 1.0
-        progress = min(1.0, (step - start + 1) / (total_steps - start))
+        progress = min(1.0, (step - start + 1) / optim.decay_steps(total_steps))
         return low + (1 - low) * DECAY_SHAPES[optim.decay_shape](progress)
     progress = min(1.0, (step - optim.warmup_steps) / max(1, total_steps - optim.warmup_steps))
     return low + (1 - low) * 0.5 * (1 + math.cos(math.pi * progress))
