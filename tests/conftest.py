@@ -11,19 +11,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per CPU
     torch.set_num_threads(1)
 
 
-# The longest modules first (measured with --durations), so that the workers finish together rather than one
-# running a long module alone at the end; vLLM's leads, as its module makes vLLM's venv (minutes of pip) while the
-# other worker runs the rest.
-LONGEST_FIRST = ("tests/vllm/", "tests/study/test_slurm.py", "tests/study/test_interrupt.py", "tests/test_guide.py",
-                 "tests/test_cli.py", "tests/faults/test_train_signals.py", "tests/study/test_study.py",
-                 "tests/methods/test_outside_method.py", "tests/train/test_branches.py")
-
-
 def pytest_collection_modifyitems(items):
-    def rank(item):
-        return next((i for i, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)), len(LONGEST_FIRST))
-
-    items.sort(key=rank)
+    """The vLLM tests first: their module makes vLLM's venv (minutes of pip), while the other worker runs the rest."""
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/vllm/"))
 
 
 @pytest.fixture(autouse=True)
