@@ -198,12 +198,9 @@ def seed_bootstrap(study: Study, results: list[CellResult], seed: int = 0) -> Se
     boot = None
     if draws is not None:
         # a resample's curve depends only on which seeds it drew: a few hundred distinct draws among RESAMPLES
-        fitted = {}
-        for d in draws:
-            drawn = tuple(sorted(d))
-            if drawn not in fitted:
-                fitted[drawn] = BaselineCurve.fit(x, base[:, drawn].mean(axis=1))
-        curves = [fitted[tuple(sorted(d))] for d in draws]
+        drawn = [tuple(sorted(d)) for d in draws]
+        fitted = {drew: BaselineCurve.fit(x, base[:, drew].mean(axis=1)) for drew in set(drawn)}
+        curves = [fitted[drew] for drew in drawn]
         boot = {m: np.array([data_multipliers(x, c, table[m][:, d])[0] for c, d in zip(curves, draws)])
                 for m in methods}
     return SeedBootstrap(labels, x, seeds, table, epochs_per_token_per_parameter(study, results), curve, k, read,
