@@ -11,11 +11,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per CPU
     torch.set_num_threads(1)
 
 
-def pytest_collection_modifyitems(items):
-    """The vLLM tests first: their module makes vLLM's venv (minutes of pip), while the other worker runs the rest."""
-    items.sort(key=lambda item: not item.nodeid.startswith("tests/vllm/"))
-
-
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

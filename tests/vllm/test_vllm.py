@@ -4,9 +4,9 @@ prefix caching on and off, and on two tensor-parallel ranks (on CPU); a method i
 the reason.
 
 vLLM lives in its own venv, `.venv-vllm/`, which `make test` makes while it makes the main one, and the first test
-here when it is missing (tests/vllm/setup_env.py: about 3 minutes from a warm package cache; tests/conftest.py runs
-this module first, so the other xdist worker goes on meanwhile). One driver process (tests/vllm/driver.py) starts one
-engine per case, one after the other; these tests compare its tokens with `generate` here.
+here when it is missing (tests/vllm/setup_env.py: about 3 minutes from a warm package cache). One driver process
+(tests/vllm/driver.py) starts one engine per case, one after the other; these tests compare its tokens with
+`generate` here.
 """
 
 import json
