@@ -134,6 +134,18 @@ def test_budgets_only_the_baseline_trains_extend_its_curve_and_get_no_column(tin
     assert len({line.count("|") for line in table}) == 1  # every row has the header's columns
 
 
+def test_a_budget_only_the_baseline_trains_waits_for_every_seed_and_costs_none(tiny_data, tmp_path):
+    axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS).replace(
+        "branches = true", 'branches = true\nbaseline_only = ["f"]')
+    study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
+    results = [r for r in planted_results(study, lambda x: 1.3, noise=0.005)
+               if r.setting["budget"] != "f" or (r.method == "vanilla" and r.seed < 2)]  # 2 of 5 seeds reached f
+    found = multipliers(study, results)
+    assert found["labels"] == ["a", "b", "c", "d", "e"] and found["seeds"] == [0, 1, 2, 3, 4]
+    last = found["rows"][0]["points"][-1]
+    assert last["extrapolated"] and last["low"] <= last["multiplier"] <= last["high"]  # vanilla's curve ends at e
+
+
 def test_the_difference_figure_leaves_out_budgets_only_the_baseline_trains(tiny_data, tmp_path, monkeypatch):
     from depthattn.study import plots
 

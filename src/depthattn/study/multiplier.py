@@ -110,19 +110,26 @@ def power_law(x: np.ndarray, loss: np.ndarray) -> tuple[float, float, float] | N
 def loss_table(study: Study, results: list[CellResult]
                ) -> tuple[list[str], np.ndarray, list[int], dict[str, np.ndarray]]:
     """Budget labels (ascending), their tokens per parameter, the seeds every method of the study has at every
-    budget it trains, and per method its losses as an array (budgets, seeds), nan at the budgets only the baseline
-    trains (its curve read past the others' longest budget)."""
+    budget they all train, and per method its losses as an array (budgets, seeds), nan at the budgets only the
+    baseline trains (its curve read past the others' longest budget). Such a budget is left out until every one of
+    those seeds has its cell, so that cells still to come never cost the table a seed."""
     x_of = tokens_per_parameter(study, results)
     axis = study.branch_axis
-    labels = sorted(x_of, key=x_of.get)
     loss = {(r.method, r.setting[axis.name], r.seed): r.val_loss for r in results}
     methods = [m for m in study.methods if any(key[0] == m for key in loss)]
-    trained = {m: [study.trains({axis.name: label}, m) for label in labels] for m in methods}
-    seeds = sorted({key[2] for key in loss})
-    seeds = [s for s in seeds if all((m, label, s) in loss for m in methods
-                                     for label, trains in zip(labels, trained[m]) if trains)]
-    table = {m: np.array([[loss[m, label, s] if trains else math.nan for s in seeds]
-                          for label, trains in zip(labels, trained[m])]).reshape(len(labels), len(seeds))
+
+    def trained_by(label: str) -> list[str]:
+        return [m for m in methods if study.trains({axis.name: label}, m)]
+
+    def complete(label: str, seed: int) -> bool:
+        return all((m, label, seed) in loss for m in trained_by(label))
+
+    shared = [label for label in x_of if trained_by(label) == methods]
+    seeds = [s for s in sorted({key[2] for key in loss}) if all(complete(label, s) for label in shared)]
+    labels = sorted((label for label in x_of if label in shared or all(complete(label, s) for s in seeds)),
+                    key=x_of.get)
+    table = {m: np.array([[loss[m, label, s] if m in trained_by(label) else math.nan for s in seeds]
+                          for label in labels]).reshape(len(labels), len(seeds))
              for m in methods}
     return labels, np.array([x_of[label] for label in labels]), seeds, table
 
