@@ -129,9 +129,11 @@ def test_budgets_only_the_baseline_trains_extend_its_curve_and_get_no_column(tin
     assert [p["label"] for p in points] == found["labels"]
     assert not points[-1]["extrapolated"]  # the method's best loss is read inside vanilla's longer curve
     assert points[-1]["multiplier"] == pytest.approx(1.3, rel=0.03)
-    table = ("| data multiplier |" + markdown_report(study, results).split("| data multiplier |")[1]
-             ).split("\n\n")[0].splitlines()
+    report = markdown_report(study, results)
+    table = ("| data multiplier |" + report.split("| data multiplier |")[1]).split("\n\n")[0].splitlines()
     assert len({line.count("|") for line in table}) == 1  # every row has the header's columns
+    gains = ("| gain |" + report.split("| gain |")[1]).split("\n\n")[0].splitlines()
+    assert gains[0].count("tok/param") == 5 and len({line.count("|") for line in gains}) == 1  # no column for f
 
 
 def test_a_budget_only_the_baseline_trains_waits_for_every_seed_and_costs_none(tiny_data, tmp_path):

@@ -165,24 +165,26 @@ def budget_trends(study: Study, results: list[CellResult]) -> dict[str, list[dic
 
 def _trend_table(study: Study, results: list[CellResult], fits: list[dict | None]) -> list[str]:
     """Each gain at every budget (paired by seed, 95% interval), its fitted log-linear trend (`fits`, one per pair
-    of `trend_pairs`) and where the trend's bootstrap band first holds zero."""
+    of `trend_pairs`) and where the trend's bootstrap band first holds zero. A budget only the baseline trains has
+    no gain: its epochs are stated, it gets no column."""
     x_of = tokens_per_parameter(study, results)
     if not x_of:
         return []
     axis = study.branch_axis
     labels = sorted(x_of, key=x_of.get)
     epochs = {r.setting[axis.name]: r.data_epochs for r in results}
+    paired = [paired_by_budget(study, results, *pair) for pair in trend_pairs(study)]
+    columns = [label for label in labels if any(label in pairs for pairs in paired)]
     lines = ["Against the budget (tokens per parameter of the baseline model; all budgets of a seed come from one WSD "
              "run). Epochs over the training data: " + ", ".join(
                  f"{x_of[label]:.2g}: {epochs[label]:.2f}" for label in labels if epochs.get(label) is not None)
              + ".", "",
-             "| gain | " + " | ".join(f"{x_of[label]:.2g} tok/param" for label in labels)
+             "| gain | " + " | ".join(f"{x_of[label]:.2g} tok/param" for label in columns)
              + " | slope per decade [95% CI] | fitted band reaches zero at |",
-             "|---|" + "---|" * (len(labels) + 2)]
-    for (method, against), fit in zip(trend_pairs(study), fits, strict=True):
-        pairs = paired_by_budget(study, results, method, against)
+             "|---|" + "---|" * (len(columns) + 2)]
+    for (method, against), fit, pairs in zip(trend_pairs(study), fits, paired, strict=True):
         cells = []
-        for label in labels:
+        for label in columns:
             if label in pairs:
                 values, base = zip(*pairs[label].values())
                 difference = paired_difference(list(values), list(base))
