@@ -4,7 +4,7 @@ prefix caching on and off, and on two tensor-parallel ranks (on CPU); a method i
 the reason.
 
 vLLM lives in its own venv, `.venv-vllm/`, which `make test` makes while it makes the main one, and the first test
-here when it is missing (tests/vllm/setup_env.py: about 3 minutes from a warm package cache). One driver process
+here when it is missing (tests/vllm/setup_env.py: about a minute from a warm package cache). One driver process
 (tests/vllm/driver.py) starts one engine per case, one after the other; these tests compare its tokens with
 `generate` here.
 """
