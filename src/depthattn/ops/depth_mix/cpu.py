@@ -4,7 +4,7 @@ In an eager decoding step each mixing call is a handful of tiny torch ops, and t
 arithmetic, is what Depth-Attention adds over vanilla. The kernel does a call's scores, softmax and mixes in one
 op, reading the sources through their strides.
 
-The kernel is compiled on first use with torch's C++ extension builder (a C++ compiler and ninja; about 30 s
+The kernel is compiled on first use with torch's C++ extension builder (a C++ compiler and ninja; about 20 s
 once, then loaded from torch's extensions cache). Calls that need gradients, and tensors that are not on the
 CPU, take the compiled form (`compiled.py`), so a model set to `depth_impl="cpu"` still trains.
 """

@@ -6,8 +6,10 @@
 // nothing is stacked; rows run in parallel only when there are many (prefill), so a decoding step stays on one
 // thread. No backward: cpu.py sends anything that needs gradients to the compiled form.
 
-#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
