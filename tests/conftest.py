@@ -17,8 +17,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per CPU
 LONGEST_FIRST = ("tests/vllm/test_vllm.py", "tests/study/test_slurm.py", "tests/study/test_interrupt.py",
                  "tests/test_guide.py", "tests/test_cli.py", "tests/faults/test_train_signals.py",
                  "tests/faults/test_serve_faults.py", "tests/study/test_study.py", "tests/ops/test_benchmarks.py",
-                 "tests/train/test_branches.py", "tests/train/test_distributed.py",
-                 "tests/methods/test_outside_method.py", "tests/ops/test_cpu_kernel.py", "tests/train/test_train.py")
+                 "tests/train/test_distributed.py", "tests/methods/test_outside_method.py",
+                 "tests/ops/test_cpu_kernel.py", "tests/train/test_train.py")
 
 
 def pytest_collection_modifyitems(config, items):

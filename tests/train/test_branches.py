@@ -11,13 +11,16 @@ from depthattn.train.config import OptimSection
 from depthattn.train.optim import lr_factor
 
 WSD = ["--optim.schedule", "wsd", "--optim.decay_fraction", "0.25", "--optim.warmup_steps", "2"]
+# smaller than the tiny preset: a run here writes a checkpoint and a whole-split evaluation per branch
+SMALL = ["--model.overrides.num_hidden_layers", "2", "--model.overrides.hidden_size", "64",
+         "--model.overrides.intermediate_size", "128"]
 
 
 def config(data, out_dir, steps, *overrides):
     base = ["--data.path", str(data), "--data.seq_len", "32", "--train.out_dir", str(out_dir),
             "--train.batch_size", "4", "--train.steps", str(steps), "--train.eval_every", "4",
             "--train.eval_batches", "2", "--train.checkpoint_every", "5", "--train.progress", "false",
-            "--optim.lr", "3e-3", *WSD]
+            "--optim.lr", "3e-3", *WSD, *SMALL]
     return TrainConfig.load(None, base + list(overrides))
 
 
