@@ -49,12 +49,15 @@ demo: $(VENV)/.installed
 ANALYSES := depth_axis wikipedia_orderings
 STUDIES := core retrofit budget depth tokenization ablations search confirm moda budget_wsd budget_sweep \
            budget_sweep_layers4 budget_sweep_wiki budget_sweep_layers16
+# studies run on a GPU (benchmarks/gpu.sh): here only their reports
+GPU_STUDIES := ladder_smoke
 study: $(VENV)/.installed
 	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) --workers 2 --threads 1 --index docs/results/study.md
 	$(PY) docs/paste_results.py
 
 study-report: $(VENV)/.installed
-	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) --report-only --index docs/results/study.md
+	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) $(GPU_STUDIES:%=configs/study/%.toml) --report-only \
+		--index docs/results/study.md
 	$(VENV)/bin/depthattn study $(ANALYSES:%=--analysis configs/analysis/%.toml)
 	$(PY) docs/paste_results.py
 

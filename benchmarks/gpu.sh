@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The GPU checks in one go, for a machine with a CUDA GPU and torch + triton installed (run from the repository
 # root), most wanted first: the GPU tests, the benchmark size (decoding at batch 1, then at batch 16), serving
-# (where transformers' serving extra is installed), the paper's 1.5B shape, and compiled training and decoding
-# steps. Each step has a time limit, and a step that would not fit in the time left (GPU_BUDGET_S, default
-# 560 s) is skipped, so the earlier results always come back.
+# (where transformers' serving extra is installed), the paper's 1.5B shape, compiled training and decoding
+# steps, the decoding profile at the 1.5B shape with its depth-mixing implementations side by side, and the
+# ladder's smoke study. Each step has a time limit, and a step that would not fit in the time left (GPU_BUDGET_S,
+# default 560 s) is skipped, so the earlier results always come back. GPU_STEPS (comma-separated step names)
+# runs those steps alone, in this file's order.
 #
-#   benchmarks/gpu.sh OUT_DIR   -> OUT_DIR/log.txt, OUT_DIR/{bench-size,decode16,b15,compiled}/benchmark.{json,md},
-#                                  OUT_DIR/serving/serving.{json,md}
+#   benchmarks/gpu.sh OUT_DIR   -> OUT_DIR/log.txt, OUT_DIR/{bench-size,decode16,b15,compiled,decode-impls}/
+#                                  benchmark.{json,md}, OUT_DIR/serving/serving.{json,md},
+#                                  OUT_DIR/profile/{profile.md,profile.json,trace-*.json.gz},
+#                                  OUT_DIR/ladder-smoke/{cells.tar.gz,study.log}
 #
 # transformers older than the project's minimum is replaced from a wheel in .whl/ if one is there.
 set -u
@@ -27,6 +31,7 @@ python3 -c 'import torch, triton, transformers; print("torch", torch.__version__
 
 step() {  # step NAME LIMIT_S COMMAND...: run COMMAND under LIMIT_S seconds if that fits in the budget left
     local name=$1 limit=$2; shift 2
+    [[ -z ${GPU_STEPS:-} || ",$GPU_STEPS," == *",$name,"* ]] || return 0
     if (( SECONDS + limit > budget )); then
         echo "== $name: skipped, ${limit} s would not fit in the $((budget - SECONDS)) s left"
         return
@@ -58,4 +63,21 @@ step b15 120 python3 -m benchmarks --layers 48 --hidden 1536 --intermediate 4096
 # and compiled decoding steps into a StaticCache at context 2048
 step compiled 240 python3 -m benchmarks --seq 2048 --batch 8 --phases train,decode,memory --reps 10 --compile \
     --methods qwen3,vanilla,depth_attention --out "$out/compiled"
-for f in "$out"/*/benchmark.md "$out"/serving/serving.md; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done
+# eager decoding at the 1.5B shape with each depth-mixing implementation, interleaved: ~50 s
+b15_decode=(--layers 48 --hidden 1536 --intermediate 4096 --heads 24 --kv-heads 6 --context 2048)
+step decode-impls 100 python3 -m benchmarks "${b15_decode[@]}" --phases decode --reps 5 --decode-tokens 16 \
+    --methods qwen3,vanilla,depth_attention,depth_attention:triton,depth_attention:reference \
+    --out "$out/decode-impls"
+# the ladder's smoke study (configs/study/ladder_smoke.toml), three cells at a time on the one GPU; the cells it
+# writes (docs/results/study/cells) come back as one archive, also when the time limit stopped it
+start_mark=$(mktemp)
+step ladder-smoke 240 python3 -m depthattn study configs/study/ladder_smoke.toml --workers 3 --threads 4
+if [[ -z ${GPU_STEPS:-} || ",$GPU_STEPS," == *",ladder-smoke,"* ]]; then
+    mkdir -p "$out/ladder-smoke"
+    find docs/results/study/cells -type f -newer "$start_mark" -print0 \
+        | tar -czf "$out/ladder-smoke/cells.tar.gz" --null -T -
+fi
+# where a decoding step's time goes at the 1.5B shape (torch.profiler): ~80 s
+step profile 120 python3 -m benchmarks.profile_decode "${b15_decode[@]}" --decode-tokens 8 \
+    --methods vanilla,depth_attention,depth_attention:triton,depth_attention:reference --out "$out/profile"
+for f in "$out"/*/benchmark.md "$out"/serving/serving.md "$out"/profile/profile.md; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done

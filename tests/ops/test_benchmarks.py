@@ -104,3 +104,18 @@ def test_quick_run_on_gpu_reports_mfu(tmp_path):
         assert 0 < result["mfu"] < 1, name
         assert result["peak_train_bytes"] > result["parameters"] * 2, name  # bf16 weights alone are 2 bytes each
     assert "MFU" in (tmp_path / "benchmark.md").read_text()
+
+
+def test_decode_profile_writes_where_the_time_goes(tmp_path):
+    from benchmarks.profile_decode import main as profile_main
+
+    assert profile_main(["--quick", "--methods", "depth_attention", "--decode-tokens", "2", "--threads", "1",
+                         "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "profile.md").read_text()
+    assert "| vanilla |" in text and "| depth_attention |" in text  # vanilla added: differences are to it
+    assert "## depth_attention minus vanilla" in text
+    assert "| depth_mix reference |" in text and "| depth_mix compiled |" in text
+    report = json.loads((tmp_path / "profile.json").read_text())
+    ops_added = report["results"]["depth_attention"]["ops"].keys() - report["results"]["vanilla"]["ops"].keys()
+    assert ops_added  # the mixing's own ops, absent from vanilla's step
+    assert (tmp_path / "trace-depth_attention.json.gz").stat().st_size > 0

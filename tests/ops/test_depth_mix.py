@@ -1,5 +1,6 @@
 """Every fast depth-mixing path against the reference `depthattn.ops.depth_mix_reference`: outputs and gradients."""
 
+import importlib
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from depthattn import ops
+from depthattn.layer_states import DepthState
 from depthattn.ops.depth_mix import compiled
 from tests.ops.depth_cases import assert_same, make_inputs
 
@@ -143,6 +145,32 @@ def test_dispatch():
     b, wb = ops.depth_mix_compiled(q, state, sources, 0.25)
     torch.testing.assert_close(a.value, b.value, rtol=0, atol=0)
     torch.testing.assert_close(wa, wb, rtol=0, atol=0)
+
+
+def test_auto_takes_triton_for_many_rows_only(monkeypatch):
+    """On a GPU with Triton (faked here: meta tensors, Triton said to run on them), "auto" takes the kernels for
+    training and prefill, and the compiled form for a decoding step's few rows, where a Triton call's host-side
+    cost (its pointer tables, its launch) is more than the compiled form's few ops."""
+    depth_mix = importlib.import_module("depthattn.ops.depth_mix")  # the package (ops.depth_mix is its function)
+    monkeypatch.setattr(depth_mix, "TRITON_AVAILABLE", True)
+    monkeypatch.setattr(depth_mix, "triton_runs_on", lambda device: True)
+
+    def inputs(batch, seq_len, heads=24, kv_heads=6):
+        query = torch.empty(batch, heads, seq_len, 64, device="meta")
+        state = torch.empty(batch, kv_heads, seq_len, 64, device="meta")
+        return query, DepthState(state, state, state)
+
+    assert not depth_mix.takes_triton(*inputs(batch=1, seq_len=1))  # decoding, batch 1
+    assert not depth_mix.takes_triton(*inputs(batch=16, seq_len=1))  # decoding, batch 16: 96 rows
+    assert depth_mix.takes_triton(*inputs(batch=4, seq_len=2048))  # training, prefill
+    assert not depth_mix.takes_triton(*inputs(batch=4, seq_len=2048), score_bias=torch.zeros(3))
+
+
+def test_decoding_step_stacks_its_states_once():
+    q, state, sources = make_inputs(batch=1, seq_len=1, num_sources=2)
+    with _CopiesOfSources(state.value.shape) as mode:
+        ops.depth_mix_compiled(q, state, sources, 0.25, "softmax", "v", need_weights=False)
+    assert len(mode.copies) == 1
 
 
 def test_package_imports_without_triton():

@@ -39,26 +39,30 @@ def _compile_for_gpu(kernel, pointer_types: dict, constexprs: dict, arch: int = 
     return triton.compile(source, target=GPUTarget("cuda", arch, 32))
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_triton_kernels_compile_for_an_nvidia_gpu(dtype):
+@pytest.mark.parametrize("query_and_keys,values", [("fp32", "fp32"), ("bf16", "bf16"), ("fp32", "bf16")],
+                         ids=["fp32", "bf16", "autocast"])
+def test_triton_kernels_compile_for_an_nvidia_gpu(query_and_keys, values):
     """Without a GPU: the kernels go through Triton's whole pipeline to a Hopper (sm_90) binary, with the
-    ptxas that the Triton wheel ships; this catches what the interpreter lets through (types, layouts)."""
+    ptxas that the Triton wheel ships; this catches what the interpreter lets through (types, layouts). The
+    autocast case: float32 queries and keys (normed), bfloat16 values."""
     if not ops.TRITON_AVAILABLE:
         pytest.skip("triton is not installed (pip install triton)")
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("TRITON_INTERPRET=1: kernels are interpreted, not compiled, in this process")
     from depthattn.ops.depth_mix import _triton_kernels as kernels
     tl = kernels.tl
-    ptr, acc = "*" + dtype, "*fp32"
+    ptr, v_ptr, acc = "*" + query_and_keys, "*" + values, "*fp32"
+    types = {"fp32": tl.float32, "bf16": tl.bfloat16}
     common = dict(q_ptr=ptr, sk_table="*i64", k_table="*i64", v_table="*i64", w_ptr=acc, scale_ptr=acc)
     flags = dict(G=4, D=64, BLOCK_D=64, BLOCK_T=32, SOFTMAX=True, MIX_K=True, MIX_V=True,
-                 DTYPE=getattr(tl, {"fp32": "float32", "bf16": "bfloat16"}[dtype]), ACC=tl.float32)
+                 SK_DTYPE=types[query_and_keys], K_DTYPE=types[query_and_keys], V_DTYPE=types[values],
+                 ACC=tl.float32)
     try:
-        forward = _compile_for_gpu(kernels.forward_kernel, {**common, "out_k_ptr": ptr, "out_v_ptr": ptr}, flags)
+        forward = _compile_for_gpu(kernels.forward_kernel, {**common, "out_k_ptr": ptr, "out_v_ptr": v_ptr}, flags)
         backward = _compile_for_gpu(
             kernels.backward_kernel,
-            {**common, "dw_ptr": acc, "scratch_ptr": acc, **{k: ptr for k in (
-                "dout_k_ptr", "dout_v_ptr", "dq_ptr", "dsk_ptr", "dk_ptr", "dv_ptr")}},
+            {**common, "dw_ptr": acc, "scratch_ptr": acc, "dout_v_ptr": v_ptr, "dv_ptr": v_ptr,
+             **{k: ptr for k in ("dout_k_ptr", "dq_ptr", "dsk_ptr", "dk_ptr")}},
             {**flags, "HAS_DW": True})
     except (RuntimeError, FileNotFoundError) as error:  # pragma: no cover - a Triton build without the CUDA backend
         if "ptxas" in str(error) or "backend" in str(error).lower():

@@ -60,10 +60,30 @@ def test_triton_bfloat16_close_to_reference(device):
     assert_same(ops.depth_mix_triton, REF, *inputs, 0.25, "softmax", "kv", atol=3e-2, rtol=3e-2)
 
 
-def test_auto_takes_triton_on_gpu(device):
+@pytest.mark.parametrize("mix_states", ["v", "kv"])
+def test_triton_autocast_dtypes_close_to_reference(device, mix_states):
+    """As under bfloat16 autocast: float32 queries and keys (after their norms), bfloat16 values. Each table is
+    read in its own type (reading bfloat16 values as float32 read past their buffers), every output and
+    gradient comes back in its input's type."""
+    q, state, sources = make_inputs(seq_len=9, num_sources=2)
+
+    def bf16_values(s):
+        return DepthState(s.score_key, s.key, s.value.detach().to(torch.bfloat16).requires_grad_())
+
+    q, state, sources = on(device, q, bf16_values(state), [bf16_values(s) for s in sources])
+    mixed, _ = ops.depth_mix_triton(q, state, sources, 0.25, "softmax", mix_states)
+    assert mixed.value.dtype == torch.bfloat16 and mixed.key.dtype == torch.float32
+    assert_same(ops.depth_mix_triton, REF, q, state, sources, 0.25, "softmax", mix_states, atol=3e-2, rtol=3e-2)
+
+
+def test_auto_takes_triton_on_gpu_for_many_rows(device):
     if device.type != "cuda":
         pytest.skip("auto picks Triton on GPUs only")
-    q, state, sources = on(device, *make_inputs(seq_len=5, num_sources=2))
+    q, state, sources = on(device, *make_inputs(seq_len=80, num_sources=2))  # 2 x 2 x 80 rows: many
     a, _ = ops.depth_mix(q, state, sources, 0.25, impl="auto")
     b, _ = ops.depth_mix_triton(q, state, sources, 0.25)
+    torch.testing.assert_close(a.value, b.value, rtol=0, atol=0)
+    q, state, sources = on(device, *make_inputs(seq_len=1, num_sources=2))  # a decoding step: the compiled form
+    a, _ = ops.depth_mix(q, state, sources, 0.25, impl="auto", need_weights=False)
+    b, _ = ops.depth_mix_compiled(q, state, sources, 0.25, need_weights=False)
     torch.testing.assert_close(a.value, b.value, rtol=0, atol=0)

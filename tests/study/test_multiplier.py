@@ -185,3 +185,14 @@ def test_every_study_figure_keeps_a_long_title_inside_the_figure(tiny_data, tmp_
         for text in titles:
             box = text.get_window_extent(fig.canvas.get_renderer())
             assert 0 <= box.x0 and box.x1 <= width, text.get_text()
+
+
+def test_the_fitted_multiplier_is_not_stated_far_past_the_fitted_budgets(study, monkeypatch):
+    from depthattn.study import multiplier
+
+    results = planted_results(study, lambda x: 1.3)
+    assert multipliers(study, results)["fit"]["at_printable"]  # 20 lies inside 10-500 tokens per parameter
+    monkeypatch.setattr(multiplier, "FIT_AT", 5000.0)  # 10 x past the largest fitted budget
+    assert not multipliers(study, results)["fit"]["at_printable"]
+    text = markdown_report(study, results)
+    assert "— (past 2 x the fitted budgets)" in text

@@ -41,10 +41,9 @@ CASES = {
     "value_residual": dict(cross_layer="value_residual"),
     "bias_kv_window": dict(depth_score_bias=True, depth_mix_states="kv", depth_stride=2, depth_window=1,
                            k_norm_after_rope=True),
-    "uniform_k_every_sliding": dict(depth_mix="uniform", depth_mix_states="k", depth_stride=1,
-                                    use_sliding_window=True, sliding_window=24, max_window_layers=2),
-    "linear_qkv_bias": dict(depth_mix="linear", depth_stride=1, qkv_bias=True),
-    "static_mlp_bias": dict(depth_mix="uniform", depth_score_bias=True, mlp_bias=True),
+    "static_k_every_sliding": dict(depth_mix="uniform", depth_score_bias=True, depth_mix_states="k", depth_stride=1,
+                                   use_sliding_window=True, sliding_window=24, max_window_layers=2),
+    "linear_qkv_mlp_bias": dict(depth_mix="linear", depth_stride=1, qkv_bias=True, mlp_bias=True),
     "looped": dict(num_loops=2),  # 8 unrolled steps, sources every 4, one cache slot per step
     "value_embeddings": dict(cross_layer="value_embeddings"),
 }

@@ -330,7 +330,9 @@ def joint_fit(x: np.ndarray, table: dict[str, np.ndarray], baseline: str, rng: n
         boot = np.array([_solve(x, stack[:, :, d].mean(axis=2), params) for d in draws])
     residual = _predict(params, x, len(methods)) - means
     out = {"E": float(params[0]), "B": float(math.exp(params[1])), "beta": float(params[2]),
-           "rms_residual": float(np.sqrt((residual ** 2).mean())), "methods": {}}
+           "rms_residual": float(np.sqrt((residual ** 2).mean())), "methods": {},
+           # FIT_AT further than EXTRAPOLATION_LIMIT x past the fitted budgets: the fit's multiplier there is not stated
+           "at_printable": bool(FIT_AT <= EXTRAPOLATION_LIMIT * float(np.max(x)))}
     for i, method in enumerate(methods[1:]):
         log_k, gamma = params[3 + 2 * i], params[4 + 2 * i]
         row = {"k": math.exp(log_k), "gamma": float(gamma), "at": math.exp(log_k + gamma * math.log(FIT_AT)),

@@ -15,7 +15,7 @@ from ..train.config import read_toml
 from .multiplier import EXTRAPOLATION_LIMIT, REPEATS_FLAG, format_multiplier, groups, multipliers
 from .multiplier import RESAMPLES as MULTIPLIER_RESAMPLES
 from .plots import plot_curve_differences, plot_differences, plot_multipliers, plot_overview, plot_trend
-from .pricing import cell_flops
+from .pricing import H100_BF16_TFLOPS, cell_flops
 from .records import Cell, CellResult
 from .spec import Study, setting_label
 from .stats import (
@@ -81,6 +81,7 @@ def markdown_report(study: Study, results: list[CellResult], found: dict[str, di
                 f"{bpb[label].row(r.method).mean:.4f} | {format_interval(d)} | {p} | {wins} | "
                 f"{verdict(d) if d else '—'} | {r.extra_params:,} |"
                 + (f" {study.paper.get(r.method, '—')} |" if study.paper else ""))
+        lines += _gpu_throughput(study, table, cells)
         if study.start_from:
             lines += ["", *_curve_table(study, cells)]
         for c in table.contrasts:
@@ -90,6 +91,19 @@ def markdown_report(study: Study, results: list[CellResult], found: dict[str, di
                           f"seeds: **{verdict(d).replace('better', f'{a} better').replace('worse', f'{b} better')}**."]
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _gpu_throughput(study: Study, table, cells: list[CellResult]) -> list[str]:
+    """For cells trained on a GPU: each method's training tokens per second and its model FLOPs utilisation of
+    a 989 TFLOP/s bf16 peak (H100, H200), from the cell's FLOPs per token (`pricing.cell_flops`)."""
+    if not any(c.record.get("device") == "cuda" for c in cells):
+        return []
+    parts = []
+    for r in table.rows:
+        flops = cell_flops(study, table.setting, r.method)
+        mfu = r.tokens_per_s * flops["flops"] / flops["tokens"] / (H100_BF16_TFLOPS * 1e12)
+        parts.append(f"{r.method} {r.tokens_per_s:,.0f} ({mfu:.1%})")
+    return ["", "Training throughput on the GPU, tokens/s (MFU of 989 TFLOP/s bf16): " + ", ".join(parts) + "."]
 
 
 def _mean_sd(row) -> str:
@@ -256,6 +270,8 @@ def _multiplier_tables(study: Study, found: dict | None) -> list[str]:
     for method, row in fit["methods"].items():
         ci = (lambda lo, hi: f" [{lo:+.3f}, {hi:+.3f}]") if row["gamma_low"] is not None else (lambda lo, hi: "")
         at = f"{row['at']:.2f}x" + (f" [{row['at_low']:.2f}, {row['at_high']:.2f}]" if row["at_low"] else "")
+        if not fit["at_printable"]:
+            at = f"— (past {EXTRAPOLATION_LIMIT:g} x the fitted budgets)"
         lines.append(f"| {method} | {row['k']:.3f} | {row['gamma']:+.4f}{ci(row['gamma_low'], row['gamma_high'])}"
                      f" | {at} | {row['verdict'] or f'too few seeds ({n})'} |")
     return [*lines, "", f"Each multiplier: point [95% interval from {MULTIPLIER_RESAMPLES:,} bootstrap resamples of "

@@ -16,7 +16,10 @@ rule to the compiled form, and the Triton kernels take no `score_bias`).
 * `"triton"`: Triton kernels, forward and backward (`triton.py`); GPUs (or `TRITON_INTERPRET=1`).
 * `"cpu"`: one C++ op per call for CPU inference (`cpu.py`), compiled on first use (needs a C++ compiler and
   ninja); calls that need gradients take the compiled form. The fastest eager CPU decoding.
-* `"auto"`: `"triton"` on a GPU where Triton is installed and outside `torch.compile`, else `"compiled"`.
+* `"auto"`: `"triton"` on a GPU where Triton is installed, outside `torch.compile`, for more than `SMALL_ROWS`
+  rows (training, prefill), else `"compiled"`: at a decoding step's few rows the time is the host's, and the
+  compiled form's few torch ops cost less of it than a Triton call with its pointer tables (measured on an
+  H200: benchmarks/results/h200-decode-profile.md).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch
 
 from depthattn.layer_states import DepthState
 
-from .compiled import depth_mix_compiled
+from .compiled import SMALL_ROWS, depth_mix_compiled
 from .cpu import depth_mix_cpu, load_cpu_kernel
 from .naive import depth_mix_reference
 from .triton import TRITON_AVAILABLE, depth_mix_triton, triton_runs_on
@@ -43,11 +46,18 @@ def depth_mix_auto(
     score_bias: torch.Tensor | None = None,
     need_weights: bool = True,
 ) -> tuple[DepthState, torch.Tensor | None]:
-    """The fastest implementation for these tensors: Triton on a GPU (eager, no score bias), else the compiled form."""
-    if TRITON_AVAILABLE and score_bias is None and query.device.type != "cpu" \
-            and not torch.compiler.is_compiling() and triton_runs_on(query.device):
+    """The fastest implementation for these tensors: Triton on a GPU for many rows (eager, no score bias), else the
+    compiled form."""
+    if takes_triton(query, state, score_bias):
         return depth_mix_triton(query, state, sources, scaling, rule, mix_states)
     return depth_mix_compiled(query, state, sources, scaling, rule, mix_states, score_bias, need_weights)
+
+
+def takes_triton(query: torch.Tensor, state: DepthState, score_bias: torch.Tensor | None = None) -> bool:
+    """Whether `"auto"` runs these tensors through the Triton kernels."""
+    rows = query.shape[0] * state.score_key.shape[1] * query.shape[2]  # B * Hkv * T
+    return (TRITON_AVAILABLE and score_bias is None and query.device.type != "cpu" and rows > SMALL_ROWS
+            and not torch.compiler.is_compiling() and triton_runs_on(query.device))
 
 
 _IMPLS: dict[str, Callable] = {

@@ -1,7 +1,10 @@
 """The Triton kernels of `triton.py`, imported on first use only (so TRITON_INTERPRET is read then).
 
 Row layout: one program handles BLOCK_T positions of one (batch, KV head); each source tensor is found
-through a table row [pointer, stride_b, stride_h, stride_t] (last dimension contiguous).
+through a table row [pointer, stride_b, stride_h, stride_t] (last dimension contiguous). Each table's tensors
+share one element type (SK_DTYPE, K_DTYPE, V_DTYPE), which may differ between tables and from the query's (under
+autocast the normed queries and keys are float32, the values bfloat16); every output is stored in its own
+pointer's element type.
 """
 
 import triton
@@ -25,7 +28,7 @@ def forward_kernel(
     n, T, Hkv, scale_ptr,  # scale_ptr: [scaling / G] in the ACC dtype
     G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
     SOFTMAX: tl.constexpr, MIX_K: tl.constexpr, MIX_V: tl.constexpr,
-    DTYPE: tl.constexpr, ACC: tl.constexpr,
+    SK_DTYPE: tl.constexpr, K_DTYPE: tl.constexpr, V_DTYPE: tl.constexpr, ACC: tl.constexpr,
 ):
     pid_t, pid_bh = tl.program_id(0), tl.program_id(1)
     b, h = pid_bh // Hkv, pid_bh % Hkv
@@ -49,7 +52,7 @@ def forward_kernel(
     acc_v = tl.zeros([BLOCK_T, BLOCK_D], dtype=ACC)
     for j in range(n):
         if SOFTMAX:
-            sk = _load_rows(sk_table, j, b, h, offs_t, offs_d, mask, DTYPE).to(ACC)
+            sk = _load_rows(sk_table, j, b, h, offs_t, offs_d, mask, SK_DTYPE).to(ACC)
             s = tl.sum(qbar * sk, axis=1)
             tl.store(w_ptr + row * n + j, s, mask=mask_t)  # raw score; normalised below
             m_new = tl.maximum(m, s)
@@ -61,17 +64,17 @@ def forward_kernel(
             p = tl.full([BLOCK_T], 1.0, dtype=ACC)
         denom = denom * alpha + p
         if MIX_V:
-            v = _load_rows(v_table, j, b, h, offs_t, offs_d, mask, DTYPE).to(ACC)
+            v = _load_rows(v_table, j, b, h, offs_t, offs_d, mask, V_DTYPE).to(ACC)
             acc_v = acc_v * alpha[:, None] + p[:, None] * v
         if MIX_K:
-            k = _load_rows(k_table, j, b, h, offs_t, offs_d, mask, DTYPE).to(ACC)
+            k = _load_rows(k_table, j, b, h, offs_t, offs_d, mask, K_DTYPE).to(ACC)
             acc_k = acc_k * alpha[:, None] + p[:, None] * k
     out_offs = row[:, None] * D + offs_d[None, :]
     tl.debug_barrier()  # the raw scores stored above are read back below, maybe by other threads
     if MIX_V:
-        tl.store(out_v_ptr + out_offs, (acc_v / denom[:, None]).to(DTYPE), mask=mask)
+        tl.store(out_v_ptr + out_offs, (acc_v / denom[:, None]).to(out_v_ptr.dtype.element_ty), mask=mask)
     if MIX_K:
-        tl.store(out_k_ptr + out_offs, (acc_k / denom[:, None]).to(DTYPE), mask=mask)
+        tl.store(out_k_ptr + out_offs, (acc_k / denom[:, None]).to(out_k_ptr.dtype.element_ty), mask=mask)
     for j in range(n):
         if SOFTMAX:
             s = tl.load(w_ptr + row * n + j, mask=mask_t, other=0.0)
@@ -92,7 +95,7 @@ def backward_kernel(
     n, T, Hkv, scale_ptr, BHTD,
     G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
     SOFTMAX: tl.constexpr, MIX_K: tl.constexpr, MIX_V: tl.constexpr, HAS_DW: tl.constexpr,
-    DTYPE: tl.constexpr, ACC: tl.constexpr,
+    SK_DTYPE: tl.constexpr, K_DTYPE: tl.constexpr, V_DTYPE: tl.constexpr, ACC: tl.constexpr,
 ):
     pid_t, pid_bh = tl.program_id(0), tl.program_id(1)
     b, h = pid_bh // Hkv, pid_bh % Hkv
@@ -115,13 +118,15 @@ def backward_kernel(
         if HAS_DW:
             dw += tl.load(dw_ptr + row * n + j, mask=mask_t, other=0.0)
         if MIX_V:
-            v = _load_rows(v_table, j, b, h, offs_t, offs_d, mask, DTYPE).to(ACC)
+            v = _load_rows(v_table, j, b, h, offs_t, offs_d, mask, V_DTYPE).to(ACC)
             dw += tl.sum(dov * v, axis=1)
-            tl.store(dv_ptr + tl.cast(j, tl.int64) * BHTD + out_offs, (w[:, None] * dov).to(DTYPE), mask=mask)
+            tl.store(dv_ptr + tl.cast(j, tl.int64) * BHTD + out_offs, (w[:, None] * dov).to(dv_ptr.dtype.element_ty),
+                     mask=mask)
         if MIX_K:
-            k = _load_rows(k_table, j, b, h, offs_t, offs_d, mask, DTYPE).to(ACC)
+            k = _load_rows(k_table, j, b, h, offs_t, offs_d, mask, K_DTYPE).to(ACC)
             dw += tl.sum(dok * k, axis=1)
-            tl.store(dk_ptr + tl.cast(j, tl.int64) * BHTD + out_offs, (w[:, None] * dok).to(DTYPE), mask=mask)
+            tl.store(dk_ptr + tl.cast(j, tl.int64) * BHTD + out_offs, (w[:, None] * dok).to(dk_ptr.dtype.element_ty),
+                     mask=mask)
         if SOFTMAX:
             tl.store(scratch_ptr + row * n + j, dw, mask=mask_t)
             total += w * dw
@@ -140,10 +145,11 @@ def backward_kernel(
             w = tl.load(w_ptr + row * n + j, mask=mask_t, other=0.0)
             dw = tl.load(scratch_ptr + row * n + j, mask=mask_t, other=0.0)
             ds = w * (dw - total)
-            sk = _load_rows(sk_table, j, b, h, offs_t, offs_d, mask, DTYPE).to(ACC)
+            sk = _load_rows(sk_table, j, b, h, offs_t, offs_d, mask, SK_DTYPE).to(ACC)
             dqbar += ds[:, None] * sk
-            tl.store(dsk_ptr + tl.cast(j, tl.int64) * BHTD + out_offs, (ds[:, None] * qbar).to(DTYPE), mask=mask)
-        dq = (dqbar * scale).to(DTYPE)
+            tl.store(dsk_ptr + tl.cast(j, tl.int64) * BHTD + out_offs,
+                     (ds[:, None] * qbar).to(dsk_ptr.dtype.element_ty), mask=mask)
+        dq = (dqbar * scale).to(dq_ptr.dtype.element_ty)
         for g in tl.static_range(G):
             dq_offs = ((b * Hkv + h) * G + g) * T * D + offs_t[:, None] * D + offs_d[None, :]
             tl.store(dq_ptr + dq_offs, dq, mask=mask)

@@ -136,18 +136,24 @@ def _mix_small(query, state, sources, scaling, rule, mix_states, score_bias):
 
 def _mix_small_attention(query, state, sources, scaling, mix_states, score_bias):
     # the softmax rule without weights: per mixed state, one scaled_dot_product_attention of the group-summed
-    # query over the candidates (rows of one query each), scores in the accumulation dtype as above
+    # query over the candidates (rows of one query each), scores in the accumulation dtype as above; every state
+    # read goes into one stacked copy, so a decoding step launches a stack, a cast, a sum and one attention per
+    # mixed state (and a cast back)
     batch, num_heads, seq_len, head_dim = query.shape
     num_kv_heads = state.score_key.shape[1]
-    rows, dtype = batch * num_kv_heads * seq_len, _ACC.get(query.dtype, query.dtype)
+    rows, n, dtype = batch * num_kv_heads * seq_len, len(sources) + 1, _ACC.get(query.dtype, query.dtype)
     candidates = [*sources, state]
-
-    def stacked(tensors):  # (rows, 1, n, d)
-        return _cast(torch.stack(tensors, dim=-2).view(rows, 1, -1, head_dim), dtype)
-
-    score_keys = stacked([c.score_key for c in candidates])
+    mix_k, mix_v = "k" in mix_states, "v" in mix_states
+    own_keys = mix_k and not all(c.key is c.score_key for c in candidates)  # usually shared (modeling.py)
+    tensors = [c.score_key for c in candidates]
+    if own_keys:
+        tensors += [c.key for c in candidates]
+    if mix_v:
+        tensors += [c.value for c in candidates]
+    stacked = _cast(torch.stack(tensors, dim=-2).view(rows, 1, -1, head_dim), dtype)  # (rows, 1, m n, d)
     depth_query = query.view(batch, num_kv_heads, -1, seq_len, head_dim).sum(2, dtype=dtype).view(rows, 1, 1, head_dim)
     bias = None if score_bias is None else score_bias.to(dtype).view(1, 1, 1, -1)
+    score_keys = stacked[:, :, :n]
 
     def mix(states, out_dtype):  # states: (rows, 1, n, d)
         out = torch.nn.functional.scaled_dot_product_attention(
@@ -155,9 +161,8 @@ def _mix_small_attention(query, state, sources, scaling, mix_states, score_bias)
         return _cast(out.view(batch, num_kv_heads, seq_len, head_dim), out_dtype)
 
     key, value = state.key, state.value
-    if "k" in mix_states:  # the keys are usually the score keys themselves (modeling.py)
-        shared = all(c.key is c.score_key for c in candidates)
-        key = mix(score_keys if shared else stacked([c.key for c in candidates]), key.dtype)
-    if "v" in mix_states:
-        value = mix(stacked([c.value for c in candidates]), value.dtype)
+    if mix_k:
+        key = mix(stacked[:, :, n:2 * n] if own_keys else score_keys, key.dtype)
+    if mix_v:
+        value = mix(stacked[:, :, -n:], value.dtype)
     return DepthState(state.score_key, key, value)

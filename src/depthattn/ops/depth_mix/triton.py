@@ -92,6 +92,20 @@ def _split(tensors, n: int, mix_k: bool, mix_v: bool):
     return score_keys, keys, values
 
 
+def _one_dtype(group: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The group's tensors in one dtype (the kernels read a table's tensors as one type): as they are when they
+    share it, else all in their promoted dtype."""
+    dtype = functools.reduce(torch.promote_types, (t.dtype for t in group))
+    return [t if t.dtype == dtype else t.to(dtype) for t in group]
+
+
+def _element_types(score_keys, keys, values, tl_dtypes) -> dict:
+    """The kernels' per-table element types; an absent group reads as the score keys' type (never loaded)."""
+    fallback = score_keys[0].dtype
+    return dict(SK_DTYPE=tl_dtypes[fallback], K_DTYPE=tl_dtypes[keys[0].dtype if keys else fallback],
+                V_DTYPE=tl_dtypes[values[0].dtype if values else fallback])
+
+
 class _DepthMixFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, meta, query, *tensors):
@@ -99,11 +113,13 @@ class _DepthMixFunction(torch.autograd.Function):
         score_keys, keys, values = _split(tensors, n, mix_k, mix_v)
         batch, num_heads, seq_len, head_dim = query.shape
         num_kv_heads = score_keys[0].shape[1]
-        device, dtype = query.device, query.dtype
-        acc = torch.promote_types(dtype, torch.float32)
+        device = query.device
+        acc = functools.reduce(torch.promote_types, (t.dtype for t in tensors), torch.promote_types(query.dtype,
+                                                                                                   torch.float32))
         tables = _tables([score_keys, keys or score_keys, values or score_keys], device)
-        out_k = torch.empty((batch, num_kv_heads, seq_len, head_dim), device=device, dtype=dtype) if mix_k else None
-        out_v = torch.empty((batch, num_kv_heads, seq_len, head_dim), device=device, dtype=dtype) if mix_v else None
+        shape = (batch, num_kv_heads, seq_len, head_dim)
+        out_k = torch.empty(shape, device=device, dtype=keys[0].dtype) if mix_k else None
+        out_v = torch.empty(shape, device=device, dtype=values[0].dtype) if mix_v else None
         weights = torch.empty((batch, num_kv_heads, seq_len, n), device=device, dtype=acc)
         block_d, block_t, warps, blocks = _launch_config(seq_len, head_dim)
         grid = (blocks, batch * num_kv_heads)
@@ -113,8 +129,8 @@ class _DepthMixFunction(torch.autograd.Function):
             out_k if mix_k else weights, out_v if mix_v else weights, weights,
             n, seq_len, num_kv_heads, torch.full((1,), scaling / (num_heads // num_kv_heads), device=device, dtype=acc),
             G=num_heads // num_kv_heads, D=head_dim, BLOCK_D=block_d, BLOCK_T=block_t,
-            SOFTMAX=softmax, MIX_K=mix_k, MIX_V=mix_v, DTYPE=tl_dtypes[dtype], ACC=tl_dtypes[acc],
-            num_warps=warps,
+            SOFTMAX=softmax, MIX_K=mix_k, MIX_V=mix_v, ACC=tl_dtypes[acc],
+            **_element_types(score_keys, keys, values, tl_dtypes), num_warps=warps,
         )
         ctx.meta = meta
         ctx.save_for_backward(query, *tensors, weights)
@@ -129,23 +145,23 @@ class _DepthMixFunction(torch.autograd.Function):
         score_keys, keys, values = _split(tensors, n, mix_k, mix_v)
         batch, num_heads, seq_len, head_dim = query.shape
         num_kv_heads = score_keys[0].shape[1]
-        device, dtype = query.device, query.dtype
+        device = query.device
         # rebuilt, not kept from forward: saved tensors can come back at new addresses (saved-tensor hooks)
         tables = _tables([score_keys, keys or score_keys, values or score_keys], device)
         shape = (n, batch, num_kv_heads, seq_len, head_dim)
         dq = torch.empty_like(query, memory_format=torch.contiguous_format) if softmax else None
-        dsk = torch.empty(shape, device=device, dtype=dtype) if softmax else None
-        dk = torch.empty(shape, device=device, dtype=dtype) if mix_k else None
-        dv = torch.empty(shape, device=device, dtype=dtype) if mix_v else None
+        dsk = torch.empty(shape, device=device, dtype=score_keys[0].dtype) if softmax else None
+        dk = torch.empty(shape, device=device, dtype=keys[0].dtype) if mix_k else None
+        dv = torch.empty(shape, device=device, dtype=values[0].dtype) if mix_v else None
         scratch = torch.empty_like(weights) if softmax else weights
         has_dw = softmax and d_weights is not None
         d_out_k = d_out_k.contiguous() if mix_k and d_out_k is not None else None
         d_out_v = d_out_v.contiguous() if mix_v and d_out_v is not None else None
-        zeros = None
-        if (mix_k and d_out_k is None) or (mix_v and d_out_v is None):
-            zeros = torch.zeros((batch, num_kv_heads, seq_len, head_dim), device=device, dtype=dtype)
-        d_out_k = d_out_k if d_out_k is not None else zeros
-        d_out_v = d_out_v if d_out_v is not None else zeros
+        out_shape = (batch, num_kv_heads, seq_len, head_dim)
+        if mix_k and d_out_k is None:
+            d_out_k = torch.zeros(out_shape, device=device, dtype=keys[0].dtype)
+        if mix_v and d_out_v is None:
+            d_out_v = torch.zeros(out_shape, device=device, dtype=values[0].dtype)
         block_d, block_t, warps, blocks = _launch_config(seq_len, head_dim)
         grid = (blocks, batch * num_kv_heads)
         _, backward_kernel, tl_dtypes = _kernels()
@@ -159,8 +175,8 @@ class _DepthMixFunction(torch.autograd.Function):
             torch.full((1,), scaling / (num_heads // num_kv_heads), device=device, dtype=weights.dtype),
             batch * num_kv_heads * seq_len * head_dim,
             G=num_heads // num_kv_heads, D=head_dim, BLOCK_D=block_d, BLOCK_T=block_t,
-            SOFTMAX=softmax, MIX_K=mix_k, MIX_V=mix_v, HAS_DW=has_dw,
-            DTYPE=tl_dtypes[dtype], ACC=tl_dtypes[weights.dtype], num_warps=warps,
+            SOFTMAX=softmax, MIX_K=mix_k, MIX_V=mix_v, HAS_DW=has_dw, ACC=tl_dtypes[weights.dtype],
+            **_element_types(score_keys, keys, values, tl_dtypes), num_warps=warps,
         )
         grads = [dsk.unbind(0) if softmax else [None] * n]
         if mix_k:
@@ -188,15 +204,17 @@ def depth_mix_triton(
     if not triton_runs_on(query.device):
         raise RuntimeError(f"Triton kernels do not run on {query.device} tensors (set TRITON_INTERPRET=1 "
                            "before the first call to interpret them on CPU)")
-    if query.dtype not in _SUPPORTED:
-        raise TypeError(f"depth_mix_triton supports {list(_SUPPORTED)}, got {query.dtype}")
     candidates = [*sources, state]
     mix_k, mix_v = "k" in mix_states, "v" in mix_states
-    tensors = [_last_dim_contiguous(c.score_key) for c in candidates]
+    groups = [[c.score_key for c in candidates]]
     if mix_k:
-        tensors += [_last_dim_contiguous(c.key) for c in candidates]
+        groups.append([c.key for c in candidates])
     if mix_v:
-        tensors += [_last_dim_contiguous(c.value) for c in candidates]
+        groups.append([c.value for c in candidates])
+    dtypes = {t.dtype for group in groups for t in group} | {query.dtype}
+    if dtypes - set(_SUPPORTED):
+        raise TypeError(f"depth_mix_triton supports {list(_SUPPORTED)}, got {sorted(map(str, dtypes))}")
+    tensors = [_last_dim_contiguous(t) for group in groups for t in _one_dtype(group)]
     meta = (float(scaling), rule != "uniform", mix_k, mix_v, len(candidates))
     out_k, out_v, weights = _DepthMixFunction.apply(meta, _last_dim_contiguous(query), *tensors)
     key = out_k if mix_k else state.key
