@@ -2,15 +2,16 @@
 # The GPU checks in one go, for a machine with a CUDA GPU and torch + triton installed (run from the repository
 # root), most wanted first: the GPU tests, the benchmark size (decoding at batch 1, then at batch 16), serving
 # (where transformers' serving extra is installed), the paper's 1.5B shape, compiled training and decoding
-# steps, the decoding profile at the 1.5B shape with its depth-mixing implementations side by side, and the
-# ladder's smoke study. Each step has a time limit, and a step that would not fit in the time left (GPU_BUDGET_S,
-# default 560 s) is skipped, so the earlier results always come back. GPU_STEPS (comma-separated step names)
-# runs those steps alone, in this file's order.
+# steps, eager decoding at the 1.5B shape with each depth-mixing implementation, the ladder's smoke study, the
+# decoding profile and compiled decoding at the 1.5B shape. Each step has a time limit, and a step that would not
+# fit in the time left (GPU_BUDGET_S, default 560 s) is skipped, so the earlier results always come back.
+# GPU_STEPS (comma-separated step names) runs those steps alone, in this file's order.
 #
-#   benchmarks/gpu.sh OUT_DIR   -> OUT_DIR/log.txt, OUT_DIR/{bench-size,decode16,b15,compiled,decode-impls}/
+#   benchmarks/gpu.sh OUT_DIR   -> OUT_DIR/log.txt,
+#                                  OUT_DIR/{bench-size,decode16,b15,compiled,decode-impls,b15-compiled-decode}/
 #                                  benchmark.{json,md}, OUT_DIR/serving/serving.{json,md},
-#                                  OUT_DIR/profile/{profile.md,profile.json,trace-*.json.gz},
-#                                  OUT_DIR/ladder-smoke/{cells.tar.gz,study.log}
+#                                  OUT_DIR/ladder-smoke/cells.tar.gz,
+#                                  OUT_DIR/profile/{profile.md,profile.json,trace-*.json.gz}
 #
 # transformers older than the project's minimum is replaced from a wheel in .whl/ if one is there.
 set -u
@@ -80,4 +81,7 @@ fi
 # where a decoding step's time goes at the 1.5B shape (torch.profiler): ~80 s
 step profile 120 python3 -m benchmarks.profile_decode "${b15_decode[@]}" --decode-tokens 8 \
     --methods vanilla,depth_attention,depth_attention:triton,depth_attention:reference --out "$out/profile"
+# compiled decoding steps (inductor, a StaticCache) at the 1.5B shape: what eager decoding's host time leaves out
+step b15-compiled-decode 300 python3 -m benchmarks "${b15_decode[@]}" --phases decode --compile --reps 5 \
+    --decode-tokens 16 --methods vanilla,depth_attention --out "$out/b15-compiled-decode"
 for f in "$out"/*/benchmark.md "$out"/serving/serving.md "$out"/profile/profile.md; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done
