@@ -70,8 +70,8 @@ step decode-impls 100 python3 -m benchmarks "${b15_decode[@]}" --phases decode -
     --methods qwen3,vanilla,depth_attention,depth_attention:triton,depth_attention:reference \
     --out "$out/decode-impls"
 # the ladder's smoke study (configs/study/ladder_smoke.toml), three cells at a time on the one GPU (~7 min: MoDA at
-# 12 x 512 takes ~1 s a step beside two others); the cells it
-# writes (docs/results/study/cells) come back as one archive, also when the time limit stopped it
+# 12 x 512 takes ~1 s a step beside two others); the cells it writes (docs/results/study/cells) come back as one
+# archive, also when the time limit stopped it
 start_mark=$(mktemp)
 step ladder-smoke 420 python3 -m depthattn study configs/study/ladder_smoke.toml --workers 3 --threads 4
 if [[ -z ${GPU_STEPS:-} || ",$GPU_STEPS," == *",ladder-smoke,"* ]]; then
