@@ -1,5 +1,6 @@
 """Multipliers recover what is planted: a method worth k times the baseline's data, constant or growing."""
 
+import math
 
 import numpy as np
 import pytest
@@ -196,3 +197,26 @@ def test_the_fitted_multiplier_is_not_stated_far_past_the_fitted_budgets(study, 
     assert not multipliers(study, results)["fit"]["at_printable"]
     text = markdown_report(study, results)
     assert "— (past 2 x the fitted budgets)" in text
+
+
+@pytest.mark.parametrize("epochs_per_x", [0.01, 1.0], ids=["with-slope", "no-slope"])
+def test_the_multiplier_figure_names_every_method(study, monkeypatch, tmp_path, epochs_per_x):
+    """Where every budget reads the baseline's curve past 2 epochs there is no slope and no line; the legend
+    still says whose points are whose."""
+    from depthattn.study import plots, report
+
+    results = planted_results(study, lambda x: 1.3, noise=0.005, epochs_per_x=epochs_per_x)
+    assert math.isnan(report.budget_multipliers(study, results)[""]["rows"][0]["trend"]["gamma"]) == (
+        epochs_per_x == 1.0)
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or path)
+    plots.plot_multipliers(study, report.budget_multipliers(study, results)[""], tmp_path / "m.png")
+    legend = figures[0].axes[0].get_legend()
+    assert legend is not None and any(t.get_text().startswith("depth_attention") for t in legend.get_texts())
+
+
+def test_no_joint_fit_where_too_few_budgets_pass_over_the_data_at_most_twice(study):
+    results = planted_results(study, lambda x: 1.3, epochs_per_x=1.0)  # 10 epochs and more at every budget
+    assert multipliers(study, results)["fit"] is None
+    assert "No joint fit: it needs 3 budgets that pass over the data at most 2 times (here: 0)." in \
+        markdown_report(study, results)

@@ -45,6 +45,7 @@ RESAMPLES = 2000
 FIT_RESAMPLES = 400  # the joint fit is a nonlinear least squares: fewer resamples, each warm-started
 EXTRAPOLATION_LIMIT = 2.0
 REPEATS_FLAG = 2.0
+MIN_FIT_BUDGETS = 3  # the joint fit's budgets (at most REPEATS_FLAG epochs) fewer than this: no joint fit
 FIT_AT = 20.0  # the fitted multiplier is stated at 20 tokens per parameter, about compute-optimal
 
 
@@ -242,7 +243,8 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
     return {"labels": [label for label, keep in zip(labels, every) if keep], "x": x[every].tolist(),
             "seeds": sample.seeds, "baseline": study.baseline, "rows": rows,
             "fit": joint_fit(x[fitted], {m: t[fitted] for m, t in table.items()}, study.baseline,
-                             sample.rng if sample.boot is not None else None, len(sample.seeds)),
+                             sample.rng if sample.boot is not None else None, len(sample.seeds))
+            if fitted.sum() >= MIN_FIT_BUDGETS else None,
             "fit_budgets": [label for label, keep in zip(labels, fitted) if keep],
             "curve": sample.curve.power}
 

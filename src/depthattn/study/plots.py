@@ -183,17 +183,17 @@ def plot_multipliers(study: Study, found: dict, out_png: Path) -> Path:
     for row in found["rows"]:
         points = [p for p in row["points"] if p["printable"]]
         colour = colours[row["method"]]
-        for p in points:
+        trend = row["trend"]
+        # the method's name on its first point, so that it is in the legend also where no line is drawn
+        label = row["method"] + (f" (slope {trend['gamma']:+.3f}: {trend['verdict']})" if trend["verdict"] else "")
+        for i, p in enumerate(points):
             k = p["multiplier"]
             yerr = [[k - p["low"]], [p["high"] - k]] if p["low"] is not None and math.isfinite(p["high"]) else None
             ax.errorbar(p["tokens_per_parameter"], k, yerr=yerr, fmt="o", capsize=3, color=colour,
-                        mfc="white" if p["extrapolated"] else colour)
-        trend = row["trend"]
-        label = row["method"] + (f" (slope {trend['gamma']:+.3f}: {trend['verdict']})" if trend["verdict"] else "")
+                        mfc="white" if p["extrapolated"] else colour, label=label if i == 0 else None)
         xs = [p["tokens_per_parameter"] for p in points if math.isfinite(p["multiplier"])]
         if xs and math.isfinite(trend["gamma"]):
-            ax.plot(xs, [math.exp(trend["log_c"]) * x ** trend["gamma"] for x in xs], "-", color=colour, lw=1,
-                    label=label)
+            ax.plot(xs, [math.exp(trend["log_c"]) * x ** trend["gamma"] for x in xs], "-", color=colour, lw=1)
     ax.axhline(1, color="black", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..files import atomic_write_bytes, atomic_write_json
 from ..presets import METHOD_PRESETS
 from ..train.config import read_toml
-from .multiplier import EXTRAPOLATION_LIMIT, REPEATS_FLAG, format_multiplier, groups, multipliers
+from .multiplier import EXTRAPOLATION_LIMIT, MIN_FIT_BUDGETS, REPEATS_FLAG, format_multiplier, groups, multipliers
 from .multiplier import RESAMPLES as MULTIPLIER_RESAMPLES
 from .plots import plot_curve_differences, plot_differences, plot_multipliers, plot_overview, plot_trend
 from .pricing import H100_BF16_TFLOPS, cell_flops
@@ -261,19 +261,11 @@ def _multiplier_tables(study: Study, found: dict | None) -> list[str]:
                      + " | ".join(format_multiplier(p, ratio) for p in row["points"]) + " |")
     epochs = [f"{x[p['label']]:.2g}: {p['read_epochs']:.2f}" for p in found["rows"][0]["points"]
               if p["read_epochs"] is not None] if found["rows"] else []
-    lines += ["", f"Joint fit over {', '.join(found['fit_budgets'])} tokens per parameter (the budgets that pass "
-                  f"over the data at most {REPEATS_FLAG:g} times): L_m(D) = E + B (k_m D^(1 + gamma_m))^-beta, "
-                  f"E = {fit['E']:.3f}, B = {fit['B']:.3f}, beta = {fit['beta']:.3f}, root-mean-square residual "
-                  f"{fit['rms_residual']:.4f} nats:", "",
-              "| method | k (at 1 tok/param) | gamma [95% CI] | multiplier at 20 tok/param [95% CI] | joint fit says |",
-              "|---|---|---|---|---|"]
-    for method, row in fit["methods"].items():
-        ci = (lambda lo, hi: f" [{lo:+.3f}, {hi:+.3f}]") if row["gamma_low"] is not None else (lambda lo, hi: "")
-        at = f"{row['at']:.2f}x" + (f" [{row['at_low']:.2f}, {row['at_high']:.2f}]" if row["at_low"] else "")
-        if not fit["at_printable"]:
-            at = f"— (past {EXTRAPOLATION_LIMIT:g} x the fitted budgets)"
-        lines.append(f"| {method} | {row['k']:.3f} | {row['gamma']:+.4f}{ci(row['gamma_low'], row['gamma_high'])}"
-                     f" | {at} | {row['verdict'] or f'too few seeds ({n})'} |")
+    if fit is None:
+        lines += ["", f"No joint fit: it needs {MIN_FIT_BUDGETS} budgets that pass over the data at most "
+                      f"{REPEATS_FLAG:g} times (here: {len(found['fit_budgets'])})."]
+    else:
+        lines += _joint_fit_table(found, fit, n)
     return [*lines, "", f"Each multiplier: point [95% interval from {MULTIPLIER_RESAMPLES:,} bootstrap resamples of "
                         f"the seeds; none below five seeds]; † read beyond {study.baseline}'s measured budgets (a "
                         f"power law anchored at the curve's end; not printed past {EXTRAPOLATION_LIMIT:g} x, a bound "
@@ -282,6 +274,23 @@ def _multiplier_tables(study: Study, found: dict | None) -> list[str]:
                         "method's multipliers read it: " + (", ".join(epochs) or "not recorded") + ". Verdict: "
                         "gamma's interval above zero: the multiplier grows with the budget; below: fades; across "
                         "zero: holds."]
+
+
+def _joint_fit_table(found: dict, fit: dict, n: int) -> list[str]:
+    lines = ["", f"Joint fit over {', '.join(found['fit_budgets'])} tokens per parameter (the budgets that pass "
+                 f"over the data at most {REPEATS_FLAG:g} times): L_m(D) = E + B (k_m D^(1 + gamma_m))^-beta, "
+                 f"E = {fit['E']:.3f}, B = {fit['B']:.3f}, beta = {fit['beta']:.3f}, root-mean-square residual "
+                 f"{fit['rms_residual']:.4f} nats:", "",
+             "| method | k (at 1 tok/param) | gamma [95% CI] | multiplier at 20 tok/param [95% CI] | joint fit says |",
+             "|---|---|---|---|---|"]
+    for method, row in fit["methods"].items():
+        ci = (lambda lo, hi: f" [{lo:+.3f}, {hi:+.3f}]") if row["gamma_low"] is not None else (lambda lo, hi: "")
+        at = f"{row['at']:.2f}x" + (f" [{row['at_low']:.2f}, {row['at_high']:.2f}]" if row["at_low"] else "")
+        if not fit["at_printable"]:
+            at = f"— (past {EXTRAPOLATION_LIMIT:g} x the fitted budgets)"
+        lines.append(f"| {method} | {row['k']:.3f} | {row['gamma']:+.4f}{ci(row['gamma_low'], row['gamma_high'])}"
+                     f" | {at} | {row['verdict'] or f'too few seeds ({n})'} |")
+    return lines
 
 
 def _short_verdict(difference: Difference) -> str:
