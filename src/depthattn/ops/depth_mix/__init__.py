@@ -19,7 +19,7 @@ rule to the compiled form, and the Triton kernels take no `score_bias`).
 * `"auto"`: `"triton"` on a GPU where Triton is installed, outside `torch.compile`, for more than `SMALL_ROWS`
   rows (training, prefill), else `"compiled"`: at a decoding step's few rows the time is the host's, and the
   compiled form's few torch ops cost less of it than a Triton call with its pointer tables (measured on an
-  H200: benchmarks/results/h200-decode-profile.md).
+  H200: benchmarks/results/h200-1.5b-decode-impls.md).
 """
 
 from __future__ import annotations
