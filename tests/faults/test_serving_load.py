@@ -21,7 +21,7 @@ def test_no_5xx_for_bad_input_and_no_dead_worker_under_concurrent_load(tmp_path)
                                        threads=1)
     try:
         server.wait_ready(timeout=180)
-        result = run_load(server, clients=4, seconds=15, prompts=PROMPTS, expected=expected, max_tokens=6,
+        result = run_load(server, clients=4, seconds=6, prompts=PROMPTS, expected=expected, max_tokens=6,
                           context=CONTEXT)
     finally:
         server.stop()

@@ -1,6 +1,7 @@
 """Ctrl-C (SIGINT to the process group, as a terminal sends it) or SIGTERM to a study of several workers: every
 running cell stops at a checkpoint of the step it reached and says so, the study ends with one line and the
-signal's exit status, and the same command resumes every cell from its own checkpoint."""
+signal's exit status, and the same command resumes every cell from its own checkpoint (shown after SIGINT: resuming
+reads the same checkpoints whichever signal wrote them)."""
 
 import os
 import re
@@ -71,6 +72,8 @@ def test_a_signal_stops_every_running_cell_of_a_study_at_a_checkpoint(tiny_data,
     assert len(stopped) == 2 and min(stopped) >= REACHED, out
     checkpoints = sorted(int(p.name.removeprefix("step_")) for p in tmp_path.glob("runs/**/checkpoints/step_*"))
     assert checkpoints == sorted(stopped)
+    if signum == signal.SIGTERM:  # resuming is shown after SIGINT: the same checkpoints, the same code
+        return
     status = subprocess.run([*command[:4], "--status"], capture_output=True, text=True, timeout=120)
     assert sorted(int(n) for n in re.findall(rf"resumes at step (\d+) of {STEPS}\)", status.stdout)) == \
         sorted(stopped), status
