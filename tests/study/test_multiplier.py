@@ -149,6 +149,21 @@ def test_a_budget_only_the_baseline_trains_waits_for_every_seed_and_costs_none(t
     assert last["extrapolated"] and last["low"] <= last["multiplier"] <= last["high"]  # vanilla's curve ends at e
 
 
+def test_a_budget_past_two_epochs_waits_for_every_seed_and_costs_none(study):
+    """Seeds 3 and 4 have not reached f (5 epochs) for depth_attention: they stay, f is vanilla's curve alone until
+    they do; a seed without a cell at a budget the verdict reads (within 2 epochs) is left out."""
+    planted = planted_results(study, lambda x: 1.3, noise=0.005)
+    results = [r for r in planted if not (r.method == "depth_attention" and r.setting["budget"] == "f" and r.seed > 2)]
+    found = multipliers(study, results)
+    assert found["seeds"] == [0, 1, 2, 3, 4] and found["rows"][0]["trend"]["verdict"] == "holds"
+    points = found["rows"][0]["points"]
+    assert [p["label"] for p in points] == ["a", "b", "c", "d", "e"]
+    assert not points[-1]["extrapolated"]  # e is read on vanilla's curve up to f
+    assert [p["label"] for p in multipliers(study, planted)["rows"][0]["points"]][-1] == "f"  # once they are in
+    results = [r for r in planted if not (r.method == "depth_attention" and r.setting["budget"] == "c" and r.seed == 4)]
+    assert multipliers(study, results)["seeds"] == [0, 1, 2, 3]
+
+
 def test_the_difference_figure_leaves_out_budgets_only_the_baseline_trains(tiny_data, tmp_path, monkeypatch):
     from depthattn.study import plots
 

@@ -110,26 +110,32 @@ def power_law(x: np.ndarray, loss: np.ndarray) -> tuple[float, float, float] | N
 
 def loss_table(study: Study, results: list[CellResult]
                ) -> tuple[list[str], np.ndarray, list[int], dict[str, np.ndarray]]:
-    """Budget labels (ascending), their tokens per parameter, the seeds every method of the study has at every
-    budget they all train, and per method its losses as an array (budgets, seeds), nan at the budgets only the
-    baseline trains (its curve read past the others' longest budget). Such a budget is left out until every one of
-    those seeds has its cell, so that cells still to come never cost the table a seed."""
+    """Budget labels (ascending), their tokens per parameter, the table's seeds, and per method its losses as an
+    array (budgets, seeds), nan where the method has none.
+
+    The seeds are those with every method's cell at every budget they all train within REPEATS_FLAG epochs (the
+    budgets the verdict reads). A method's losses at any other budget enter once every one of those seeds has its
+    cell there; until then that budget is the baseline's alone (its curve), or left out while the baseline too
+    lacks a seed's cell, so that cells still to come never cost the table a seed."""
     x_of = tokens_per_parameter(study, results)
     axis = study.branch_axis
     loss = {(r.method, r.setting[axis.name], r.seed): r.val_loss for r in results}
     methods = [m for m in study.methods if any(key[0] == m for key in loss)]
+    epochs_per_x = epochs_per_token_per_parameter(study, results)
 
-    def trained_by(label: str) -> list[str]:
-        return [m for m in methods if study.trains({axis.name: label}, m)]
+    def trains_all(label: str) -> bool:
+        return all(study.trains({axis.name: label}, m) for m in methods)
 
-    def complete(label: str, seed: int) -> bool:
-        return all((m, label, seed) in loss for m in trained_by(label))
+    shared = [label for label in x_of if trains_all(label)]
+    read = [label for label in shared if epochs_per_x is None or x_of[label] * epochs_per_x <= REPEATS_FLAG]
+    seeds = [s for s in sorted({key[2] for key in loss})
+             if all((m, label, s) in loss for label in read or shared for m in methods)]
 
-    shared = [label for label in x_of if trained_by(label) == methods]
-    seeds = [s for s in sorted({key[2] for key in loss}) if all(complete(label, s) for label in shared)]
-    labels = sorted((label for label in x_of if label in shared or all(complete(label, s) for s in seeds)),
-                    key=x_of.get)
-    table = {m: np.array([[loss[m, label, s] if m in trained_by(label) else math.nan for s in seeds]
+    def complete(method: str, label: str) -> bool:
+        return all((method, label, s) in loss for s in seeds)
+
+    labels = sorted((label for label in x_of if complete(study.baseline, label)), key=x_of.get)
+    table = {m: np.array([[loss[m, label, s] if complete(m, label) else math.nan for s in seeds]
                           for label in labels]).reshape(len(labels), len(seeds))
              for m in methods}
     return labels, np.array([x_of[label] for label in labels]), seeds, table
@@ -238,9 +244,10 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
             trend["verdict"] = "grows" if trend["low"] > 0 else "fades" if trend["high"] < 0 else "holds"
         rows.append({"method": method, "flops_ratio": (flops_ratio or {}).get(method), "points": points,
                      "trend": trend})
-    every = ~np.isnan(np.stack(list(table.values()))).any(axis=(0, 2))  # not only the baseline's: they have points
-    fitted &= every
-    return {"labels": [label for label, keep in zip(labels, every) if keep], "x": x[every].tolist(),
+    stacked = np.isnan(np.stack([table[m] for m in sample.k]))  # (methods, budgets, seeds), the baseline's left out
+    shown = ~stacked.all(axis=(0, 2))  # some method has points: not a budget only the baseline trains (so far)
+    fitted &= ~stacked.any(axis=(0, 2))  # every method has its cells
+    return {"labels": [label for label, keep in zip(labels, shown) if keep], "x": x[shown].tolist(),
             "seeds": sample.seeds, "baseline": study.baseline, "rows": rows,
             "fit": joint_fit(x[fitted], {m: t[fitted] for m, t in table.items()}, study.baseline,
                              sample.rng if sample.boot is not None else None, len(sample.seeds))

@@ -244,21 +244,24 @@ def _multiplier_tables(study: Study, found: dict | None) -> list[str]:
              f"method's tokens (data multiplier; divided by the method's training FLOPs per token over "
              f"{study.baseline}'s: compute multiplier), from {study.baseline}'s mean loss curve over the budgets "
              "(made non-increasing, interpolated in log tokens per parameter by a monotone cubic), "
-             f"{n} seeds common to every method and budget.", "",
+             f"{n} seeds: those every method has at every budget within {REPEATS_FLAG:g} epochs (a longer budget "
+             "shows a method once it has every one of them; — until then).", "",
              f"| data multiplier | {head} | gamma: slope of log multiplier per log budget [95% CI] | verdict |",
              "|---|" + "---|" * (len(found["labels"]) + 2)]
     for row in found["rows"]:
         trend = row["trend"]
         gamma = f"{trend['gamma']:+.3f}" + (f" [{trend['low']:+.3f}, {trend['high']:+.3f}]" if trend["low"] is not
                                             None else "")
-        lines.append(f"| {row['method']} | " + " | ".join(format_multiplier(p) for p in row["points"])
+        if math.isnan(trend["gamma"]):
+            gamma = f"— (under two budgets within {REPEATS_FLAG:g} epochs)"
+        lines.append(f"| {row['method']} | " + " | ".join(_at_each(found, row, format_multiplier))
                      + f" | {gamma} | {trend['verdict'] or f'too few seeds ({n})'} |")
     lines += ["", f"| compute multiplier | FLOPs per token over {study.baseline} | {head} |",
               "|---|---|" + "---|" * len(found["labels"])]
     for row in found["rows"]:
         ratio = row["flops_ratio"] or 1.0
         lines.append(f"| {row['method']} | {ratio:.3f} | "
-                     + " | ".join(format_multiplier(p, ratio) for p in row["points"]) + " |")
+                     + " | ".join(_at_each(found, row, lambda p: format_multiplier(p, ratio))) + " |")
     epochs = [f"{x[p['label']]:.2g}: {p['read_epochs']:.2f}" for p in found["rows"][0]["points"]
               if p["read_epochs"] is not None] if found["rows"] else []
     if fit is None:
@@ -274,6 +277,12 @@ def _multiplier_tables(study: Study, found: dict | None) -> list[str]:
                         "method's multipliers read it: " + (", ".join(epochs) or "not recorded") + ". Verdict: "
                         "gamma's interval above zero: the multiplier grows with the budget; below: fades; across "
                         "zero: holds."]
+
+
+def _at_each(found: dict, row: dict, write) -> list[str]:
+    """`write(point)` of the row's method at each of the table's budgets; "—" where its cells are still to come."""
+    at = {p["label"]: p for p in row["points"]}
+    return [write(at[label]) if label in at else "—" for label in found["labels"]]
 
 
 def _joint_fit_table(found: dict, fit: dict, n: int) -> list[str]:
