@@ -75,12 +75,17 @@ def test_multipliers_read_past_the_baselines_budgets_or_two_epochs_are_marked(ti
 
 
 def test_three_seeds_give_slopes_but_no_intervals_or_verdicts(tiny_data, tmp_path, monkeypatch):
+    from depthattn.study.predictions import predict_with_depth
+
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data, seeds=range(3)))
     plant(monkeypatch, lambda x, depth: 1.1 * depth ** 0.2, seeds=range(3))
     entry = depth_trend(axis)["methods"]["depth_attention"]
     assert all(row["low"] is None and row["verdict"] is None for row in entry["budgets"])
     assert entry["surface"]["verdict"] is None
     assert surface_at(entry["surface"], 20.0, 16)["low"] is None
+    target = Study.load(write_study(tmp_path, tiny_data, name="rungs.toml", axes=WSD_BUDGETS, seeds=range(5)))
+    with pytest.raises(ValueError, match=r"waiting for: seeds: 3 at 2 layers, 3 at 4 layers, 3 at 8 layers\)"):
+        predict_with_depth(axis, target, "2026-11-29", "nothing")
 
 
 def test_a_sweep_without_cells_is_named_and_nothing_is_fitted(tiny_data, tmp_path, monkeypatch):

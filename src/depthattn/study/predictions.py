@@ -27,6 +27,7 @@ from .depth_axis import EXTRAPOLATION_LIMIT, DepthAxis, depth_trend, model_depth
 from .multiplier import groups, multipliers, percentile_interval
 from .pricing import cell_flops
 from .spec import Study, setting_label
+from .stats import MIN_SEEDS
 
 FORMAT = "depthattn-multiplier-prediction"
 PAPER_SHAPE = {"label": "paper 1.5B shape", "tokens_per_parameter": 20.0,
@@ -90,9 +91,11 @@ def predict_with_depth(axis: DepthAxis, target: Study, date: str, assumes: str) 
         raise ValueError(f"{target.name} has no branched budget axis to predict")
     trend = depth_trend(axis)
     if trend["missing"] or any(entry["surface"]["draws"] is None for entry in trend["methods"].values()):
-        raise ValueError(f"{axis.config_file}: every sweep needs every method at five seeds or more at three budgets "
-                         f"or more before it can predict (waiting for: "
-                         f"{'; '.join(f'{s}: {g}' for s, g in trend['missing'].items()) or 'seeds'})")
+        few = ", ".join(f"{n} at {depth} layers" for n, depth in zip(trend.get("seeds", []), trend.get("depths", []))
+                        if n < MIN_SEEDS)
+        raise ValueError(f"{axis.config_file}: every sweep needs every method at {MIN_SEEDS} seeds or more at three "
+                         f"budgets or more before it can predict (waiting for: "
+                         f"{'; '.join(f'{s}: {g}' for s, g in trend['missing'].items()) or f'seeds: {few}'})")
     low, high = min(trend["depths"]), max(trend["depths"])
 
     def at(surface, budget):
