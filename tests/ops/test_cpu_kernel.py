@@ -105,10 +105,26 @@ def test_model_decodes_the_same_tokens_and_trains(monkeypatch):
     torch.testing.assert_close(out["cpu"][2], out["reference"][2], atol=1e-5, rtol=1e-4)
 
 
-def test_a_failed_build_names_what_is_missing(monkeypatch):
-    def no_compiler(**kwargs):
-        raise OSError("c++: command not found")
+def no_compiler(**kwargs):
+    raise OSError("c++: command not found")
 
+
+def test_a_failed_build_names_what_is_missing(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # nothing built there
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
     with pytest.raises(RuntimeError, match="needs a C\\+\\+ compiler .* and ninja .* or use depth_impl='auto'"):
         cpu.load_cpu_kernel.__wrapped__()
+
+
+def test_a_build_is_loaded_again_without_compiling_until_its_source_changes(monkeypatch, tmp_path):
+    """What another checkout or venv with the same source, torch and Python finds: the build, by its hash."""
+    monkeypatch.setattr(cpp_extension, "load", no_compiler)
+    monkeypatch.setattr(cpu, "load_cpu_kernel", cpu.load_cpu_kernel.__wrapped__)  # loaded anew at each call
+    q, state, sources = make_inputs(seq_len=1)
+    for a, b in zip(_outputs(ops.depth_mix_cpu, q, state, sources, 0.25), _outputs(REF, q, state, sources, 0.25)):
+        torch.testing.assert_close(a, b, **TOL[torch.float32])
+    changed = tmp_path / "cpu_kernel.cpp"
+    changed.write_text(cpu._SOURCE.read_text() + "// changed\n")
+    monkeypatch.setattr(cpu, "_SOURCE", changed)
+    with pytest.raises(RuntimeError, match="needs a C\\+\\+ compiler"):
+        cpu.load_cpu_kernel()

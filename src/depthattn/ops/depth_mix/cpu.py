@@ -5,13 +5,19 @@ arithmetic, is what Depth-Attention adds over vanilla. The kernel does a call's 
 op, reading the sources through their strides.
 
 The kernel is compiled on first use with torch's C++ extension builder (a C++ compiler and ninja; about 20 s
-once, then loaded from torch's extensions cache). Calls that need gradients, and tensors that are not on the
-CPU, take the compiled form (`compiled.py`), so a model set to `depth_impl="cpu"` still trains.
+once) into torch's extensions folder, under a name holding the hash of its source, flags, torch and Python
+versions; any checkout or venv with the same ones loads that build instead of compiling again. Calls that need
+gradients, and tensors that are not on the CPU, take the compiled form (`compiled.py`), so a model set to
+`depth_impl="cpu"` still trains.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
+import os
+import sys
 from pathlib import Path
 
 import torch
@@ -21,6 +27,30 @@ from depthattn.layer_states import DepthState
 from .compiled import depth_mix_compiled
 
 _SOURCE = Path(__file__).with_name("cpu_kernel.cpp")
+_FLAGS = ["-O3"]
+
+
+def _build_folder() -> Path:
+    """Where the kernel is built: torch's extensions folder, one name per source, flags, torch and Python."""
+    from torch.utils import cpp_extension
+
+    key = f"{_FLAGS} torch {torch.__version__} python {sys.version_info[:2]}".encode() + _SOURCE.read_bytes()
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
+    return Path(root) / f"depthattn_cpu_kernel_{hashlib.sha256(key).hexdigest()[:16]}"
+
+
+def _load_built(folder: Path):
+    """The module built earlier in `folder` (by any checkout), or None: none there, or one still being built."""
+    built = folder / f"{folder.name}.so"
+    if not built.is_file() or (folder / "lock").exists():
+        return None
+    spec = importlib.util.spec_from_file_location(folder.name, built)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError:  # not loadable here after all: build it again
+        return None
+    return module
 
 
 @functools.cache
@@ -28,8 +58,13 @@ def load_cpu_kernel():
     """The kernel's `depth_mix` function, built (once per machine) and loaded (once per process)."""
     from torch.utils import cpp_extension
 
+    folder = _build_folder()
     try:
-        module = cpp_extension.load(name="depthattn_cpu_kernel", sources=[str(_SOURCE)], extra_cflags=["-O3"])
+        module = _load_built(folder)
+        if module is None:
+            folder.mkdir(parents=True, exist_ok=True)
+            module = cpp_extension.load(name=folder.name, sources=[str(_SOURCE)], extra_cflags=_FLAGS,
+                                        build_directory=str(folder))
     except Exception as err:  # no compiler, no ninja, an unwritable cache: say what is needed
         raise RuntimeError(
             f"depth_impl='cpu' compiles a C++ kernel on first use and could not: {err}. It needs a C++ compiler "
