@@ -127,7 +127,7 @@ def loss_table(study: Study, results: list[CellResult]
         return all(study.trains({axis.name: label}, m) for m in methods)
 
     shared = [label for label in x_of if trains_all(label)]
-    read = [label for label in shared if epochs_per_x is None or x_of[label] * epochs_per_x <= REPEATS_FLAG]
+    read = [label for label in shared if within_repeats(x_of[label], epochs_per_x)]
     seeds = [s for s in sorted({key[2] for key in loss})
              if all((m, label, s) in loss for label in read or shared for m in methods)]
 
@@ -191,7 +191,7 @@ class SeedBootstrap:
     @property
     def in_fit(self) -> np.ndarray:
         """The budgets that pass over the data at most REPEATS_FLAG times (the ones the fits use)."""
-        return self.x * (self.epochs_per_x or 0) <= REPEATS_FLAG
+        return within_repeats(self.x, self.epochs_per_x)
 
 
 def seed_bootstrap(study: Study, results: list[CellResult], seed: int = 0) -> SeedBootstrap | None:
@@ -290,6 +290,12 @@ def groups(study: Study, results: list[CellResult]) -> dict[str, list[CellResult
         rest = {name: label for name, label in result.setting.items() if name != axis.name}
         out.setdefault(setting_label(rest), []).append(result)
     return out
+
+
+def within_repeats(x, epochs_per_x: float | None):
+    """Whether budgets `x` (tokens per parameter) pass over the data at most REPEATS_FLAG times; all do when the
+    cells do not say how many epochs they trained."""
+    return np.asarray(x) * (epochs_per_x or 0) <= REPEATS_FLAG
 
 
 def epochs_per_token_per_parameter(study: Study, results: list[CellResult]) -> float | None:
