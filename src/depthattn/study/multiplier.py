@@ -292,7 +292,7 @@ def groups(study: Study, results: list[CellResult]) -> dict[str, list[CellResult
     return out
 
 
-def within_repeats(x, epochs_per_x: float | None):
+def within_repeats(x: float | np.ndarray, epochs_per_x: float | None) -> np.ndarray:
     """Whether budgets `x` (tokens per parameter) pass over the data at most REPEATS_FLAG times; all do when the
     cells do not say how many epochs they trained."""
     return np.asarray(x) * (epochs_per_x or 0) <= REPEATS_FLAG
