@@ -1,3 +1,4 @@
+import fcntl
 import json
 import os
 
@@ -31,6 +32,14 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def one_world(tmp_path_factory):
+    """Held while a test's torch.distributed world runs: one at a time across xdist workers (tests/worlds.py)."""
+    with open(tmp_path_factory.getbasetemp().parent / "one_world.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="session")

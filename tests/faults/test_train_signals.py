@@ -19,6 +19,7 @@ from depthattn.train import TrainConfig, TrainingInterrupted, train
 from depthattn.train.checkpoint import checkpoint_problem
 from depthattn.train.interrupt import StopSignals
 from tests.faults.conftest import train_args
+from tests.worlds import run_world
 
 # runs `depthattn` with what the tests need to catch a run mid-way, set by environment variables read only here:
 # LAUNCH_STEP_SECONDS, a pause before each step; LAUNCH_SLOW_SAVES_AFTER=N, a trainer state of a step after N is
@@ -261,7 +262,7 @@ def test_in_another_thread_train_leaves_signals_alone(tiny_data, tmp_path):
     assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == before
 
 
-def test_two_processes_stop_after_the_same_step_when_one_is_signalled(tiny_data, tmp_path, launcher):
+def test_two_processes_stop_after_the_same_step_when_one_is_signalled(tiny_data, tmp_path, launcher, one_world):
     """Under torchrun (2 gloo processes) only rank 1 gets SIGINT: both stop after the same step, rank 0 writes that
     step's checkpoint and says so, and the resumed run follows the curve of one process with the same global batch."""
     pytest.importorskip("torch.distributed.run")
@@ -287,8 +288,7 @@ def test_two_processes_stop_after_the_same_step_when_one_is_signalled(tiny_data,
                     f"with: torchrun <the same options> -m depthattn train {' '.join(argv)} --resume"], err
     assert "exitcode  : 130" in err  # torchrun's report of the workers' status
 
-    result = subprocess.run([*torchrun, "-m", "depthattn", "train", *argv, "--resume"], capture_output=True,
-                            text=True, timeout=240)
+    result = run_world([*torchrun, "-m", "depthattn", "train", *argv, "--resume"], timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     single, two = records(one), records(out_dir)
     assert [r["step"] for r in two] == list(range(1, STEPS + 1))

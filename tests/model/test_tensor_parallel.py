@@ -3,19 +3,19 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from tests.helpers import METHOD_SETTINGS, tiny_model
+from tests.worlds import run_world
 
 SETTINGS = {"vanilla": dict(cross_layer="vanilla"), "depth_attention": dict(depth_stride=1),
             "depth_linear": dict(depth_stride=1, depth_mix="linear"),
             "value_residual": dict(cross_layer="value_residual"), "mudd": METHOD_SETTINGS["mudd"]}
 
 
-def test_two_processes_shard_the_heads_and_agree_with_the_whole_model(tmp_path):
+def test_two_processes_shard_the_heads_and_agree_with_the_whole_model(tmp_path, one_world):
     folders = []
     for name, settings in SETTINGS.items():
         # a vocabulary the 2 processes divide: transformers before 5.21 refuses to shard lm_head otherwise
@@ -26,7 +26,7 @@ def test_two_processes_shard_the_heads_and_agree_with_the_whole_model(tmp_path):
                "-m", "tests.model.tensor_parallel_worker", *folders]
     # on CPU even where a GPU is: 2 ranks on one GPU make transformers' NCCL set-up fail
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    result = run_world(command, timeout=240, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     line = next(line for line in result.stdout.splitlines() if line.startswith("RESULTS "))
     for folder, check in json.loads(line.removeprefix("RESULTS ")).items():

@@ -65,7 +65,7 @@ def test_a_study_through_slurm_gives_the_local_cells_bitwise(cluster, tiny_data,
     assert "submitted" not in capsys.readouterr().out
 
 
-def test_a_two_task_cell_matches_the_one_process_cell(cluster, tiny_data, tmp_path):
+def test_a_two_task_cell_matches_the_one_process_cell(cluster, tiny_data, tmp_path, one_world):
     one = Study.load(slurm_study(tmp_path, tiny_data, "one", methods=("vanilla",), seeds=(0,)))
     run_study(one, LocalExecutor(threads=1))
     config = slurm_study(tmp_path, tiny_data, "two", methods=("vanilla",), seeds=(0,))

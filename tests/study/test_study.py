@@ -355,7 +355,7 @@ def test_bad_searches_name_the_problem(tiny_data, tmp_path, search, message):
         Study.load(write_study(tmp_path, tiny_data, head=search))
 
 
-def test_a_cell_of_two_processes_matches_the_one_process_cell(tiny_data, tmp_path):
+def test_a_cell_of_two_processes_matches_the_one_process_cell(tiny_data, tmp_path, one_world):
     """gloo DDP under torch's elastic launcher (torchrun's): the study's batch is split over the processes, so the
     two-process cell sees the one-process cell's batches; only the order of float sums differs."""
     one = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla",), seeds=(0,), name="one.toml"))

@@ -1,12 +1,12 @@
 """2 processes on CPU (gloo) under torchrun see the loss curve of 1 process with the same global batch."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 
 from depthattn.train import TrainConfig, train
+from tests.worlds import run_world
 
 
 def run_args(data, out_dir, batch_size):
@@ -21,11 +21,11 @@ def records(out_dir):
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
-def test_two_processes_match_one(tiny_data, tmp_path, parallel):
+def test_two_processes_match_one(tiny_data, tmp_path, parallel, one_world):
     train(TrainConfig.load(None, run_args(tiny_data, tmp_path / "one", 4)))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "-m", "depthattn", "train", *run_args(tiny_data, tmp_path / "two", 2), "--train.parallel", parallel]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    result = run_world(command, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     one, two = records(tmp_path / "one"), records(tmp_path / "two")
     assert [r["step"] for r in two] == list(range(1, 7))
