@@ -17,15 +17,22 @@ def run_world(command: list[str], timeout: float, env: dict | None = None) -> su
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        stuck = [*psutil.Process(process.pid).children(recursive=True), psutil.Process(process.pid)]
-        for child in stuck:  # the workers first (each prints its stacks to the shared stderr), then the launcher
-            child.send_signal(signal.SIGABRT)
+        launcher = psutil.Process(process.pid)
+        stuck = [*launcher.children(recursive=True), launcher]  # the workers first: each prints its stacks
+        signal_each(stuck, signal.SIGABRT)
         try:
             out, err = process.communicate(timeout=30)
         except subprocess.TimeoutExpired:
-            for child in stuck:
-                child.kill()
+            signal_each(stuck, signal.SIGKILL)
             out, err = process.communicate()
         pytest.fail(f"{' '.join(command)} ran past {timeout} s; its output and every process's stacks:\n"
                     f"{out[-3000:]}\n{err[-30000:]}")
     return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def signal_each(processes: list[psutil.Process], signum: int):
+    for each in processes:
+        try:
+            each.send_signal(signum)
+        except psutil.NoSuchProcess:  # it exited after it was listed
+            pass
