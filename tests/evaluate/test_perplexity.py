@@ -16,6 +16,8 @@ from depthattn.evaluate.perplexity import (
     compute_perplexity,
     count_bytes,
     evaluate_perplexity,
+    per_document,
+    score_stream,
     window_spans,
 )
 from depthattn.train import evaluate as train_evaluate
@@ -178,3 +180,27 @@ def test_data_with_a_larger_vocabulary_than_the_model_is_a_clear_error(eval_data
         evaluate_perplexity(small, data=eval_data, progress=False)
     with pytest.raises(ValueError, match="tokenized with 384 ids, more than the model's 97"):
         compute_depth_map(small, eval_data, seq_len=16)
+
+
+@pytest.mark.parametrize("stride", [8, 3])
+def test_per_document_losses_sum_to_the_total_and_match_a_plain_loop(stride):
+    model = tiny_model(max_position_embeddings=8)
+    eos = 2
+    ids = torch.randint(3, model.config.vocab_size, (30,), generator=torch.Generator().manual_seed(3))
+    ids[[6, 17, 29]] = eos  # documents: [0, 6], [7, 17], [18, 29]
+
+    class Tokenizer:  # what per-document scoring reads of a tokenizer
+        eos_token_id = eos
+
+    with pytest.raises(ValueError, match="need the tokenizer"):
+        compute_perplexity(model, ids, block_size=8, stride=stride, documents=True)
+    nats_at = np.zeros(len(ids))
+    total, count, _ = score_stream(model, TokenStream(ids), 8, stride, nats_at=nats_at)
+    nats, tokens = per_document(TokenStream(ids), nats_at, Tokenizer.eos_token_id)
+    assert tokens == [6, 11, 12]  # the first token is only context
+    assert count == 29 and sum(nats) == pytest.approx(total, rel=1e-6)
+    expected, _ = plain_loop(model, ids, 8, stride)  # the plain loop's scored targets, split at each document's end
+    assert sum(nats) == pytest.approx(expected, rel=1e-5)
+    with torch.no_grad():  # the first document's targets 1..6 are scored within the first window in both strides
+        first = F.cross_entropy(model(ids[None, :6]).logits[0].double(), ids[1:7], reduction="sum").item()
+    assert nats[0] == pytest.approx(first, rel=1e-5)

@@ -144,9 +144,12 @@ def test_sweep_runs_each_cell_once_resumes_and_reports(tiny_data, tmp_path):
     run_study(study)
     assert done.stat().st_mtime_ns == before  # finished cells are never rerun
     again = json.loads(interrupted.read_text())
-    for key in ("val_loss", "val_bits_per_byte", "curve", "train_tokens", "params_total"):
+    for key in ("val_loss", "val_bits_per_byte", "curve", "train_tokens", "params_total", "val_documents"):
         assert again[key] == first[key], key
     assert pending_cells(study) == []
+    documents = first["val_documents"]  # each held-out document's nats and scored tokens
+    assert len(documents["nats"]) == len(documents["tokens"]) > 1 and sum(documents["tokens"]) == first["val_tokens"]
+    assert sum(documents["nats"]) / first["val_tokens"] == pytest.approx(first["val_loss"], rel=1e-5)
 
     results = study.read_results()
     assert len(results) == 4 and all(r.curve and r.val_bits_per_byte > 0 for r in results)

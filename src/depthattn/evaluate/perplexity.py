@@ -113,8 +113,9 @@ def _accepts_logits_to_keep(model) -> bool:
 
 @torch.no_grad()
 def score_stream(model, stream, block_size: int, stride: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
-                 progress: bool = False) -> tuple[float, int, int]:
-    """(total nats, scored tokens, windows) of `model` on `stream` (anything with len() and read(start, n))."""
+                 progress: bool = False, nats_at: np.ndarray | None = None) -> tuple[float, int, int]:
+    """(total nats, scored tokens, windows) of `model` on `stream` (anything with len() and read(start, n)).
+    `nats_at`, an array of len(stream) floats, receives each scored target's loss at the target's position."""
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
     spans = window_spans(len(stream), block_size, stride)
@@ -135,6 +136,9 @@ def score_stream(model, stream, block_size: int, stride: int | None = None, batc
         scored = torch.tensor([span[2] for span in batch], device=device)
         mask = torch.arange(keep, device=device)[None] >= keep - scored[:, None]  # the last num_scored targets
         total += nll.double().masked_fill(~mask, 0).sum()
+        if nats_at is not None:
+            for row, (begin, length, num) in zip(nll.cpu().numpy(), batch):
+                nats_at[begin + length + 1 - num:begin + length + 1] = row[keep - num:]
         bar.update(sum(span[2] for span in batch))  # from the host: no device sync per batch
     bar.close()
     model.train(was_training)
@@ -162,22 +166,39 @@ def count_bytes(stream, tokenizer, start: int = 1, stop: int | None = None,
 
 
 def compute_perplexity(model, tokens, block_size: int, stride: int | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
-               tokenizer=None, progress: bool = False) -> dict:
+               tokenizer=None, progress: bool = False, documents: bool = False) -> dict:
     """Loss (nats/token), perplexity and, with `tokenizer`, bits per byte of `model` on `tokens`.
 
     `tokens`: a 1-D integer array, tensor or list, or a TokenStream / TokenShards; its first token is only
-    context. Python API of `depthattn eval`."""
+    context. With `documents` (needs `tokenizer`), also each document's summed nats and scored tokens, a document
+    being the tokens up to and including each EOS (`document_nats`, `document_tokens`): what lets an interval
+    resample the held-out documents. Python API of `depthattn eval`."""
     if isinstance(tokens, torch.Tensor):
         tokens = tokens.cpu().numpy()
     stream = tokens if hasattr(tokens, "read") else TokenStream(tokens)
-    nats, count, windows = score_stream(model, stream, block_size, stride, batch_size, progress)
+    if documents and tokenizer is None:
+        raise ValueError("per-document losses need the tokenizer, which says where documents end (EOS)")
+    nats_at = np.zeros(len(stream), dtype=np.float64) if documents else None
+    nats, count, windows = score_stream(model, stream, block_size, stride, batch_size, progress, nats_at)
     loss = nats / count
     result = {"loss": loss, "perplexity": math.exp(loss), "tokens": count, "windows": windows, "nats": nats}
+    if documents:
+        result["document_nats"], result["document_tokens"] = per_document(stream, nats_at, tokenizer.eos_token_id)
     if tokenizer is not None:
         num_bytes = count_bytes(stream, tokenizer)
         result["bytes"] = num_bytes
         result["bits_per_byte"] = nats / math.log(2) / num_bytes if num_bytes else float("nan")
     return result
+
+
+def per_document(stream, nats_at: np.ndarray, eos_id: int) -> tuple[list[float], list[int]]:
+    """Each document's summed nats and scored tokens, from the loss at every scored position of `stream` (all but
+    the first). A document runs up to and including an EOS; a stream cut inside a document ends with that part."""
+    tokens = stream.read(0, len(stream))
+    document = np.concatenate([[0], np.cumsum(tokens[:-1] == eos_id)])  # (N,) the document of each position
+    nats = np.bincount(document[1:], weights=nats_at[1:])
+    counts = np.bincount(document[1:])
+    return nats.tolist(), counts.tolist()
 
 
 def read_utf8(path: Path) -> str:

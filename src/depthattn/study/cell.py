@@ -87,13 +87,16 @@ def write_result(study: Study, cell: Cell, folder: Path, run: Path, started: flo
     model = load_model(folder / "final", device=device)
     val = TokenShards(cfg.data.path, "val")
     scored = compute_perplexity(model, val, block_size=cfg.data.seq_len,
-                                tokenizer=load_tokenizer(Path(cfg.data.path) / TOKENIZER_DIR))
+                                tokenizer=load_tokenizer(Path(cfg.data.path) / TOKENIZER_DIR), documents=True)
     config = cfg.to_dict()
     config["train"].pop("out_dir")  # where this machine keeps the checkpoints: not part of the result
     trunk = Cell(study.run_setting(cell.setting, cell.method), cell.method, cell.seed)  # the run a branch left
     result = CellResult(cell.method, cell.seed, scored["loss"], {
         "val_bits_per_byte": scored["bits_per_byte"],
         "val_tokens": scored["tokens"], "val_bytes": scored["bytes"],
+        # each held-out document's nats and scored tokens, in the split's order: intervals resample documents too
+        "val_documents": {"nats": [round(n, 5) for n in scored["document_nats"]],
+                          "tokens": scored["document_tokens"]},
         "train_tokens": records[-1]["tokens"], "final_train_loss": records[-1]["loss"],
         "data_epochs": records[-1]["tokens"] / len(TokenShards(cfg.data.path, "train", verify=False)),
         "curve": [[r["tokens"], r["val_loss"]] for r in records if "val_loss" in r],  # eval-subset loss
