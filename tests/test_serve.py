@@ -178,6 +178,10 @@ BAD_REQUESTS = {
     "no prompt": ("/v1/completions", dict(max_tokens=2), 422, 'prompt is missing: a completion needs a prompt ("" '),
     "unexpected field": ("/v1/completions", dict(prompt="the", colour="red"), 422,
                          "Unexpected fields in the request: {'colour'}"),  # transformers' 422, FastAPI's {"detail"}
+    "a field transformers ignores": ("/v1/completions", dict(prompt="the", logprobs=2), 422,
+                                     "logprobs is not supported by this server"),
+    "one in a chat": ("/v1/chat/completions", dict(messages=[{"role": "user", "content": "hi"}], top_logprobs=3), 422,
+                      "top_logprobs is not supported"),
 }
 
 
@@ -188,6 +192,51 @@ def test_bad_request_is_a_4xx_with_a_message(servers, case):
     error = json.loads(answer)["error"]
     assert got == status and message in error["message"], error
     assert not error["message"].lstrip().startswith("{")  # a message, not a JSON body inside a string
+
+
+def sampled_text(server, prompt, seed, temperature=1.0, max_new_tokens=MAX_TOKENS):
+    """`generate` sampling as the OpenAI API does: at `temperature`, top_p 1, no top-k, from `seed`."""
+    model, tokenizer = reference(server.folder)
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature, top_k=0,
+                             top_p=1.0, pad_token_id=tokenizer.pad_token_id)
+    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("temperature", [None, 5.0])  # None: left out, so the OpenAI API's default of 1
+def test_a_request_samples_at_its_temperature_and_seed_as_generate_does(servers, temperature):
+    server = servers["vanilla"]
+    fields = dict(prompt=PROMPTS[3], max_tokens=MAX_TOKENS)
+    if temperature is not None:
+        fields["temperature"] = temperature
+    texts = {}
+    for seed in (3, 4):
+        status, answer = server.request("/v1/completions", dict(fields, seed=seed))
+        assert status == 200, answer
+        texts[seed] = json.loads(answer)["choices"][0]["text"]
+        assert texts[seed] == sampled_text(server, PROMPTS[3], seed, temperature or 1.0)
+    assert texts[3] != texts[4] and greedy_text(server, PROMPTS[3]) not in texts.values()
+
+
+def test_under_continuous_batching_a_request_cannot_ask_for_other_sampling(servers):
+    server = servers["depth_attention"]  # its folder's generation config: greedy, shared by the batch
+    got, answer = server.request("/v1/completions", dict(prompt="the", max_tokens=2, temperature=0.7))
+    message = json.loads(answer)["error"]["message"]
+    assert got == 400 and "temperature 0.7 cannot be honoured" in message and "greedy decoding" in message
+    left_out = server.request("/v1/completions", dict(prompt=PROMPTS[0], max_tokens=2, top_p=0.5))  # no effect
+    assert left_out[0] == 200 and json.loads(left_out[1])["choices"][0]["text"] == greedy_text(server, PROMPTS[0], 2)
+
+
+def test_every_response_names_the_served_model_name(servers):
+    server = servers["depth_attention"]
+    assert server.completion(PROMPTS[0], max_tokens=2)["model"] == SERVED_NAME
+    status, answer = server.request("/v1/completions", dict(prompt=PROMPTS[0], max_tokens=3, temperature=0,
+                                                            stream=True))
+    events = [line.removeprefix("data: ") for line in answer.decode().splitlines() if line.startswith("data: {")]
+    assert status == 200 and events and {json.loads(e)["model"] for e in events} == {SERVED_NAME}
+    assert servers["vanilla"].completion(PROMPTS[0], max_tokens=2)["model"] == servers["vanilla"].folder
 
 
 def test_a_validation_errors_list_stays_a_list():

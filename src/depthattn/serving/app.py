@@ -15,7 +15,7 @@ from ..config import DepthAttentionConfig
 from ..loading import check_saved_model, default_context_length, resolve_device
 from ..methods import METHODS
 from .cache import paged_cache_bytes, paged_cache_config
-from .server import RequestChecks
+from .server import RequestChecks, SharedSampling
 from .transformers_serve import (
     cb_worker_error,
     serve_available,
@@ -82,10 +82,14 @@ def serve(folder: str, options: ServeOptions) -> int:
             except (RuntimeError, MemoryError) as error:
                 raise RuntimeError(f"could not allocate the paged KV cache of {blocks} blocks: {error}; lower "
                                    "--cb-max-sequences or --cb-num-blocks") from None
+        shared = SharedSampling.of(served.model.generation_config) if options.continuous_batching else None
+        if shared is None:
+            sample_per_request(served.model.generation_config)
         names = {options.served_model_name or folder, folder, str(Path(folder).resolve())}
         server.server.config.app.add_middleware(
             RequestChecks, model_id=folder, model_names=names, listed_name=options.served_model_name or folder,
-            tokenizer=served.processor, context_length=context_length, context_origin=context_origin)
+            tokenizer=served.processor, context_length=context_length, context_origin=context_origin,
+            shared_sampling=shared)
         _say(f"{folder} with a context of {context_length} tokens ({context_origin}; max_position_embeddings "
              f"{config.max_position_embeddings})")
         server.server.config.timeout_graceful_shutdown = options.shutdown_grace
@@ -97,6 +101,15 @@ def serve(folder: str, options: ServeOptions) -> int:
         stop_generation(server)
         server.reset_loaded_models()
     return 1 if died.is_set() else 0
+
+
+def sample_per_request(generation_config) -> None:
+    """Requests sample as the OpenAI API says: by their temperature (0: greedy) and top_p, which default to the
+    folder's generation_config.json and else to 1, with no top-k (the API has none; transformers' default is 50).
+    transformers' server turns sampling off at temperature 0 but never on, so it is on here."""
+    generation_config.do_sample = True
+    if generation_config.top_k is None:
+        generation_config.top_k = 0
 
 
 def paged_cache_blocks(options: ServeOptions, config: DepthAttentionConfig) -> int:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 from ..data.tokenizer import start_token_id
-from .transformers_serve import chat_processor_inputs
+from .transformers_serve import chat_processor_inputs, ignored_fields
 
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
@@ -26,6 +27,40 @@ class BadRequest(ValueError):
 
 
 DONE = b"data: [DONE]"
+# fields transformers ignores that change nothing at these values, or ever (user: an end-user id for the provider)
+HARMLESS = {"n": (None, 1), "user": None, "presence_penalty": (None, 0), "stream_options": None,
+            "logprobs": (None, False), "top_logprobs": (None, 0)}
+
+
+@dataclass(frozen=True)
+class SharedSampling:
+    """The sampling settings every request shares under continuous batching (transformers' worker takes one for
+    the whole batch): the model folder's generation config. A request may leave them out or repeat them."""
+
+    temperature: float  # 0: greedy
+    top_p: float
+
+    @classmethod
+    def of(cls, generation_config) -> SharedSampling:
+        if not generation_config.do_sample:
+            return cls(0.0, 1.0)
+        return cls(generation_config.temperature or 1.0, generation_config.top_p or 1.0)
+
+    def check(self, body: dict) -> None:
+        shared = ("greedy decoding" if self.temperature == 0 else
+                  f"temperature {self.temperature:g}, top_p {self.top_p:g}")
+        fix = (f"under --continuous-batching every request shares the sampling settings of the model's "
+               f"generation_config.json ({shared}): leave {{field}} out, or serve without --continuous-batching for "
+               "per-request sampling")
+        temperature = body.get("temperature")
+        if temperature is not None and temperature != self.temperature:
+            raise BadRequest(f"temperature {temperature:g} cannot be honoured: {fix.format(field='temperature')}",
+                             "temperature")
+        top_p = body.get("top_p")
+        if self.temperature > 0 and top_p is not None and top_p != self.top_p:
+            raise BadRequest(f"top_p {top_p:g} cannot be honoured: {fix.format(field='top_p')}", "top_p")
+        if self.temperature > 0 and body.get("seed") is not None:
+            raise BadRequest(f"a seed cannot be honoured: {fix.format(field='seed')}", "seed")
 
 
 class RequestChecks:
@@ -33,12 +68,15 @@ class RequestChecks:
     bad one with an OpenAI-style error, and passes a good one on, with `max_tokens` set to the room left in the
     model's context when the request leaves it out (as vLLM does) and an empty prompt starting a new document (as
     `depthattn generate` does). Requests may name the model by any of `model_names`; /v1/models lists
-    `listed_name`; transformers' app sees `model_id`, the folder it loaded."""
+    `listed_name`, and so does every response's "model"; transformers' app sees `model_id`, the folder it loaded.
+    Fields transformers would ignore are refused; with `shared_sampling` (continuous batching), so are sampling
+    settings the batch cannot honour."""
 
     def __init__(self, app, model_id: str, model_names: set[str], listed_name: str, tokenizer, context_length: int,
-                 context_origin: str = "max_position_embeddings"):
+                 context_origin: str = "max_position_embeddings", shared_sampling: SharedSampling | None = None):
         self.app, self.model_id, self.model_names, self.listed_name = app, model_id, model_names, listed_name
         self.tokenizer, self.context_length, self.context_origin = tokenizer, context_length, context_origin
+        self.shared_sampling = shared_sampling
         self.start_text = tokenizer.convert_ids_to_tokens(start_token_id(tokenizer))
 
     async def __call__(self, scope, receive, send):
@@ -58,6 +96,7 @@ class RequestChecks:
             return await _error_response(error)(scope, receive, send)
 
         replayed, started, error_status, error_body, streamed = False, False, None, b"", b""
+        named = ResponseNamer(self.model_id, self.listed_name, streaming=bool(body.get("stream")))
 
         async def replay():  # the checked body once, then the client's own messages (a disconnect)
             nonlocal replayed
@@ -76,7 +115,8 @@ class RequestChecks:
                     streamed = (streamed + message.get("body", b""))[-64:]
                     if not message.get("more_body") and DONE not in streamed:  # OpenAI's end of a stream
                         message = {**message, "body": message.get("body", b"") + DONE + b"\n\n"}
-                await send(message)
+                for renamed in named(message):
+                    await send(renamed)
             elif message["type"] == "http.response.body":
                 error_body += message.get("body", b"")
                 if not message.get("more_body"):
@@ -110,6 +150,13 @@ class RequestChecks:
             raise BadRequest(f"n must be 1 (one choice per request), got {body['n']!r}", "n")
         if not isinstance(body.get("stream", False), bool):
             raise BadRequest(f"stream must be true or false, got {body['stream']!r}", "stream")
+        for name in sorted(ignored_fields(route) & set(body)):
+            harmless = HARMLESS.get(name, ())
+            if harmless is not None and body[name] not in harmless:
+                raise BadRequest(f"{name} is not supported by this server (transformers' server would ignore it): "
+                                 "leave it out", name, status=422)
+        if self.shared_sampling is not None:
+            self.shared_sampling.check(body)
 
         prompt_tokens = self.count_prompt_tokens(route, body)
         room = self.context_length - prompt_tokens
@@ -159,6 +206,51 @@ class RequestChecks:
 
         return JSONResponse({"object": "list", "data": [
             {"id": self.listed_name, "object": "model", "created": 0, "owned_by": "depthattn"}]})
+
+
+class ResponseNamer:
+    """Rewrites the "model" of a response's JSON (a body, or each `data: {...}` event of a stream) from the folder
+    transformers' app knows to the name clients were told (--served-model-name). Not streamed, the body is held
+    until it is whole and its content-length set anew."""
+
+    def __init__(self, model_id: str, listed_name: str, streaming: bool):
+        self.model_id, self.listed_name, self.streaming = model_id, listed_name, streaming
+        self.start, self.held = None, b""
+
+    def __call__(self, message: dict) -> list[dict]:
+        if self.model_id == self.listed_name:
+            return [message]
+        if message["type"] == "http.response.start" and not self.streaming:
+            self.start = message
+            return []
+        if message["type"] != "http.response.body":
+            return [message]
+        self.held += message.get("body", b"")
+        more = message.get("more_body", False)
+        if not self.streaming:
+            if more:
+                return []
+            body = self._renamed(self.held)
+            headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"]
+            return [{**self.start, "headers": [*headers, (b"content-length", str(len(body)).encode())]},
+                    {**message, "body": body}]
+        cut = self.held.rfind(b"\n") + 1 if more else len(self.held)  # whole lines only, the rest held
+        if cut == 0:
+            return []
+        whole, self.held = self.held[:cut], self.held[cut:]
+        lines = [b"data: " + self._renamed(line[6:]) if line.startswith(b"data: {") else line
+                 for line in whole.split(b"\n")]
+        return [{**message, "body": b"\n".join(lines)}]
+
+    def _renamed(self, raw: bytes) -> bytes:
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            return raw
+        if isinstance(answer, dict) and answer.get("model") == self.model_id:
+            answer["model"] = self.listed_name
+            return json.dumps(answer).encode()
+        return raw
 
 
 def _check_number(body: dict, name: str, low: float, high: float = math.inf, integer: bool = False,

@@ -35,6 +35,16 @@ def chat_processor_inputs(messages: list[dict]):
     return BaseHandler.get_processor_inputs_from_messages(messages, Modality.LLM)
 
 
+def ignored_fields(route: str) -> frozenset[str]:
+    """The OpenAI fields transformers' handler for `route` accepts and ignores (with a log line only): the handlers'
+    sets are internal."""
+    if route.endswith("/chat/completions"):
+        from transformers.cli.serving.chat_completion import ChatCompletionHandler as handler
+    else:
+        from transformers.cli.serving.completion import CompletionHandler as handler
+    return frozenset(handler._unused_fields)
+
+
 def served_model(serve, name: str):
     """The (model, processor) entry `transformers serve` loaded for `name`; its model manager is private. Its key
     is the name as `process_model_name` spells it: a local folder `folder@main` in 5.19, `folder` in 5.24."""
