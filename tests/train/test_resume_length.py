@@ -1,5 +1,6 @@
-"""--resume with another train.steps: fewer steps than the run has is an error, a change of the learning-rate
-schedule needs --reschedule, and final/ keeps the files a user added to it (docs/serving.md's chat template)."""
+"""--resume with another train.steps or schedule settings: fewer steps than the run has is an error, a change of
+the learning-rate schedule (by the length, or by optim.schedule and its shape) needs --reschedule, and final/ keeps
+the files a user added to it (docs/serving.md's chat template)."""
 
 import json
 
@@ -54,6 +55,37 @@ def test_extending_a_cosine_run_needs_reschedule_which_keeps_added_files_and_rec
     assert (final / "chat_template.jinja").read_text() == CHAT_TEMPLATE
     assert "chat_template.jinja" in json.loads((final / "checksums.json").read_text())["sha256"]
     train(config(tiny_data, run, 8), resume=True)  # its checkpoints now follow the 8-step schedule
+
+
+def test_changing_the_schedule_on_resume_needs_reschedule_and_keeps_train_config_until_then(tiny_data, tmp_path):
+    run = tmp_path / "run"
+    train(config(tiny_data, run, 4))
+    written = (run / "train_config.json").read_text()
+    with pytest.raises(ValueError, match=r'optim.schedule = "cosine" \(now "wsd"\).*learning rate would go from.*'
+                                         r"Resume with --optim.schedule cosine.*--reschedule"):
+        train(config(tiny_data, run, 4, "--optim.schedule", "wsd", "--optim.decay_fraction", "0.5"), resume=True)
+    assert (run / "train_config.json").read_text() == written
+    train(config(tiny_data, run, 8, "--optim.schedule", "wsd", "--optim.decay_fraction", "0.5"), resume=True,
+          reschedule=True)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records[4]["rescheduled_from_steps"] == 4
+    assert records[4]["rescheduled_from_optim"] == {"schedule": "cosine", "decay_fraction": 0.2}
+    assert json.loads((run / "train_config.json").read_text())["optim"]["schedule"] == "wsd"
+    # its checkpoints now follow the WSD schedule: resuming as WSD needs nothing, as cosine is refused
+    train(config(tiny_data, run, 8, "--optim.schedule", "wsd", "--optim.decay_fraction", "0.5"), resume=True)
+    with pytest.raises(ValueError, match=r'optim.schedule = "wsd" \(now "cosine"\)'):
+        train(config(tiny_data, run, 8), resume=True)
+
+
+def test_schedule_change_names_a_changed_schedule_setting():
+    wsd = OptimSection(lr=3e-3, warmup_steps=10, schedule="wsd", decay_fraction=0.2)
+    cosine = OptimSection(lr=3e-3, warmup_steps=10)
+    change = schedule_change(150, 200, 200, cosine, saved=wsd)  # the stable phase, resumed as a cosine run
+    assert 'optim.schedule = "wsd" (now "cosine")' in change
+    assert "from 3.00e-03 at step 150" in change
+    assert schedule_change(5, 200, 200, cosine, saved=wsd) is None  # within the warmup both are the same
+    shorter_warmup = OptimSection(lr=3e-3, warmup_steps=5)
+    assert "optim.warmup_steps = 10 (now 5)" in schedule_change(150, 200, 200, shorter_warmup, saved=cosine)
 
 
 def test_schedule_change_spares_warmup_and_a_wsd_stable_phase():

@@ -29,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="a TOML training config (see configs/)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in train.out_dir")
     parser.add_argument("--reschedule", action="store_true",
-                        help="with --resume: let a new train.steps change the learning-rate schedule of the steps "
-                             "still to train (extending a cosine run); without it, such a resume is an error")
+                        help="with --resume: let a new train.steps or new schedule settings (optim.schedule, "
+                             "warmup_steps, ...) change the learning-rate schedule of the steps still to train "
+                             "(extending a cosine run); without it, such a resume is an error")
 
 
 def run(args: argparse.Namespace) -> int:

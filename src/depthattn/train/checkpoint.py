@@ -35,7 +35,7 @@ from ..data.manifest import read_manifest
 from ..files import atomic_directory, atomic_write_json, make_folder, remove_temporaries, sha256_file, temporary_sibling
 from ..loading import nonfinite_tensors
 from .config import TrainConfig
-from .optim import schedule_change
+from .optim import SCHEDULE_FIELDS, schedule_change, schedule_settings
 
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 WEIGHTS = "model.safetensors"
@@ -213,13 +213,15 @@ class CheckpointManager:
     steps and at the last step, the newest `keep_checkpoints` kept, and `final/`, the exported model.
 
     Every rank calls save and export (gathering sharded state is collective); the main process writes.
-    `reschedule` lets a resumed run change its learning-rate schedule by a new train.steps (else an error)."""
+    `reschedule` lets a resumed run change its learning-rate schedule, by a new train.steps or new schedule settings
+    (optim.schedule, warmup_steps, ...), else an error."""
 
     def __init__(self, cfg: TrainConfig, resume: bool, is_main: bool, reschedule: bool = False):
         t = cfg.train
         self.out_dir = Path(t.out_dir)
         self.optim, self.reschedule, self.is_main = cfg.optim, reschedule, is_main
-        self.rescheduled_from = None  # the run length whose schedule the resumed steps followed, if it changed
+        # if the schedule changed: {"steps": the run length, "optim": the changed settings} the resumed steps followed
+        self.rescheduled_from = None
         self.every, self.keep, self.last_step = t.checkpoint_every, t.keep_checkpoints, t.steps
         if list_checkpoints(self.out_dir) and not resume:
             raise FileExistsError(f"{self.out_dir} already holds checkpoints; pass --resume to continue that run, "
@@ -257,39 +259,51 @@ class CheckpointManager:
         except Exception as error:
             raise ValueError(f"cannot read {state_path} ({error}); the file is corrupt - delete this checkpoint "
                              "folder to resume from the one before") from None
-        self._check_length(state["step"], state.get("schedule_steps") or self._planned_steps())
+        self._check_schedule(state["step"], state.get("schedule_steps") or self._planned("steps"),
+                           state.get("schedule") or self._planned("schedule"))
         set_optimizer_state_dict(model, optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True))
         scheduler.load_state_dict(state["scheduler"])
         batches.load_state_dict(state["data"])
         set_rng_state(state["rng"])
         return state["step"]
 
-    def _planned_steps(self) -> int | None:
-        """The length of the run that wrote an older checkpoint (without schedule_steps), from train_config.json."""
+    def _planned(self, what: str):
+        """For an older checkpoint (without schedule_steps or schedule): the length ("steps") or the schedule
+        settings ("schedule") of the run that wrote it, from its train_config.json (not yet rewritten by this run)."""
         try:
-            return json.loads((self.out_dir / "train_config.json").read_text())["train"]["steps"]
-        except (OSError, ValueError, KeyError):
+            config = json.loads((self.out_dir / "train_config.json").read_text())
+            if what == "steps":
+                return config["train"]["steps"]
+            return {name: config["optim"][name] for name in SCHEDULE_FIELDS if name in config["optim"]}
+        except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def _check_length(self, trained: int, planned_steps: int | None):
-        """A resumed run may not be shorter than the steps it has, nor change its schedule unless told to."""
+    def _check_schedule(self, trained: int, planned_steps: int | None, planned_schedule: dict | None):
+        """A resumed run may not be shorter than the steps it has, nor change its schedule (by its length or its
+        schedule settings) unless told to."""
         if trained > self.last_step:
             raise ValueError(f"{self.out_dir} already has {trained} steps ({self.resume_from}), more than "
                              f"--train.steps {self.last_step}: to train a shorter run, use a new --train.out_dir, "
                              "or the cooldown branches of a WSD run (train.branch_steps)")
-        change = planned_steps and schedule_change(trained, planned_steps, self.last_step, self.optim)
+        saved = dataclasses.replace(self.optim, **(planned_schedule or {}))
+        planned_steps = planned_steps or self.last_step
+        change = schedule_change(trained, planned_steps, self.last_step, self.optim, saved)
         if not change:
             return
+        changed = {name: value for name, value in schedule_settings(saved).items()
+                   if value != getattr(self.optim, name)}
         if not self.reschedule:
+            same = [f"--optim.{name} {value}" for name, value in changed.items()]
+            if planned_steps != self.last_step:
+                same.insert(0, f"--train.steps {planned_steps}")
+            extends = "" if changed else ' (a run with optim.schedule = "wsd" extends cleanly in its stable phase)'
             raise ValueError(f"cannot resume {self.out_dir} as a run of {self.last_step} steps: {change}. Resume "
-                             f"with --train.steps {planned_steps}; or train the longer run in a new --train.out_dir "
-                             '(a run with optim.schedule = "wsd" extends cleanly while in its stable phase); or '
-                             "pass --reschedule to continue with the changed schedule")
+                             f"with {' '.join(same)}, as its checkpoint has it; or train the changed run in a new "
+                             f"--train.out_dir{extends}; or pass --reschedule to continue with the changed schedule")
         if self.is_main:
-            print(f"warning: --reschedule: resuming {self.out_dir} as a run of {self.last_step} steps changes its "
-                  f"learning-rate schedule: {change}; metrics.jsonl records it at step {trained + 1}",
-                  file=sys.stderr)
-        self.rescheduled_from = planned_steps
+            print(f"warning: --reschedule: resuming {self.out_dir} changes its learning-rate schedule: {change}; "
+                  f"metrics.jsonl records it at step {trained + 1}", file=sys.stderr)
+        self.rescheduled_from = {"steps": planned_steps, "optim": changed}
 
     def due(self, step: int) -> bool:
         return step % self.every == 0 or step == self.last_step
@@ -307,7 +321,8 @@ class CheckpointManager:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_directory(path, needed=state_bytes(model_state, optim_state)) as tmp:
             save_model_files(tmp, unwrapped, model_state, self.tokenizer_path)
-            torch.save({"step": step, "schedule_steps": self.last_step, "optimizer": optim_state,
+            torch.save({"step": step, "schedule_steps": self.last_step, "schedule": schedule_settings(self.optim),
+                        "optimizer": optim_state,
                         "scheduler": scheduler.state_dict(), "data": batches.state_dict(), "rng": rng_state(),
                         **extra}, tmp / TRAINER_STATE)
             atomic_write_json(tmp / SETTINGS, self.settings)

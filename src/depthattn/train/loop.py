@@ -157,7 +157,10 @@ def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_b
                 check_weights_finite(model, step, checkpoints.out_dir)
             record = metrics.record(step, step_metrics)
             if step == start + 1 and checkpoints.rescheduled_from:
-                record["rescheduled_from_steps"] = checkpoints.rescheduled_from
+                was = checkpoints.rescheduled_from
+                record["rescheduled_from_steps"] = was["steps"]
+                if was["optim"]:  # the schedule settings the steps before followed
+                    record["rescheduled_from_optim"] = was["optim"]
             if step % t.eval_every == 0 or step == t.steps:
                 val_loss = evaluate(wrapped, val_shards, t.batch_size, cfg.data.seq_len, t.eval_batches, world, amp)
                 record.update(val_loss=val_loss, val_ppl=math.exp(val_loss))

@@ -51,7 +51,8 @@ def _external_loggers(cfg: TrainConfig, out_dir: Path) -> list:
         except ImportError:
             raise ImportError("logging.tensorboard needs the tensorboard package: pip install tensorboard") from None
         board = SummaryWriter(out_dir / "tensorboard")
-        writers.append(lambda r: [board.add_scalar(k, v, r["step"]) for k, v in r.items() if k != "step"])
+        writers.append(lambda r: [board.add_scalar(k, v, r["step"]) for k, v in r.items()
+                                  if k != "step" and isinstance(v, (int, float))])  # not rescheduled_from_optim
     if cfg.logging.wandb:
         try:
             import wandb

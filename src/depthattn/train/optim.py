@@ -10,6 +10,7 @@ up to B's decay start (`OptimSection.decay_start`), followed by B's own decay: a
 
 from __future__ import annotations
 
+import json
 import math
 
 import torch
@@ -51,17 +52,34 @@ def lr_factor(step: int, total_steps: int, optim: OptimSection) -> float:
     return low + (1 - low) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def schedule_change(trained: int, planned_steps: int, steps: int, optim: OptimSection) -> str | None:
-    """How resuming after `trained` steps of a run planned for `planned_steps` as a run of `steps` changes its
-    learning-rate schedule; None when the steps trained so far follow the new schedule too (a WSD run resumed in
-    its stable phase)."""
-    if all(lr_factor(step, planned_steps, optim) == lr_factor(step, steps, optim) for step in range(trained)):
+# the optim settings that shape the learning-rate curve; the peak (optim.lr) may change on resume (follow_config)
+SCHEDULE_FIELDS = ("schedule", "warmup_steps", "min_lr_ratio", "decay_fraction", "decay_shape")
+
+
+def schedule_settings(optim: OptimSection) -> dict:
+    return {name: getattr(optim, name) for name in SCHEDULE_FIELDS}
+
+
+def schedule_change(trained: int, planned_steps: int, steps: int, optim: OptimSection,
+                    saved: OptimSection | None = None) -> str | None:
+    """How resuming after `trained` steps of a run planned for `planned_steps` with the schedule settings of
+    `saved` (by default `optim`'s) as a run of `steps` with `optim` changes its learning-rate schedule; None when the
+    steps trained so far follow the new schedule too (a WSD run resumed in its stable phase)."""
+    saved = saved or optim
+    if all(lr_factor(step, planned_steps, saved) == lr_factor(step, steps, optim) for step in range(trained)):
         return None
-    was, becomes = (optim.lr * lr_factor(trained - 1, planned_steps, optim),
+    was, becomes = (optim.lr * lr_factor(trained - 1, planned_steps, saved),
                     optim.lr * lr_factor(trained, steps, optim))
-    return (f"its {optim.schedule} schedule was laid out for {planned_steps} steps, so its {trained} steps are not "
-            f"the start of a {steps}-step run: the learning rate would go from {was:.2e} at step {trained} to "
-            f"{becomes:.2e} at step {trained + 1}")
+    jump = (f"the learning rate would go from {was:.2e} at step {trained} to {becomes:.2e} at step "
+            f"{trained + 1}")
+    changed = [f"optim.{name} = {json.dumps(getattr(saved, name))} (now {json.dumps(getattr(optim, name))})"
+               for name in SCHEDULE_FIELDS if getattr(saved, name) != getattr(optim, name)]
+    if not changed:
+        return (f"its {optim.schedule} schedule was laid out for {planned_steps} steps, so its {trained} steps are "
+                f"not the start of a {steps}-step run: {jump}")
+    length = f" in a run of {planned_steps} steps" if planned_steps != steps else ""
+    return (f"its {trained} steps followed {' and '.join(changed)}{length}, so they are not the start of the new "
+            f"{steps}-step {optim.schedule} schedule: {jump}")
 
 
 def build_scheduler(optimizer, optim: OptimSection, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
