@@ -248,6 +248,25 @@ def check_data_vocab(shards, model, data) -> None:
                          f"{model.config.vocab_size}: pass the dataset the model was trained on")
 
 
+def check_data_tokenizer(shards, data, tokenizer) -> None:
+    """A clear error when prepared data was made with another tokenizer than `tokenizer`, the model's (its folder's,
+    or --tokenizer): its ids would mean other text to the model, even where they all fit its vocabulary. The
+    vocabularies are compared, not their sizes: a model's vocab_size may exceed its tokenizer's (padded), and a
+    tokenizer saved again (prepare --tokenizer) keeps its vocabulary, not its files' bytes."""
+    if not holds_tokenizer(shards.tokenizer_path):  # a dataset without its tokenizer: the ids are all we have
+        return
+    theirs = load_tokenizer(shards.tokenizer_path).get_vocab()
+    ours = tokenizer.get_vocab()
+    if theirs == ours:
+        return
+    differ = (f"{len(theirs)} tokens against the model's {len(ours)}" if len(theirs) != len(ours) else
+              f"{len(set(theirs.items()) - set(ours.items()))} of its {len(theirs)} tokens are not the model's")
+    raise ValueError(f"{data} was made with another tokenizer ({shards.tokenizer_path}) than the model's "
+                     f"({tokenizer.name_or_path}): {differ}, so its token ids would be scored as other text. Pass a "
+                     "dataset prepared with the model's tokenizer (depthattn prepare --tokenizer "
+                     f"{tokenizer.name_or_path} ...), or the dataset the model was trained on")
+
+
 def model_dtype_name(model) -> str:
     return str(next(model.parameters()).dtype).removeprefix("torch.")
 
@@ -260,13 +279,18 @@ def find_tokenizer(model_dir: str | os.PathLike | None, tokenizer: str | os.Path
         return load_tokenizer(tokenizer)
     candidates = ([Path(model_dir)] if model_dir is not None else []) + [Path(f) for f in fallbacks]
     for candidate in candidates:
-        if any((candidate / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        if holds_tokenizer(candidate):
             if (candidate / "config.json").is_file():  # transformers reads it too: a broken one named clearly
                 read_json_object(candidate / "config.json")
             return load_tokenizer(candidate)
     raise FileNotFoundError(
         f"no tokenizer in {', '.join(map(str, candidates)) or 'the model folder'}; pass --tokenizer DIR "
         "(e.g. the tokenizer/ folder of the prepared dataset the model was trained on)")
+
+
+def holds_tokenizer(folder: str | os.PathLike) -> bool:
+    """Whether `folder` holds a saved Hugging Face tokenizer."""
+    return any((Path(folder) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json"))
 
 
 def check_vocab(model, tokenizer) -> None:

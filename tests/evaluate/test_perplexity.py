@@ -1,8 +1,10 @@
 """`depthattn eval`: windows, agreement with a plain loop and with training's validation, bits per byte, errors."""
 
 import argparse
+import itertools
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from depthattn.commands import eval as eval_command
-from depthattn.data import TokenShards, load_tokenizer
+from depthattn.data import TokenShards, embedded_corpus_documents, load_tokenizer, prepare
 from depthattn.evaluate.perplexity import (
     TokenStream,
     compute_perplexity,
@@ -180,6 +182,38 @@ def test_data_with_a_larger_vocabulary_than_the_model_is_a_clear_error(eval_data
         evaluate_perplexity(small, data=eval_data, progress=False)
     with pytest.raises(ValueError, match="tokenized with 384 ids, more than the model's 97"):
         compute_depth_map(small, eval_data, seq_len=16)
+
+
+@pytest.mark.parametrize("documents, vocab_size, differ", [
+    (slice(0, 24), 300, "300 tokens against the model's 384"),  # a smaller vocabulary: every id fits the model
+    (slice(24, 48), 384, "of its 384 tokens are not the model's"),  # as many tokens, other ones
+])
+def test_data_made_with_another_tokenizer_is_a_clear_error(trained_model, eval_data, tmp_path, documents, vocab_size,
+                                                           differ):
+    from depthattn.evaluate.depth_map import compute_depth_map
+
+    texts = list(itertools.islice(embedded_corpus_documents(), 48))[documents]
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    other = tmp_path / "other"
+    prepare([str(source)], other, vocab_size=vocab_size, val_fraction=0.2, progress=False)
+    def problem(tokenizer):
+        return rf"{other} was made with another tokenizer .*{differ}.*prepare --tokenizer {tokenizer} "
+
+    with pytest.raises(ValueError, match=problem(trained_model)):
+        evaluate_perplexity(trained_model, data=other, progress=False)
+    with pytest.raises(ValueError, match=problem(trained_model)):
+        compute_depth_map(trained_model, other, samples=2, seq_len=16)
+    with pytest.raises(ValueError, match=problem(eval_data / "tokenizer")):  # --tokenizer: the model's tokenizer
+        evaluate_perplexity(trained_model, data=other, tokenizer=eval_data / "tokenizer", progress=False)
+
+
+def test_a_model_with_a_padded_vocabulary_scores_data_of_its_own_tokenizer(eval_data, tmp_path):
+    padded = tmp_path / "padded"
+    tiny_model(vocab_size=400).save_pretrained(padded)  # the data's tokenizer has 384 ids
+    for item in (eval_data / "tokenizer").iterdir():
+        shutil.copy(item, padded / item.name)
+    assert evaluate_perplexity(padded, data=eval_data, max_tokens=40, progress=False)["tokens"] == 40
 
 
 @pytest.mark.parametrize("stride", [8, 3])

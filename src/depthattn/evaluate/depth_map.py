@@ -18,7 +18,15 @@ import torch
 
 from ..data.shards import TokenShards
 from ..files import atomic_write_json, make_folder
-from ..loading import check_data_vocab, model_dtype_name, open_model, run_metadata
+from ..loading import (
+    check_data_tokenizer,
+    check_data_vocab,
+    find_tokenizer,
+    holds_tokenizer,
+    model_dtype_name,
+    open_model,
+    run_metadata,
+)
 from ..methods import METHODS
 from .plots import plot_depth_map
 
@@ -111,6 +119,8 @@ def compute_depth_map(
         raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
     shards = TokenShards(data, split)
     check_data_vocab(shards, model, data)
+    if holds_tokenizer(model_path):
+        check_data_tokenizer(shards, data, find_tokenizer(model_path))
     starts = sample_windows(len(shards), samples, seq_len)
     batches = (torch.from_numpy(np.stack([shards.read(s, seq_len) for s in starts[i:i + batch_size]]))
                for i in range(0, len(starts), batch_size))

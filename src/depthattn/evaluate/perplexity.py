@@ -35,7 +35,14 @@ from tqdm.auto import tqdm
 from ..data.manifest import TOKENIZER_DIR
 from ..data.shards import TokenShards
 from ..data.tokenizer import start_token_id
-from ..loading import check_data_vocab, model_dtype_name, open_model, run_metadata
+from ..loading import (
+    check_data_tokenizer,
+    check_data_vocab,
+    holds_tokenizer,
+    model_dtype_name,
+    open_model,
+    run_metadata,
+)
 
 DEFAULT_BATCH_SIZE = 8
 DECODE_CHUNK_TOKENS = 1 << 20
@@ -254,6 +261,8 @@ def evaluate_perplexity(
         shards = TokenShards(data, split)
         check_data_vocab(shards, model, data)
         tok = opened.load_tokenizer(tokenizer, fallbacks=(Path(data) / TOKENIZER_DIR,))
+        if tokenizer is not None or holds_tokenizer(model_path):  # else tok is the dataset's own
+            check_data_tokenizer(shards, data, tok)
         source, described = shards, {"data": str(data), "split": split}
     else:
         paths = [Path(p) for p in text]
