@@ -235,3 +235,29 @@ def test_no_joint_fit_where_too_few_budgets_pass_over_the_data_at_most_twice(stu
     assert multipliers(study, results)["fit"] is None
     assert "No joint fit: it needs 3 budgets that pass over the data at most 2 times (here: 0)." in \
         markdown_report(study, results)
+
+
+def test_a_shallow_fitted_curve_read_far_past_its_end_is_infinite_without_an_overflow():
+    import warnings
+
+    curve = BaselineCurve(np.array([1.0, 10.0, 100.0]), np.array([3.0, 2.0, 1.5]), (1.0, 2.0, 1e-3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert curve.tokens_for(1.01) == math.inf  # 100 x 50^1000 tokens per parameter: past any float
+        assert curve.tokens_for(1.4999) == pytest.approx(100 * (0.5 / 0.4999) ** 1000)
+
+
+def test_the_multiplier_figure_names_a_method_whose_every_multiplier_is_a_bound(study, monkeypatch, tmp_path):
+    import warnings
+
+    from depthattn.study import plots
+
+    found = {"rows": [{"method": "depth_attention", "points": [{"printable": False}],
+                       "trend": {"gamma": math.nan, "log_c": math.nan, "verdict": None}}]}
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "No artists with labels found to put in legend"
+        plots.plot_multipliers(study, found, tmp_path / "m.png")
+    texts = [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
+    assert texts == ["depth_attention: none within 2 x of the measured budgets"]

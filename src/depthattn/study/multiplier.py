@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -87,7 +88,10 @@ class BaselineCurve:
         end = -1 if loss < self.loss[-1] else 0
         if loss <= E:
             return math.inf
-        return float(self.x[end] * ((self.loss[end] - E) / (loss - E)) ** (1 / beta))
+        ratio = (self.loss[end] - E) / (loss - E)
+        if ratio > 0 and math.log(self.x[end]) + math.log(ratio) / beta >= math.log(sys.float_info.max):
+            return math.inf  # a shallow fitted curve (small beta) reaches that loss past any float
+        return float(self.x[end] * ratio ** (1 / beta))
 
 
 def power_law(x: np.ndarray, loss: np.ndarray) -> tuple[float, float, float] | None:

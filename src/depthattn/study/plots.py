@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 from ..evaluate.plots import save_figure
+from .multiplier import EXTRAPOLATION_LIMIT
 from .records import CellResult
 from .spec import Study, setting_label
 from .stats import summarize
@@ -177,9 +178,11 @@ def plot_multipliers(study: Study, found: dict, out_png: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib import ticker
+    from matplotlib.lines import Line2D
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     colours = {m: f"C{i}" for i, m in enumerate(study.methods)}
+    pointless = []
     for row in found["rows"]:
         points = [p for p in row["points"] if p["printable"]]
         colour = colours[row["method"]]
@@ -191,6 +194,8 @@ def plot_multipliers(study: Study, found: dict, out_png: Path) -> Path:
             yerr = [[k - p["low"]], [p["high"] - k]] if p["low"] is not None and math.isfinite(p["high"]) else None
             ax.errorbar(p["tokens_per_parameter"], k, yerr=yerr, fmt="o", capsize=3, color=colour,
                         mfc="white" if p["extrapolated"] else colour, label=label if i == 0 else None)
+        if not points:  # every multiplier a bound: the legend still names the method (below)
+            pointless.append(row["method"])
         xs = [p["tokens_per_parameter"] for p in points if math.isfinite(p["multiplier"])]
         if xs and math.isfinite(trend["gamma"]):
             ax.plot(xs, [math.exp(trend["log_c"]) * x ** trend["gamma"] for x in xs], "-", color=colour, lw=1)
@@ -204,7 +209,11 @@ def plot_multipliers(study: Study, found: dict, out_png: Path) -> Path:
     ax.set_xlabel("training tokens per parameter (log); open: read beyond the baseline's measured budgets")
     ax.set_ylabel(f"data multiplier over {study.baseline} (log); above 1: better")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    for method in pointless:  # a handle of its own: an empty line on the axes would break the log scale
+        handles.append(Line2D([], [], ls="", marker="o", color=colours[method], mfc="white"))
+        labels.append(f"{method}: none within {EXTRAPOLATION_LIMIT:g} x of the measured budgets")
+    ax.legend(handles, labels, fontsize=8)
     ax.set_title(_wrapped(study.title, fig), fontsize=9)
     fig.tight_layout()
     return save_figure(fig, out_png)
