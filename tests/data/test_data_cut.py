@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -80,6 +81,27 @@ def test_one_text_file_prepares_with_a_val_split(tmp_path, book, capsys):
     assert cut["num_documents_cut"] == 1 and cut["num_pieces"] >= 2 / manifest["val_fraction"]
     assert manifest["splits"]["val"]["num_documents"] > 0
     assert "so that both splits get documents" in capsys.readouterr().out
+
+
+def test_the_report_says_how_text_files_were_chunked_and_documents_cut_in_the_right_plurals(tmp_path, book, capsys):
+    (tmp_path / "book.txt").write_text(book * 3)  # 60,000 characters: 2 chunks of about 25,000
+    assert prepare_cli("--input", str(tmp_path / "book.txt"), "--out", str(tmp_path / "a"), "--vocab-size", "300") == 0
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert manifest["text_chunks"] == {"num_files_cut": 1, "num_documents": 2}
+    cut = manifest["document_cut"]
+    assert cut["num_documents_cut"] == 2 and cut["max_chars"] < DEFAULT_MAX_DOCUMENT_CHARS
+    report = capsys.readouterr().out
+    assert "cut 1 text file at blank lines into 2 documents of about 25,000 characters (--chunk-chars)" in report
+    assert (f"cut 2 documents longer than {cut['max_chars']:,} characters into {cut['num_pieces']} pieces "
+            f"(--max-document-chars {cut['max_chars']:,}, lowered from 32,768 so that both splits get documents)"
+            in report)
+    (tmp_path / "short.txt").write_text(book)  # one chunk: nothing to say about --chunk-chars
+    assert prepare_cli("--input", str(tmp_path / "short.txt"), "--out", str(tmp_path / "b"), "--vocab-size", "300",
+                       "--val-fraction", "0.5") == 0
+    report = capsys.readouterr().out
+    assert "--chunk-chars" not in report
+    assert re.search(r"val: 1 document, [\d,]+ tokens, 1 shard\n", report)
+    assert not re.search(r"\b1 (documents|tokens|shards|pieces)\b", report)
 
 
 def test_a_folder_of_one_file_prepares_too(tmp_path, book, prepared_dir):

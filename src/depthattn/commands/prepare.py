@@ -73,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_CHUNK_CHARS,
         metavar="N",
-        help="cut .txt inputs at blank lines into documents of about N characters (default %(default)s)",
+        help="cut text inputs (.txt, .md, .rst, no extension) at blank lines into documents of about N "
+        "characters, before --max-document-chars (default %(default)s)",
     )
     parser.add_argument(
         "--max-document-chars",
@@ -120,13 +121,24 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"wrote {args.out}: vocab_size {manifest['tokenizer']['vocab_size']}, {manifest['dtype']}")
     for split, info in manifest["splits"].items():
-        num_shards = len(info["files"])
-        print(f"  {split}: {info['num_documents']:,} documents, {info['num_tokens']:,} tokens, {num_shards} shard(s)")
+        print(f"  {split}: {counted(info['num_documents'], 'document')}, {counted(info['num_tokens'], 'token')}, "
+              f"{counted(len(info['files']), 'shard')}")
+    chunks = manifest.get("text_chunks", {})
+    if chunks.get("num_files_cut"):
+        print(f"  cut {counted(chunks['num_files_cut'], 'text file')} at blank lines into "
+              f"{counted(chunks['num_documents'], 'document')} of about {manifest['chunk_chars']:,} characters "
+              "(--chunk-chars)")
     cut = manifest["document_cut"]
     if cut["num_documents_cut"]:
-        lowered = f" (lowered from {cut['max_chars_requested']:,} so that both splits get documents)"
-        print(f"  cut {cut['num_documents_cut']:,} documents longer than {cut['max_chars']:,} characters into "
-              f"{cut['num_pieces']:,} pieces{lowered if cut['max_chars'] < cut['max_chars_requested'] else ''}")
+        lowered = f", lowered from {cut['max_chars_requested']:,} so that both splits get documents"
+        print(f"  cut {counted(cut['num_documents_cut'], 'document')} longer than {cut['max_chars']:,} characters "
+              f"into {counted(cut['num_pieces'], 'piece')} (--max-document-chars "
+              f"{cut['max_chars']:,}{lowered if cut['max_chars'] < cut['max_chars_requested'] else ''})")
     for source in manifest["source_files"]:
         print(f"  {source['input']}: {source['attribution']}; licence {source['license']}")
     return 0
+
+
+def counted(number: int, noun: str) -> str:
+    """`number` and `noun`, plural unless the number is one: "1 document", "2,048 tokens"."""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"

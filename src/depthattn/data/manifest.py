@@ -7,10 +7,12 @@
 
 The tokens of a split are its shards concatenated in manifest order; each document ends with EOS.
 Manifest keys: format, format_version, source, source_files, text_field, seed, val_fraction, chunk_chars,
-document_cut, shard_tokens, dtype, tokenizer {path, origin, vocab_size, eos_id; for a BPE that prepare trained
-also sample_bytes (requested) and sample_bytes_used (UTF-8 bytes of train text it was trained on)}, and
+text_chunks, document_cut, shard_tokens, dtype, tokenizer {path, origin, vocab_size, eos_id; for a BPE that prepare
+trained also sample_bytes (requested) and sample_bytes_used (UTF-8 bytes of train text it was trained on)}, and
 splits {train, val}, each {num_documents, num_tokens, files: [{name, num_tokens, sha256}]}.
 source_files: [{input, path, sha256, attribution, license}] for each input read from a checked file (wikipedia).
+text_chunks: {num_files_cut (the text files cut at blank lines into documents of about chunk_chars characters),
+num_documents (the documents they were cut into)}.
 document_cut: {max_chars (the limit used), max_chars_requested, num_documents_cut (the documents longer than
 max_chars), num_pieces (the documents they were cut into)}.
 """

@@ -260,6 +260,7 @@ def prepare(
             "seed": seed,
             "val_fraction": val_fraction,
             "chunk_chars": chunk_chars,
+            "text_chunks": {"num_files_cut": encoded_cuts.text_files, "num_documents": encoded_cuts.chunks},
             "document_cut": {
                 "max_chars": limit,
                 "max_chars_requested": max_document_chars,

@@ -146,11 +146,14 @@ def source_files(sources: Sequence[Source]) -> list[dict]:
 @dataclass
 class CutStats:
     """What cutting met over one pass: the documents longer than the limit, the pieces they became, and the
-    length of the longest document (before cutting)."""
+    length of the longest document (before cutting); and, before that, the text files cut at blank lines into
+    several documents of about chunk_chars (text_files), and the documents they became (chunks)."""
 
     documents: int = 0
     pieces: int = 0
     longest: int = 0
+    text_files: int = 0
+    chunks: int = 0
 
 
 def iter_documents(
@@ -171,8 +174,9 @@ def numbered_documents(
     document longer than `max_document_chars` gives its pieces (cut_document), counted in `cuts` if given."""
     cuts = CutStats() if cuts is None else cuts
     for source in sources:
-        number = 0
+        number = chunks = 0
         for document in source_documents(source, text_field, hf_split, chunk_chars):
+            chunks += 1
             pieces = cut_document(document, max_document_chars)
             cuts.longest = max(cuts.longest, len(document))
             if len(document) > max_document_chars:
@@ -180,6 +184,8 @@ def numbered_documents(
             for text in pieces:
                 number += 1
                 yield source.name, number, text
+        if source.kind == "txt" and chunks > 1:
+            cuts.text_files, cuts.chunks = cuts.text_files + 1, cuts.chunks + chunks
 
 
 def cut_document(text: str, max_chars: int) -> list[str]:
