@@ -203,6 +203,15 @@ def test_every_command_has_its_help(capsys):
         assert capsys.readouterr().out.startswith(f"usage: depthattn {name} ")
 
 
+def test_train_help_says_the_batch_size_is_per_process(capsys):
+    with pytest.raises(SystemExit, match="0"):
+        main(["train", "--help"])
+    helped = " ".join(capsys.readouterr().out.split())
+    assert "train.batch_size is per process and micro-step: under torchrun a step takes batch_size x grad_accum x " \
+           "processes sequences" in helped
+    assert "--tasks-per-cell splits" in helped
+
+
 def test_a_refused_run_leaves_no_folder_behind(tiny_data, tmp_path, capsys):
     out_dir = tmp_path / "new" / "run"
     for refused, message in ((["--model.overrides.hidden_size", "30"], "head_dim is not set"),  # once the data is read

@@ -25,7 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("Any config value can be overridden: --optim.lr 3e-4 --train.steps 100, and any field of the "
                      "model's config as --model.overrides.NAME (e.g. --model.overrides.num_hidden_layers 8).\n"
                      "Config keys (type, default):\n"
-                     + "\n".join(f"  {key:<34} {kind:<6} {default!r}" for key, kind, default in config_keys()))
+                     + "\n".join(f"  {key:<34} {kind:<6} {default!r}" for key, kind, default in config_keys())
+                     + "\ntrain.batch_size is per process and micro-step: under torchrun a step takes batch_size x "
+                     "grad_accum x processes sequences (a run's first line prints its tokens per step), so divide it "
+                     "by the processes to train a one-process run's batch; a study's train.batch_size is a cell's "
+                     "whole batch, which --tasks-per-cell splits.")
     parser.add_argument("--config", help="a TOML training config (see configs/)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in train.out_dir")
     parser.add_argument("--reschedule", action="store_true",

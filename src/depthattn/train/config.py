@@ -118,7 +118,9 @@ class OptimSection:
 class TrainSection:
     out_dir: str = "runs/train"
     steps: int = 200
-    batch_size: int = 8  # per process and micro-step
+    # sequences per process and micro-step: under torchrun a step takes batch_size * grad_accum * world size (a
+    # study instead splits its batch_size over a cell's --tasks-per-cell processes: study/cell.py)
+    batch_size: int = 8
     grad_accum: int = 1
     seed: int = 0
     dtype: str = "auto"  # auto: bf16 autocast on GPUs that support it, else float32
