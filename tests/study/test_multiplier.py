@@ -18,16 +18,16 @@ def loss(x):
     return E + B * x ** -BETA
 
 
-def planted_results(study, multiplier_of, seeds=range(5), noise=0.0, epochs_per_x=0.01):
-    """Cells whose vanilla loss is L(x) and whose depth_attention loss is L(k(x) x): a data multiplier k(x).
-    Seed s shifts both by the same offset (pairing) and the method by noise * (s - 2)."""
+def planted_results(study, multiplier_of, seeds=range(5), noise=0.0, epochs_per_x=0.01, curve=loss):
+    """Cells whose vanilla loss is curve(x) (by default L(x)) and whose depth_attention loss is curve(k(x) x): a
+    data multiplier k(x). Seed s shifts both by the same offset (pairing) and the method by noise * (s - 2)."""
     results = []
     for label, steps in study.branch_axis.values.items():
         x = steps * 10.0  # tokens per parameter
         for seed in seeds:
             shift = 0.01 * seed
-            for method, value in (("vanilla", loss(x)),
-                                  ("depth_attention", loss(multiplier_of(x) * x) + noise * (seed - 2))):
+            for method, value in (("vanilla", curve(x)),
+                                  ("depth_attention", curve(multiplier_of(x) * x) + noise * (seed - 2))):
                 results.append(CellResult(method, seed, value + shift, {
                     "train_tokens": steps * 1000, "params_total": 100, "data_epochs": epochs_per_x * x,
                     "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "curve": [], "val_bits_per_byte": value},
@@ -261,3 +261,17 @@ def test_the_multiplier_figure_names_a_method_whose_every_multiplier_is_a_bound(
         plots.plot_multipliers(study, found, tmp_path / "m.png")
     texts = [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
     assert texts == ["depth_attention: none within 2 x of the measured budgets"]
+
+
+def test_a_joint_fit_parameter_on_its_bound_is_flagged(study):
+    """A curve that flattens towards a negative floor: the fit's E cannot go below 0 and sits there."""
+    results = planted_results(study, lambda x: 1.3, seeds=range(3), noise=0.005,
+                              curve=lambda x: -0.1 + 3 * x ** -0.4)
+    fit = multipliers(study, results)["fit"]
+    assert fit["E"] == pytest.approx(0, abs=1e-6) and fit["at_bounds"] == ["E = 0 (its lower bound)"]
+    text = markdown_report(study, results)
+    assert "E = 0.000," in text and "**at a bound of the fit**: E = 0 (its lower bound)" in text
+    # the planted L(x) = 1 + 2 x^-0.4 places every parameter inside its bounds: no flag
+    results = planted_results(study, lambda x: 1.3, seeds=range(3), noise=0.005)
+    assert multipliers(study, results)["fit"]["at_bounds"] == []
+    assert "at a bound of the fit" not in markdown_report(study, results)

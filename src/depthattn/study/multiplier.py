@@ -46,6 +46,7 @@ RESAMPLES = 2000
 FIT_RESAMPLES = 400  # the joint fit is a nonlinear least squares: fewer resamples, each warm-started
 EXTRAPOLATION_LIMIT = 2.0
 REPEATS_FLAG = 2.0
+MIN_BUDGETS = 3  # a multiplier reads the baseline's curve through this many measured budgets at least
 MIN_FIT_BUDGETS = 3  # the joint fit's budgets (at most REPEATS_FLAG epochs) fewer than this: no joint fit
 FIT_AT = 20.0  # the fitted multiplier is stated at 20 tokens per parameter, about compute-optimal
 
@@ -203,7 +204,7 @@ def seed_bootstrap(study: Study, results: list[CellResult], seed: int = 0) -> Se
     if study.branch_axis is None:
         return None
     labels, x, seeds, table = loss_table(study, results)
-    if len(labels) < 3 or not seeds or study.baseline not in table:
+    if len(labels) < MIN_BUDGETS or not seeds or study.baseline not in table:
         return None
     base = table[study.baseline]
     rng = np.random.default_rng(seed)
@@ -322,11 +323,34 @@ def _predict(params: np.ndarray, x: np.ndarray, n_methods: int) -> np.ndarray:
     return E + np.exp(log_b - beta * log_d)
 
 
+def _bounds(means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The joint fit's bounds: 0 <= E <= the lowest mean loss, 0.001 <= beta <= 2, -1 <= gamma <= 1."""
+    lower = np.r_[0.0, -np.inf, 1e-3, [-np.inf, -1.0] * (len(means) - 1)]
+    upper = np.r_[means.min(), np.inf, 2.0, [np.inf, 1.0] * (len(means) - 1)]
+    return lower, upper
+
+
+def at_bounds(params: np.ndarray, means: np.ndarray, methods: list[str]) -> list[str]:
+    """The fitted parameters that sit on a bound (within 0.1% of its range), e.g. "E = 0 (its lower bound)": the
+    data do not place them, and the other parameters absorb what they cannot."""
+    lower, upper = _bounds(means)
+    names = ["E", "log B", "beta", *(f"{name} of {m}" for m in methods[1:] for name in ("log k", "gamma"))]
+    found = []
+    for name, value, low, high in zip(names, params, lower, upper):
+        if not (math.isfinite(low) and math.isfinite(high)):
+            continue
+        near = 1e-3 * (high - low)
+        if value - low <= near:
+            found.append(f"{name} = {low:g} (its lower bound)")
+        elif high - value <= near:
+            found.append(f"{name} = {high:.3g} (its upper bound{', the lowest mean loss' if name == 'E' else ''})")
+    return found
+
+
 def _solve(x: np.ndarray, means: np.ndarray, start: np.ndarray) -> np.ndarray:
     from scipy.optimize import least_squares
 
-    lower = np.r_[0.0, -np.inf, 1e-3, [-np.inf, -1.0] * (len(means) - 1)]
-    upper = np.r_[means.min(), np.inf, 2.0, [np.inf, 1.0] * (len(means) - 1)]
+    lower, upper = _bounds(means)
     fit = least_squares(lambda p: (_predict(p, x, len(means)) - means).ravel(), np.clip(start, lower + 1e-9,
                         upper - 1e-9), bounds=(lower, upper))
     return fit.x
@@ -350,6 +374,7 @@ def joint_fit(x: np.ndarray, table: dict[str, np.ndarray], baseline: str, rng: n
     residual = _predict(params, x, len(methods)) - means
     out = {"E": float(params[0]), "B": float(math.exp(params[1])), "beta": float(params[2]),
            "rms_residual": float(np.sqrt((residual ** 2).mean())), "methods": {},
+           "at_bounds": at_bounds(params, means, methods),
            # FIT_AT further than EXTRAPOLATION_LIMIT x past the fitted budgets: the fit's multiplier there is not stated
            "at_printable": bool(FIT_AT <= EXTRAPOLATION_LIMIT * float(np.max(x)))}
     for i, method in enumerate(methods[1:]):

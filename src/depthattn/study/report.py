@@ -289,7 +289,7 @@ def _joint_fit_table(found: dict, fit: dict, n: int) -> list[str]:
     lines = ["", f"Joint fit over {', '.join(found['fit_budgets'])} tokens per parameter (the budgets that pass "
                  f"over the data at most {REPEATS_FLAG:g} times): L_m(D) = E + B (k_m D^(1 + gamma_m))^-beta, "
                  f"E = {fit['E']:.3f}, B = {fit['B']:.3f}, beta = {fit['beta']:.3f}, root-mean-square residual "
-                 f"{fit['rms_residual']:.4f} nats:", "",
+                 f"{fit['rms_residual']:.4f} nats" + _bound_note(fit) + ":", "",
              "| method | k (at 1 tok/param) | gamma [95% CI] | multiplier at 20 tok/param [95% CI] | joint fit says |",
              "|---|---|---|---|---|"]
     for method, row in fit["methods"].items():
@@ -300,6 +300,14 @@ def _joint_fit_table(found: dict, fit: dict, n: int) -> list[str]:
         lines.append(f"| {method} | {row['k']:.3f} | {row['gamma']:+.4f}{ci(row['gamma_low'], row['gamma_high'])}"
                      f" | {at} | {row['verdict'] or f'too few seeds ({n})'} |")
     return lines
+
+
+def _bound_note(fit: dict) -> str:
+    """'; at a bound of the fit: E = 0 (its lower bound), ...' where a parameter sits on one; '' otherwise."""
+    if not fit.get("at_bounds"):
+        return ""
+    return (f"; **at a bound of the fit**: {', '.join(fit['at_bounds'])}, so the data do not place it and the other "
+            "parameters absorb the difference: read them with care")
 
 
 def _short_verdict(difference: Difference) -> str:
