@@ -34,6 +34,9 @@ def plant(monkeypatch, multiplier, seeds=range(5)):
         self, lambda x: multiplier(x, sweep_depth(self)), seeds=seeds, noise=0.005))
 
 
+RUNGS = WSD_BUDGETS.replace("{ short = 3, long = 6 }", "{ one = 2, two = 4, three = 8 }")  # a target that can score
+
+
 def test_a_multiplier_growing_with_depth_is_recovered_and_called_growing(tiny_data, tmp_path, monkeypatch):
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
     assert [sweep_depth(s) for s in axis.sweeps] == list(DEPTHS)
@@ -83,7 +86,7 @@ def test_three_seeds_give_slopes_but_no_intervals_or_verdicts(tiny_data, tmp_pat
     assert all(row["low"] is None and row["verdict"] is None for row in entry["budgets"])
     assert entry["surface"]["verdict"] is None
     assert surface_at(entry["surface"], 20.0, 16)["low"] is None
-    target = Study.load(write_study(tmp_path, tiny_data, name="rungs.toml", axes=WSD_BUDGETS, seeds=range(5)))
+    target = Study.load(write_study(tmp_path, tiny_data, name="rungs.toml", axes=RUNGS, seeds=range(5)))
     with pytest.raises(ValueError, match=r"waiting for: seeds: 3 at 2 layers, 3 at 4 layers, 3 at 8 layers\)"):
         predict_with_depth(axis, target, "2026-11-29", "nothing")
 
@@ -109,7 +112,7 @@ def test_a_sweep_waiting_for_its_first_seed_names_the_cells_it_lacks(tiny_data, 
     lacks = "seed 0 lacks depth_attention at e, f"
     assert trend["missing"] == {axis.sweeps[2].config_file: lacks}
     assert f"`{axis.sweeps[2].config_file}`: {lacks}" in format_depth_axis(axis, trend)
-    target = Study.load(write_study(tmp_path, tiny_data, name="rungs.toml", axes=WSD_BUDGETS, seeds=range(5)))
+    target = Study.load(write_study(tmp_path, tiny_data, name="rungs.toml", axes=RUNGS, seeds=range(5)))
     with pytest.raises(ValueError, match=lacks):
         predict_with_depth(axis, target, "2026-11-29", "nothing")
 

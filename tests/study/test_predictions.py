@@ -5,7 +5,14 @@ import dataclasses
 import pytest
 
 from depthattn.study import Study
-from depthattn.study.predictions import format_score, predict, read_prediction, score, write_prediction
+from depthattn.study.predictions import (
+    format_score,
+    predict,
+    read_prediction,
+    score,
+    why_unscored,
+    write_prediction,
+)
 from tests.study.test_multiplier import BUDGETS, fewer_resamples, planted_results  # noqa: F401 (a fixture)
 from tests.study.test_study import WSD_BUDGETS, write_study
 
@@ -84,3 +91,69 @@ def test_the_study_command_writes_a_prediction_and_scores_it_on_written_cells(st
     assert main(["study", target.config_file, "--score-predictions", written, "--results", target.results]) == 0
     table = capsys.readouterr().out
     assert table.count("| depth_attention |") == 6 and "above" in table and "agrees" not in table
+
+
+def test_a_target_of_two_budgets_is_refused_up_front_and_scoring_says_why_it_cannot_score(studies, tmp_path,
+                                                                                          monkeypatch):
+    source, target = studies
+    monkeypatch.setattr(Study, "read_results", lambda self: planted_results(self, lambda x: 1.3, noise=0.005))
+    two = Study.load(write_study(tmp_path, "data", name="two.toml", seeds=range(5),
+                                 axes=TARGET_AXES.replace(", three = 8", "")))
+    with pytest.raises(ValueError, match="two.toml has 2 budgets on its axes.budget \\(one, two\\), and a data "
+                                         "multiplier reads vanilla's curve through 3 budgets at least"):
+        predict(source, two, "2026-11-29", "")
+    # a prediction for the three-budget target, scored on a study of two of its budgets, all finished
+    prediction = predict(source, target, "2026-11-29", "")
+    monkeypatch.setattr(Study, "read_results", lambda self: planted_target(self, 1.3))
+    assert score(prediction, two) == []
+    text = format_score(prediction, [], why_unscored(prediction, two))
+    assert "(no finished cell of the target measures a predicted budget: " in text
+    assert "its cells can never score a prediction: give axes.budget 3 values or more)" in text
+    # the three-budget target with one budget still to run: says what a multiplier needs and what is missing
+    monkeypatch.setattr(Study, "read_results", lambda self: [r for r in planted_target(self, 1.3)
+                                                             if r.setting["budget"] != "three"])
+    why = why_unscored(prediction, target)
+    assert "lr=low: a multiplier needs vanilla's cells at 3 budgets at least" in why and "it has 2 such" in why
+    assert "(seed 0 lacks vanilla at three, depth_attention at three;" in why
+
+
+def test_a_prediction_far_past_the_sweeps_depth_is_marked_and_warned_of(studies, tmp_path, capsys):
+    from depthattn.cli import main
+
+    source, target = studies
+    for result in planted_results(source, lambda x: 1.3, noise=0.005):
+        result.write(source.result_path(result.cell))
+    assert main(["study", source.config_file, "--predict-for", target.config_file,
+                 "--predictions", str(tmp_path / "predictions")]) == 0
+    out, err = capsys.readouterr()
+    prediction = read_prediction(out.split("prediction: ")[1].strip())
+    paper = prediction["methods"]["depth_attention"]["paper"]
+    assert prediction["depths"] == [2] and paper["depth"] == 48 and paper["extrapolated"]
+    assert "paper 1.5B shape: 48 layers against the 2 measured" in err and "more than 2 x past" in err
+    # the target's budgets are 2-layer models too, but read at far fewer tokens per parameter than the fitted
+    assert all(at["extrapolated"] for at in prediction["methods"]["depth_attention"]["at"])
+    assert "lr=low budget one: " in err and "tokens per parameter against the 10-200 fitted" in err
+
+
+def test_a_second_prediction_of_the_day_takes_a_later_date(studies, tmp_path, capsys):
+    import datetime
+
+    from depthattn.cli import main
+
+    source, target = studies
+    for result in planted_results(source, lambda x: 1.3, noise=0.005):
+        result.write(source.result_path(result.cell))
+    command = ["study", source.config_file, "--predict-for", target.config_file,
+               "--predictions", str(tmp_path / "predictions")]
+    assert main(command) == 0
+    assert main(command) == 1
+    assert "a prediction is written once; date a new one later with --prediction-date YYYY-MM-DD" in \
+        capsys.readouterr().err
+    tomorrow = (datetime.date.today() + datetime.timedelta(days=1)).isoformat()
+    assert main([*command, "--prediction-date", tomorrow]) == 0
+    assert read_prediction(tmp_path / "predictions" / f"rungs_from_sweep_{tomorrow}.json")["date"] == tomorrow
+    yesterday = (datetime.date.today() - datetime.timedelta(days=1)).isoformat()
+    for bad, message in (("2026-13-01", "is not a date as YYYY-MM-DD"), (yesterday, "is before today")):
+        with pytest.raises(SystemExit):
+            main([*command, "--prediction-date", bad])
+        assert message in capsys.readouterr().err

@@ -52,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "study config TARGET (the GPU ladder) into --predictions; train nothing")
     parser.add_argument("--assumes", default="",
                         help="--predict-for: what the prediction assumes about the step from this sweep to TARGET")
+    parser.add_argument("--prediction-date", type=prediction_date, metavar="YYYY-MM-DD",
+                        help="--predict-for: the date the prediction's file is named and dated by (default today; "
+                             "not earlier: a prediction states when it was made, before the cells it predicts)")
     parser.add_argument("--predictions", default="docs/results/predictions",
                         help="--predict-for: the folder of prediction files (default %(default)s)")
     parser.add_argument("--score-predictions", metavar="FILE",
@@ -63,6 +66,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out-dir", help="checkpoints and logs (default: the config's out_dir, runs/study)")
     parser.add_argument("--results",
                         help="cell results and reports (default: the config's results, docs/results/study)")
+
+
+def prediction_date(text: str) -> str:
+    """--prediction-date: a calendar date as YYYY-MM-DD, today or later."""
+    try:
+        date = datetime.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date as YYYY-MM-DD, e.g. "
+                                         f"{datetime.date.today().isoformat()}") from None
+    if date < datetime.date.today():
+        raise argparse.ArgumentTypeError(f"{text} is before today ({datetime.date.today().isoformat()}): a "
+                                         "prediction is never dated before it was made; give today or a later date")
+    return date.isoformat()
 
 
 def make_executor(args: argparse.Namespace, study: Study) -> Executor:
@@ -161,17 +177,30 @@ def _time_left(study, resumes: dict) -> str:
 
 def predictions(studies: list[Study], args: argparse.Namespace) -> int:
     from ..study import Study
-    from ..study.predictions import format_score, predict, read_prediction, score, write_prediction
+    from ..study.predictions import format_score, predict, read_prediction, score, why_unscored
 
     for study in studies:
         if args.predict_for:
             target = Study.load(args.predict_for)
-            found = predict(study, target, datetime.date.today().isoformat(), args.assumes)
-            print(f"prediction: {write_prediction(found, Path(args.predictions))}")
+            write_dated(predict(study, target, args.prediction_date or datetime.date.today().isoformat(),
+                                args.assumes), args)
         else:
             prediction = read_prediction(args.score_predictions)
-            print(format_score(prediction, score(prediction, study)))
+            rows = score(prediction, study)
+            print(format_score(prediction, rows, "" if rows else why_unscored(prediction, study)))
     return 0
+
+
+def write_dated(prediction: dict, args: argparse.Namespace) -> None:
+    """Write a prediction file; say where, and which of its budgets read the source far past what it measured."""
+    from ..study.depth_axis import EXTRAPOLATION_LIMIT
+    from ..study.predictions import extrapolations, write_prediction
+
+    print(f"prediction: {write_prediction(prediction, Path(args.predictions))}")
+    if far := extrapolations(prediction):
+        print(f"warning: the prediction reads {prediction['source']} more than {EXTRAPOLATION_LIMIT:g} x past what "
+              f"it measured at {len(far)} of its budgets (marked extrapolated in the file): " + "; ".join(far),
+              file=sys.stderr)
 
 
 def analyses(args: argparse.Namespace) -> int:
@@ -179,7 +208,7 @@ def analyses(args: argparse.Namespace) -> int:
     from ..study import Study
     from ..study.depth_axis import DepthAxis, depth_trend, format_depth_axis
     from ..study.orderings import Orderings, compare, format_orderings
-    from ..study.predictions import predict_with_depth, write_prediction
+    from ..study.predictions import predict_with_depth
     from ..train.config import config_path, read_toml
 
     if args.configs:
@@ -189,9 +218,9 @@ def analyses(args: argparse.Namespace) -> int:
         if kind == "depth_axis":
             axis = DepthAxis.load(path)
             if args.predict_for:
-                found = predict_with_depth(axis, Study.load(args.predict_for), datetime.date.today().isoformat(),
-                                           args.assumes)
-                print(f"prediction: {write_prediction(found, Path(args.predictions))}")
+                write_dated(predict_with_depth(axis, Study.load(args.predict_for),
+                                               args.prediction_date or datetime.date.today().isoformat(),
+                                               args.assumes), args)
                 continue
             text, results = format_depth_axis(axis, depth_trend(axis)), axis.sweeps[0].results
         elif kind == "orderings":

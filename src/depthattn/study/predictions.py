@@ -24,7 +24,7 @@ import numpy as np
 from ..files import atomic_write_json
 from ..train.config import MODEL_PRESETS
 from .depth_axis import EXTRAPOLATION_LIMIT, DepthAxis, depth_trend, model_depth, surface_at
-from .multiplier import groups, multipliers, percentile_interval
+from .multiplier import MIN_BUDGETS, groups, loss_table, multipliers, percentile_interval
 from .pricing import cell_flops
 from .spec import Study, setting_label
 from .stats import MIN_SEEDS
@@ -47,6 +47,18 @@ def target_budgets(target: Study) -> list[dict]:
     return out
 
 
+def unscorable(target: Study) -> str:
+    """Why no cells of `target` can ever score a prediction: fewer budgets than a multiplier needs; '' when they
+    can."""
+    axis = target.branch_axis
+    budgets = [setting[axis.name] for setting in target.budget_settings(target.settings()[0], target.baseline)]
+    if len(budgets) >= MIN_BUDGETS:
+        return ""
+    return (f"{target.config_file} has {len(budgets)} budgets on its axes.{axis.name} ({', '.join(budgets)}), and a "
+            f"data multiplier reads {target.baseline}'s curve through {MIN_BUDGETS} budgets at least, so its cells "
+            f"can never score a prediction: give axes.{axis.name} {MIN_BUDGETS} values or more")
+
+
 def _at(trend: dict, x: float) -> dict:
     draws = trend["draws"]
     values = np.exp(draws[:, 1] + draws[:, 0] * math.log(x))
@@ -60,6 +72,8 @@ def predict(source: Study, target: Study, date: str, assumes: str) -> dict:
     if source.branch_axis is None or target.branch_axis is None:
         raise ValueError(f"a prediction goes from one budget sweep to another: {source.name} and {target.name} both "
                          "need a branched budget axis")
+    if why := unscorable(target):
+        raise ValueError(f"no prediction for {target.name}: {why}")
     found_groups = groups(source, source.read_results())
     if len(found_groups) != 1:
         raise ValueError(f"{source.name} has {len(found_groups)} settings besides its budgets; predict from a sweep "
@@ -69,6 +83,14 @@ def predict(source: Study, target: Study, date: str, assumes: str) -> dict:
         raise ValueError(f"{source.name} needs every method at five seeds or more at three budgets or more before it "
                          "can predict (`depthattn study` runs what is missing)")
     budgets = target_budgets(target)
+    depth = model_depth(source, source.settings()[0])
+    x_of = dict(zip(found["labels"], found["x"]))
+    fitted = [x_of[label] for label in found["fit_budgets"]] or found["x"]
+    reach = {"depths": [depth], "fit_tokens_per_parameter": [min(fitted), max(fitted)]}
+
+    def at(trend, budget):
+        return {**budget, **_at(trend, budget["tokens_per_parameter"]), "extrapolated": bool(far_past(reach, budget))}
+
     methods = {}
     for row in found["rows"]:
         if row["method"] not in target.methods:
@@ -76,11 +98,42 @@ def predict(source: Study, target: Study, date: str, assumes: str) -> dict:
         methods[row["method"]] = {
             "trend": {"gamma": row["trend"]["gamma"], "gamma_low": row["trend"]["low"],
                       "gamma_high": row["trend"]["high"], "c": math.exp(row["trend"]["log_c"])},
-            "at": [{**budget, **_at(row["trend"], budget["tokens_per_parameter"])} for budget in budgets],
-            "paper": {**PAPER_SHAPE, **_at(row["trend"], PAPER_SHAPE["tokens_per_parameter"])}}
+            "at": [at(row["trend"], budget) for budget in budgets], "paper": at(row["trend"], PAPER_SHAPE)}
     return {"format": FORMAT, "date": date, "source": source.config_file, "target": target.config_file,
-            "seeds": found["seeds"], "fit_budgets": found["fit_budgets"], "baseline": source.baseline,
+            "seeds": found["seeds"], "fit_budgets": found["fit_budgets"], **reach, "baseline": source.baseline,
             "assumes": assumes, "rule": __doc__.split("\n\n")[1].replace("\n", " "), "methods": methods}
+
+
+def far_past(reach: dict, budget: dict) -> list[str]:
+    """How far a prediction at `budget` (a target budget or the paper's shape) reads its source past what that
+    measured, where it is more than EXTRAPOLATION_LIMIT times past: its depth against the sweeps' `depths`, its
+    tokens per parameter against the fitted budgets' (`fit_tokens_per_parameter`, where `reach` has them)."""
+    found = []
+    low, high = min(reach["depths"]), max(reach["depths"])
+    if max(budget["depth"] / high, low / budget["depth"]) > EXTRAPOLATION_LIMIT:
+        measured = f"{low}" if low == high else f"{low}-{high}"
+        found.append(f"{budget['depth']} layers against the {measured} measured")
+    if fit := reach.get("fit_tokens_per_parameter"):
+        x = budget["tokens_per_parameter"]
+        if max(x / fit[1], fit[0] / x) > EXTRAPOLATION_LIMIT:
+            found.append(f"{x:.3g} tokens per parameter against the {fit[0]:.3g}-{fit[1]:.3g} fitted")
+    return found
+
+
+def extrapolations(prediction: dict) -> list[str]:
+    """Each target budget or shape that `prediction` reads its source more than EXTRAPOLATION_LIMIT times past what
+    it measured, with how far: 'paper 1.5B shape: 48 layers against the 2 measured'."""
+    if "depths" not in prediction:  # a file of an older release
+        return []
+    entry = next(iter(prediction["methods"].values()), None)
+    if entry is None:
+        return []
+    lines = []
+    for budget in [*entry["at"], entry["paper"]]:
+        if far := far_past(prediction, budget):
+            name = budget.get("label") or " ".join(filter(None, (budget["group"], f"budget {budget['budget']}")))
+            lines.append(f"{name}: {'; '.join(far)}")
+    return lines
 
 
 def predict_with_depth(axis: DepthAxis, target: Study, date: str, assumes: str) -> dict:
@@ -89,6 +142,8 @@ def predict_with_depth(axis: DepthAxis, target: Study, date: str, assumes: str) 
     EXTRAPOLATION_LIMIT times past the sweeps' is marked `extrapolated`."""
     if target.branch_axis is None:
         raise ValueError(f"{target.name} has no branched budget axis to predict")
+    if why := unscorable(target):
+        raise ValueError(f"no prediction for {target.name}: {why}")
     trend = depth_trend(axis)
     if trend["missing"] or any(entry["surface"]["draws"] is None for entry in trend["methods"].values()):
         few = ", ".join(f"{n} at {depth} layers" for n, depth in zip(trend.get("seeds", []), trend.get("depths", []))
@@ -128,7 +183,8 @@ def write_prediction(prediction: dict, folder: Path) -> Path:
     name = f"{Path(prediction['target']).stem}_from_{Path(prediction['source']).stem}_{prediction['date']}.json"
     path = Path(folder) / name
     if path.exists():
-        raise FileExistsError(f"{path} exists: a prediction is written once; make a new one with another date")
+        raise FileExistsError(f"{path} exists: a prediction is written once; date a new one later with "
+                              "--prediction-date YYYY-MM-DD, or write it into another --predictions folder")
     atomic_write_json(path, prediction)
     return path
 
@@ -164,7 +220,42 @@ def score(prediction: dict, target: Study) -> list[dict]:
     return rows
 
 
-def format_score(prediction: dict, rows: list[dict]) -> str:
+def why_unscored(prediction: dict, target: Study) -> str:
+    """Why no finished cell of `target` measures a budget that `prediction` predicts, in words, with what to do."""
+    if why := unscorable(target):
+        return why
+    results = target.read_results()
+    if not results:
+        return f"{target.config_file} has no finished cells yet (`depthattn study {target.config_file}` trains them)"
+    found = groups(target, results)
+    axis = target.branch_axis
+    reasons = []
+    for group in dict.fromkeys(at["group"] for entry in prediction["methods"].values() for at in entry["at"]):
+        named = f"{group}: " if group else ""
+        cells = found.get(group, [])
+        labels, _, seeds, _ = loss_table(target, cells) if cells else ([], None, [], None)
+        if len(labels) < MIN_BUDGETS or not seeds:
+            seed = min((r.seed for r in cells), default=target.seeds[0])
+            have = {(r.method, r.setting[axis.name]) for r in cells if r.seed == seed}
+            lacking = [f"{cell.method} at {cell.setting[axis.name]}" for cell in target.cells([seed])
+                       if _group(target, cell.setting) == group
+                       and (cell.method, cell.setting[axis.name]) not in have]
+            reasons.append(f"{named}a multiplier needs {target.baseline}'s cells at {MIN_BUDGETS} budgets at least, "
+                           f"with a seed that every method has at each; it has {len(labels)} such budgets (seed "
+                           f"{seed} lacks {', '.join(lacking) or 'no cell'}; `depthattn study {target.config_file}` "
+                           "trains them)")
+        else:
+            reasons.append(f"{named}its multipliers at the predicted budgets are still to come, or read "
+                           f"{target.baseline}'s curve too far past its measured budgets to be numbers")
+    return "; ".join(reasons)
+
+
+def _group(study: Study, setting: dict) -> str:
+    """The label of `setting` without its budget: the group `multiplier.groups` files its cells under."""
+    return setting_label({name: label for name, label in setting.items() if name != study.branch_axis.name})
+
+
+def format_score(prediction: dict, rows: list[dict], why: str = "") -> str:
     lines = [f"prediction of {prediction['date']} from {prediction['source']} for {prediction['target']}:",
              "| method | setting | budget | predicted [95%] | measured [95%] | verdict |", "|---|---|---|---|---|---|"]
     for row in rows:
@@ -173,5 +264,6 @@ def format_score(prediction: dict, rows: list[dict]) -> str:
         lines.append(f"| {row['method']} | {row['group'] or '—'} | {row['budget']} | {p['multiplier']:.2f}x "
                      f"[{p['low']:.2f}, {p['high']:.2f}] | {m['multiplier']:.2f}x{interval} | {row['verdict']} |")
     if not rows:
-        lines.append("(no finished cells of the target measure a predicted budget yet)")
+        lines.append(f"(no finished cell of the target measures a predicted budget: {why})" if why else
+                     "(no finished cells of the target measure a predicted budget yet)")
     return "\n".join(lines)
