@@ -486,6 +486,23 @@ def test_status_says_how_long_the_cells_to_run_train_at_the_speed_of_the_finishe
     assert "value_residual not counted: no finished cell to time" in out
 
 
+def test_status_states_time_left_under_an_hour_in_minutes(tiny_data, tmp_path, capsys):
+    from depthattn.commands.study import add_arguments, duration, run
+
+    path = write_study(tmp_path, tiny_data, axes=WSD_BUDGETS, methods=("vanilla",))
+    study = Study.load(path)
+    left = (6 + 1) * 4 * 32  # seed 1's run: 6 steps and its short budget's decay, of 4 x 32 tokens
+    for budget in ("short", "long"):
+        setting = {"budget": budget}
+        study.store.write(study.cell_path(Cell(setting, "vanilla", 0)), CellResult(
+            "vanilla", 0, 2.0, {"tokens_per_s": left / (12 * 60)}, setting=setting))
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert run(parser.parse_args([str(path), "--status"])) == 0
+    assert "1 to run; about 12 minutes of training left for one worker" in capsys.readouterr().out
+    assert [duration(s) for s in (20, 100, 3599, 5400)] == ["a minute", "2 minutes", "60 minutes", "1.5 hours"]
+
+
 @pytest.fixture(scope="module")
 def short_data(tmp_path_factory):
     """tiny_data's documents cut to 3,000 characters: each budget is scored on the whole held-out split, which is
@@ -671,6 +688,23 @@ def test_pricing_a_slurm_study_needs_no_slurm(tiny_data, tmp_path, capsys, monke
     assert "4 cells would run, as a Slurm job array" in out and "sbatch: " in out and "GPU-hours" in out
     with pytest.raises(RuntimeError, match="needs sbatch and squeue on PATH"):
         run(parser.parse_args([str(study), "--executor", "slurm", "--status"]))
+
+
+def test_several_workers_print_log_lines_not_progress_bars(tiny_data, tmp_path, capfd):
+    """Bars of two processes in one terminal overwrite each other and run the other's notes into their lines."""
+    path = write_study(tmp_path, tiny_data, seeds=[0])
+    path.write_text(path.read_text().replace("progress = false", "progress = true\nlog_every = 1"))
+    study = Study.load(path)
+    assert study.cell_config(Cell({}, "vanilla", 0)).train.progress
+    capfd.readouterr()
+    run_study(study, LocalExecutor(workers=2))
+    out, err = capfd.readouterr()
+    assert "\r" not in err and "step/s" not in err  # no bar
+    lines = out.splitlines()
+    for method in ("vanilla", "depth_attention"):
+        assert sum(line.startswith(f"{method} step ") for line in lines) == 3, out  # one whole line per step
+        assert any(line.startswith(f"{method}: ") and line.endswith("process(es) on cpu") for line in lines), out
+    assert study.read_result(Cell({}, "vanilla", 0)).record["config"]["train"]["progress"]  # as the study says
 
 
 def _slow_cell(study, cell, threads=None):

@@ -170,9 +170,17 @@ def _time_left(study, resumes: dict) -> str:
         return ""
     seconds = sum(tokens_left(study, cell, resumes[cell]) / statistics.median(speeds[cell.method]) for cell in timed)
     untimed = sorted({cell.method for cell in resumes} - set(speeds))
-    return (f"; about {seconds / 3600:,.1f} hours of training left for one worker (--workers N divides it), at the "
+    return (f"; about {duration(seconds)} of training left for one worker (--workers N divides it), at the "
             "median tokens per second of each method's finished cells, evaluations not counted"
             + (f"; {', '.join(untimed)} not counted: no finished cell to time" if untimed else ""))
+
+
+def duration(seconds: float) -> str:
+    """'1.5 hours' from an hour on, '12 minutes' under one, 'a minute' under a minute and a half."""
+    if seconds >= 3600:
+        return f"{seconds / 3600:,.1f} hours"
+    minutes = round(seconds / 60)
+    return "a minute" if minutes <= 1 else f"{minutes} minutes"
 
 
 def predictions(studies: list[Study], args: argparse.Namespace) -> int:

@@ -24,6 +24,10 @@ from ..train.branches import RECORD as BRANCHES
 from .records import Cell, CellResult
 from .spec import Study
 
+# False in a local pool's workers (study/local.py): several processes share one terminal, where their progress
+# bars would overwrite each other and run the other workers' notes into their lines; they print log lines instead
+PROGRESS_BARS = True
+
 
 def ensure_dataset(study: Study, path: str) -> None:
     if (Path(path) / MANIFEST_NAME).exists():
@@ -37,7 +41,7 @@ def ensure_dataset(study: Study, path: str) -> None:
     prepare([source], Path(path), **settings)
 
 
-def run_cell(study: Study, cell: Cell, threads: int | None = None) -> CellResult | None:
+def run_cell(study: Study, cell: Cell, threads: int | None = None, bars: bool | None = None) -> CellResult | None:
     """Train (or resume) one cell, score the whole validation split, and write the cell's result file. With a
     branched budget axis the cell is the run of its longest budget, and it writes the result of every budget
     still missing as its branch finishes.
@@ -45,7 +49,7 @@ def run_cell(study: Study, cell: Cell, threads: int | None = None) -> CellResult
     Under torch.distributed (torchrun, a Slurm job of several tasks) every process trains its share of each
     global batch, the study's `train.batch_size` split over the world (the executor has checked that it divides:
     `check_split`); the first process then scores and writes the results, which record the world size, and the
-    others return None."""
+    others return None. `bars`: whether train.progress may draw its bar (default: PROGRESS_BARS)."""
     budgets = [Cell(setting, cell.method, cell.seed) for setting in study.budget_settings(cell.setting, cell.method)]
     budgets = [budget for budget in budgets if not study.has_result(budget)]
     if not budgets:
@@ -55,6 +59,7 @@ def run_cell(study: Study, cell: Cell, threads: int | None = None) -> CellResult
     cfg = study.cell_config(cell)
     world_size, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     cfg.train.batch_size //= world_size  # per process; the global batch stays the study's
+    cfg.train.progress &= PROGRESS_BARS if bars is None else bars  # not in the cell key, nor in its result
     if study.branch_axis:
         cfg.train.branch_steps = [study.cell_config(budget).train.steps for budget in budgets]
     started = time.perf_counter()
@@ -125,6 +130,7 @@ def train_start(study: Study, seed: int, threads: int | None = None) -> None:
     """Train (or resume) the model a retrofitting study's cells of `seed` start from, unless it is there: its
     result may be committed while its checkpoints, never committed, are on another machine."""
     cfg = study.start_config(seed)
+    cfg.train.progress &= PROGRESS_BARS
     if not study.start_ready(seed):
         if threads:
             torch.set_num_threads(threads)

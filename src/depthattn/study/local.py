@@ -18,6 +18,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from ..train import TrainingInterrupted
 from ..train.interrupt import SIGNALS, SignalHandlers, signal_name
+from . import cell as cell_module
 from .cell import check_split, run_cell
 from .records import Cell, CellResult
 from .spec import Study
@@ -28,7 +29,7 @@ def _run_distributed(study: Study, cell: Cell, threads: int | None, tasks: int) 
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=tasks, run_id=f"cell-{uuid.uuid4().hex[:8]}",
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
                           start_method="spawn")
-    return elastic_launch(config, run_cell)(study, cell, threads)[0]  # rank 0's result
+    return elastic_launch(config, run_cell)(study, cell, threads, cell_module.PROGRESS_BARS)[0]  # rank 0's result
 
 
 _main_pid = 0  # in a pool worker: the study's main process
@@ -47,9 +48,13 @@ class Stopped:
 def _start_worker(main_pid: int) -> None:
     """A pool worker's set-up. Its own process group: a signal to the study's group (Ctrl-C) reaches only the main
     process, which passes it on once (a second signal would stop a cell at once, without a checkpoint). On Linux,
-    SIGTERM when the main process dies without passing one on."""
+    SIGTERM when the main process dies without passing one on. Its cells print log lines, a line at a time, not
+    progress bars: the workers share the study's terminal or log."""
     global _main_pid
     _main_pid = main_pid
+    cell_module.PROGRESS_BARS = False
+    if callable(getattr(sys.stdout, "reconfigure", None)):  # whole lines even into a pipe or a file
+        sys.stdout.reconfigure(line_buffering=True)
     os.setpgrp()
     if sys.platform == "linux":
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
