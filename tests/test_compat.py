@@ -43,12 +43,31 @@ def test_transformers_serve_finds_the_class_by_its_architecture_name():
 
 
 def test_the_server_internals_exist():
-    from transformers.cli.serve import Serve
     from transformers.cli.serving.model_manager import ModelManager
 
-    names = Serve.__init__.__code__.co_names
-    assert "_model_manager" in names and "_generation_state" in names
-    assert ModelManager.process_model_name("org/model") == "org/model@main"  # the key of loaded models
+    from depthattn.serving.transformers_serve import engine_in_own_process
+
+    if engine_in_own_process():  # 5.25 on: the parts Serve.run builds its app from, and the engine's loader
+        import inspect
+
+        from transformers.cli.serve import Serve
+        from transformers.cli.serving.model_manager import EngineClient, ModelLoader
+        from transformers.cli.serving.server import build_server
+
+        run = inspect.getsource(Serve.run)
+        for part in ("ModelManager(", "ChatCompletionHandler(", "CompletionHandler(", "ResponseHandler(",
+                     "TranscriptionHandler(", "SystemOneHandler(", "build_server("):
+            assert part in run, part
+        assert list(inspect.signature(build_server).parameters)[:2] == ["model_manager", "chat_handler"]
+        assert "loader.load_model_and_processor" in inspect.getsource(EngineClient.start_process)
+        assert {"fatal_error", "processor", "generation_config"} <= set(EngineClient.__init__.__code__.co_names)
+        assert "on_progress" in inspect.signature(ModelLoader.load_model_and_processor).parameters
+    else:
+        from transformers.cli.serve import Serve
+
+        names = Serve.__init__.__code__.co_names
+        assert "_model_manager" in names and "_generation_state" in names
+        assert ModelManager.process_model_name("org/model") == "org/model@main"  # the key of loaded models
 
 
 # what differs between the supported releases: the same surface at both ends of the range

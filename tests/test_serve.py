@@ -295,16 +295,26 @@ def test_still_serving_after_bad_requests_then_sigterm_ends_it_cleanly(servers, 
 
 
 def test_transformers_server_loads_a_depthattn_folder(tmp_path):
-    """`transformers serve` finds the class of config.json `architectures` in the transformers package."""
-    from transformers.cli.serving.model_manager import ModelManager
+    """`transformers serve` finds the class of config.json `architectures` in the transformers package, in a process
+    that imported depthattn (from 5.25 the model's own process, which `depthattn serve`'s loader imports it in)."""
+    from transformers.cli.serving import model_manager
+
+    from depthattn.serving.transformers_serve import engine_in_own_process
 
     save_model_folder(tmp_path)
-    manager = ModelManager(device="cpu", force_model=str(tmp_path))
-    try:
-        model, _ = manager.load_model_and_processor(manager.process_model_name(str(tmp_path)))
-        assert type(model).__name__ == "DepthAttentionForCausalLM" and model.config.cross_layer == "depth_attention"
-    finally:
-        manager.shutdown()
+    if engine_in_own_process():
+        from depthattn.serving.engine_loader import MethodFieldsLoader
+
+        loader = MethodFieldsLoader({"depth_impl": "reference"}, device="cpu")
+        model, _ = loader.load_model_and_processor(str(tmp_path))
+        assert model.config.depth_impl == "reference"
+    else:
+        manager = model_manager.ModelManager(device="cpu", force_model=str(tmp_path))
+        try:
+            model, _ = manager.load_model_and_processor(manager.process_model_name(str(tmp_path)))
+        finally:
+            manager.shutdown()
+    assert type(model).__name__ == "DepthAttentionForCausalLM" and model.config.cross_layer == "depth_attention"
 
 
 def test_a_method_that_cannot_run_packed_sequences_refuses_continuous_batching(tmp_path, capsys):

@@ -2,7 +2,7 @@
 transformers' server in serving/transformers_serve.py): each says which public API is missing. A transformers
 upgrade that moves one of them breaks a test (tests/test_compat.py), not a command at run time.
 
-Below them, what differs between the supported releases (5.19 to 5.24): depthattn is written against the newest API,
+Below them, what differs between the supported releases (5.19 to 5.25): depthattn is written against the newest API,
 and each shim gives an older release the same surface, detecting the feature, not the version number."""
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
 """`depthattn serve` whose model raises inside generation when the tokens hold FAULT_TOKEN (the first argument):
 a failure no request check can catch, to see what the server does then. Used by test_serve_faults.py only."""
 
+import os
 import sys
 
 from depthattn.cli import main
 from depthattn.modeling import DepthAttentionForCausalLM
 
-FAULT_TOKEN = int(sys.argv.pop(1))
+if __name__ == "__main__":  # the token to the environment, where the model's own process (5.25 on) finds it too
+    os.environ["DEPTHATTN_FAULT_TOKEN"] = sys.argv.pop(1)
+FAULT_TOKEN = int(os.environ["DEPTHATTN_FAULT_TOKEN"])
 _forward = DepthAttentionForCausalLM.forward
 
 

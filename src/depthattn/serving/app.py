@@ -16,14 +16,7 @@ from ..loading import check_saved_model, default_context_length, resolve_device
 from ..methods import METHODS
 from .cache import paged_cache_bytes, paged_cache_config
 from .server import RequestChecks, SharedSampling
-from .transformers_serve import (
-    cb_worker_error,
-    serve_available,
-    served_model,
-    start_cb_worker,
-    stop_generation,
-    transformers_server,
-)
+from .transformers_serve import serve_available, transformers_server
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,37 +62,35 @@ def serve(folder: str, options: ServeOptions) -> int:
 
     # uvicorn ends gracefully on SIGTERM and then raises the signal again with the handler it found: this one
     signal.signal(signal.SIGTERM, _exit_cleanly)
-    server = transformers_server(folder, continuous_batching=options.continuous_batching, compile=options.compile,
-                                 device=options.device, cb_num_blocks=blocks, host=options.host, port=options.port)
-    served = served_model(server, folder)
+    try:
+        server = transformers_server(folder, options.method_fields, options.continuous_batching, options.compile,
+                                     options.device, blocks, options.host, options.port)
+    except (RuntimeError, MemoryError) as error:
+        if not options.continuous_batching:
+            raise
+        # the paged cache is allocated now: a failure is a startup error, not a broken server
+        raise RuntimeError(f"could not start the model with a paged KV cache of {blocks} blocks: {error}; lower "
+                           "--cb-max-sequences or --cb-num-blocks") from None
     try:
         for name, value in options.method_fields.items():
-            served.model.switch_method_field(name, value)
             _say(f"cross_layer={config.cross_layer!r} computes with {name}={value!r}")
-        if options.continuous_batching:  # the paged cache now: a failure is a startup error, not a broken server
-            try:
-                start_cb_worker(server, folder, served.model)
-            except (RuntimeError, MemoryError) as error:
-                raise RuntimeError(f"could not allocate the paged KV cache of {blocks} blocks: {error}; lower "
-                                   "--cb-max-sequences or --cb-num-blocks") from None
-        shared = SharedSampling.of(served.model.generation_config) if options.continuous_batching else None
+        shared = SharedSampling.of(server.generation_config) if options.continuous_batching else None
         if shared is None:
-            sample_per_request(served.model.generation_config)
+            sample_per_request(server.generation_config)
         names = {options.served_model_name or folder, folder, str(Path(folder).resolve())}
-        server.server.config.app.add_middleware(
+        server.uvicorn.config.app.add_middleware(
             RequestChecks, model_id=folder, model_names=names, listed_name=options.served_model_name or folder,
-            tokenizer=served.processor, context_length=context_length, context_origin=context_origin,
+            tokenizer=server.processor, context_length=context_length, context_origin=context_origin,
             shared_sampling=shared)
         _say(f"{folder} with a context of {context_length} tokens ({context_origin}; max_position_embeddings "
              f"{config.max_position_embeddings})")
-        server.server.config.timeout_graceful_shutdown = options.shutdown_grace
-        died = _watch_generation_worker(server) if options.continuous_batching else threading.Event()
-        server.server.run()
+        server.uvicorn.config.timeout_graceful_shutdown = options.shutdown_grace
+        died = _watch_generation_worker(server)
+        server.uvicorn.run()
     except KeyboardInterrupt:
         return 130
     finally:
-        stop_generation(server)
-        server.reset_loaded_models()
+        server.stop()
     return 1 if died.is_set() else 0
 
 
@@ -145,18 +136,18 @@ def served_context(path: Path, max_positions: int, asked: int | None) -> tuple[i
 
 
 def _watch_generation_worker(server, every_s: float = 0.5) -> threading.Event:
-    """If the continuous-batching worker dies, say so and stop the server, which then exits with status 1 (a
-    supervisor restarts it); meanwhile /health answers 503. Never a server that lists models while every
-    generation fails."""
+    """If generation can no longer run (the continuous-batching worker, or the model's own process, died), say so and
+    stop the server, which then exits with status 1 (a supervisor restarts it); meanwhile /health answers 503. Never
+    a server that lists models while every generation fails."""
     died = threading.Event()
 
     def watch():
-        while not server.server.should_exit:
-            error = cb_worker_error(server)
+        while not server.uvicorn.should_exit:
+            error = server.worker_error()
             if error is not None:
                 _say(f"the generation worker died ({error}); stopping, exit status 1")
                 died.set()
-                server.server.should_exit = True
+                server.uvicorn.should_exit = True
                 return
             died.wait(every_s)
 

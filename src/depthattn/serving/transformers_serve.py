@@ -1,10 +1,20 @@
 """The internals of transformers' server (`transformers serve`, the `transformers[serving]` extra) that `depthattn
 serve` uses, each saying which public API is missing, as depthattn/compat.py does for the rest of transformers. A
-transformers upgrade that moves one of them breaks tests/test_compat.py and tests/test_serve.py, not a server."""
+transformers upgrade that moves one of them breaks tests/test_compat.py and tests/test_serve.py, not a server.
+
+Two shapes of that server are supported:
+- up to 5.24, `Serve(non_blocking=True)` loads the model in this process and builds its app without running it;
+- from 5.25, `Serve.__init__` runs the server at once, and the model lives in a process of its own (the engine),
+  which loads it with a copy of the server's `ModelLoader`: the app is built here from the same parts `Serve.run`
+  builds it from, and the method's fields are switched in the engine by a loader of ours (`engine_loader.py`).
+"""
 
 from __future__ import annotations
 
 import copy
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from transformers.utils.import_utils import is_serve_available
 
@@ -14,17 +24,99 @@ def serve_available() -> bool:
     return is_serve_available()
 
 
-def transformers_server(model: str, **options):
-    """transformers' server (`transformers serve`) pinned to the folder `model`, with its model loaded and its app
-    built but not started. `Serve` is the command's class: there is no public API that builds the app without
-    running it, so `start_server` becomes a no-op and the caller runs the app itself."""
+@dataclass
+class TransformersServer:
+    """transformers' server pinned to one folder, its model loaded, its app built but not running."""
+
+    uvicorn: object  # uvicorn.Server: `.config.app` takes middleware, `.run()` serves, `.should_exit` stops it
+    processor: object  # the tokenizer requests are checked with, as the handlers tokenize them
+    generation_config: object  # what requests generate with, on top of their own fields
+    worker_error: Callable[[], str | None]  # why generation can no longer run, or None while it can
+    stop: Callable[[], None]  # stop generating and free the model
+
+
+def engine_in_own_process() -> bool:
+    """Whether transformers' server runs the model in a process of its own (5.25 on), not in the server's."""
+    from transformers.cli.serve import Serve
+
+    return "non_blocking" not in inspect.signature(Serve.__init__).parameters
+
+
+def transformers_server(folder: str, method_fields: Mapping[str, object], continuous_batching: bool, compile: bool,
+                        device: str, cb_num_blocks: int | None, host: str, port: int) -> TransformersServer:
+    """transformers' server pinned to `folder`, its model loaded with `method_fields` switched (and with continuous
+    batching its paged cache allocated), its app built but not started."""
+    build = _engine_server if engine_in_own_process() else _in_process_server
+    return build(folder, dict(method_fields), continuous_batching, compile, device, cb_num_blocks, host, port)
+
+
+def _in_process_server(folder, method_fields, continuous_batching, compile, device, cb_num_blocks, host, port):
+    """Up to 5.24: `Serve` is the command's class, and there is no public API that builds the app without running
+    it, so `start_server` becomes a no-op and the caller runs the app itself."""
     from transformers.cli.serve import Serve
 
     class BuiltServe(Serve):
         def start_server(self):
             pass
 
-    return BuiltServe(model, non_blocking=True, **options)
+    serve = BuiltServe(folder, non_blocking=True, continuous_batching=continuous_batching, compile=compile,
+                       device=device, cb_num_blocks=cb_num_blocks, host=host, port=port)
+    # the loaded (model, processor); the model manager is private, and its key is the name as `process_model_name`
+    # spells it: a local folder `folder@main` in 5.19, `folder` in 5.24
+    manager = serve._model_manager
+    model_id = manager.process_model_name(folder)
+    served = manager.loaded_models[model_id]
+    for name, value in method_fields.items():
+        served.model.switch_method_field(name, value)
+    if continuous_batching:  # the worker now, allocating its paged cache, instead of at the first request; under
+        # the name the requests' handlers use, or the first request would replace it. Its generation state is private.
+        serve._generation_state.get_manager(model_id, use_cb=True).init_cb(
+            served.model, copy.deepcopy(served.model.generation_config))
+
+    def worker_error():
+        cb = serve._generation_state._cb_manager
+        return None if cb is None or cb.is_alive() else str(cb._cb.background_thread_status.fatal_error)
+
+    def stop():
+        serve._generation_state.shutdown()
+        serve.reset_loaded_models()
+
+    return TransformersServer(serve.server, served.processor, served.model.generation_config, worker_error, stop)
+
+
+def _engine_server(folder, method_fields, continuous_batching, compile, device, cb_num_blocks, host, port):
+    """From 5.25: the parts `Serve.run` builds its app from (their classes are internal), the model's process
+    started at once (`force_model`), with continuous batching its batching manager too."""
+    import uvicorn
+    from transformers import ContinuousBatchingConfig
+    from transformers.cli.serving.chat_completion import ChatCompletionHandler
+    from transformers.cli.serving.completion import CompletionHandler
+    from transformers.cli.serving.model_manager import ModelManager
+    from transformers.cli.serving.response import ResponseHandler
+    from transformers.cli.serving.server import build_server
+    from transformers.cli.serving.systemone import SystemOneHandler
+    from transformers.cli.serving.transcription import TranscriptionHandler
+    from transformers.cli.serving.utils import GenerationState
+
+    from .engine_loader import MethodFieldsLoader
+
+    cb_config = None if cb_num_blocks is None else ContinuousBatchingConfig(num_blocks=cb_num_blocks)
+    state = GenerationState(continuous_batching=continuous_batching, compile=compile, cb_config=cb_config)
+    loader = MethodFieldsLoader(method_fields, device=device, continuous_batching=continuous_batching)
+    manager = ModelManager(loader, state, model_timeout=-1, force_model=folder)
+    shared = dict(model_manager=manager, generation_state=state)
+    app = build_server(manager, ChatCompletionHandler(**shared, chat_template_kwargs={}),
+                       completion_handler=CompletionHandler(**shared),
+                       response_handler=ResponseHandler(**shared, chat_template_kwargs={}),
+                       transcription_handler=TranscriptionHandler(manager),
+                       systemone_handler=SystemOneHandler(**shared, chat_template_kwargs={}, decision_config=None))
+    engine = manager.get_engine(folder)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
+
+    def worker_error():
+        return (engine.fatal_error or "the model's process stopped") if manager.is_dead else None
+
+    return TransformersServer(server, engine.processor, engine.generation_config, worker_error, manager.shutdown)
 
 
 def chat_processor_inputs(messages: list[dict]):
@@ -43,33 +135,3 @@ def ignored_fields(route: str) -> frozenset[str]:
     else:
         from transformers.cli.serving.completion import CompletionHandler as handler
     return frozenset(handler._unused_fields)
-
-
-def served_model(serve, name: str):
-    """The (model, processor) entry `transformers serve` loaded for `name`; its model manager is private. Its key
-    is the name as `process_model_name` spells it: a local folder `folder@main` in 5.19, `folder` in 5.24."""
-    manager = serve._model_manager
-    return manager.loaded_models[manager.process_model_name(name)]
-
-
-def start_cb_worker(serve, model_id: str, model) -> None:
-    """Start the continuous-batching worker now, allocating its paged cache, instead of at the first request; its
-    generation state is private. The worker's shared sampling settings are then the model's generation config. It
-    goes under the name the requests' handlers use (`process_model_name`): under another, the first request would
-    replace it."""
-    model_id = serve._model_manager.process_model_name(model_id)
-    manager = serve._generation_state.get_manager(model_id, use_cb=True)
-    manager.init_cb(model, copy.deepcopy(model.generation_config))
-
-
-def cb_worker_error(serve) -> str | None:
-    """Why the continuous-batching worker died, or None while it runs (or before it starts)."""
-    manager = serve._generation_state._cb_manager
-    if manager is None or manager.is_alive():
-        return None
-    return str(manager._cb.background_thread_status.fatal_error)
-
-
-def stop_generation(serve) -> None:
-    """Stop the server's generation worker (continuous batching's thread); its state object is private."""
-    serve._generation_state.shutdown()
