@@ -540,6 +540,29 @@ def test_a_branched_budget_axis_trains_one_run_per_method_and_seed(short_data, t
     assert study.read_result(Cell(short, "vanilla", 0)).val_loss == results["short"]["val_loss"]
 
 
+def test_a_budget_added_below_a_finished_branched_run_trains_as_a_run_of_its_own(short_data, tmp_path, capsys):
+    """The finished run is past where the new budget's branch would leave it: that budget trains alone (what the
+    branch equals), and the finished cells stay as they are."""
+    axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", "{ mid = 4, long = 6 }")
+    path = write_study(tmp_path, short_data, axes=axes, methods=["vanilla"], seeds=[0])
+    study = Study.load(path)
+    run_study(study)
+    finished = {label: study.result_path(Cell({"budget": label}, "vanilla", 0)) for label in ("mid", "long")}
+    before = {label: f.read_bytes() for label, f in finished.items()}
+
+    path.write_text(path.read_text().replace("{ mid = 4, long = 6 }", "{ short = 3, mid = 4, long = 6 }"))
+    study = Study.load(path)
+    capsys.readouterr()
+    run_study(study)
+    out = capsys.readouterr().out
+    assert "budget=short vanilla seed 0: " in out and "so it trains as a run of its own" in out
+    assert {label: f.read_bytes() for label, f in finished.items()} == before
+    short = json.loads(study.result_path(Cell({"budget": "short"}, "vanilla", 0)).read_text())
+    assert short["train_tokens"] == 3 * 128 and short["config"]["train"]["steps"] == 3
+    assert "branched_from_steps" not in short
+    assert pending_cells(study) == []
+
+
 def synthetic_budget_results(study, gain_of, seeds=(0, 1, 2), noise=0.0):
     """Cell results of a branched budget study whose `depth_attention` gain over vanilla is gain_of(tokens per
     parameter), the same in every seed but for +-noise."""

@@ -21,6 +21,8 @@ from ..methods import count_parameters
 from ..run_metrics import METRICS_FILE, read_metrics
 from ..train import train
 from ..train.branches import RECORD as BRANCHES
+from ..train.branches import branch_folder
+from ..train.checkpoint import STEP_DIR, list_checkpoints, newest_good_checkpoint
 from .records import Cell, CellResult
 from .spec import Study
 
@@ -60,9 +62,21 @@ def run_cell(study: Study, cell: Cell, threads: int | None = None, bars: bool | 
     world_size, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     cfg.train.batch_size //= world_size  # per process; the global batch stays the study's
     cfg.train.progress &= PROGRESS_BARS if bars is None else bars  # not in the cell key, nor in its result
-    if study.branch_axis:
-        cfg.train.branch_steps = [study.cell_config(budget).train.steps for budget in budgets]
     started = time.perf_counter()
+    if study.branch_axis:
+        for budget in late_budgets(study, cell, budgets):
+            budgets.remove(budget)
+            alone = study.cell_config(budget)
+            alone.train.batch_size, alone.train.progress = cfg.train.batch_size, cfg.train.progress
+            if rank == 0:
+                print(f"{budget.label}: {cfg.train.out_dir} is past where this budget's branch would leave it, "
+                      "so it trains as a run of its own (a branch equals one)", flush=True)
+            train(alone, resume=True)
+            if rank == 0:
+                write_result(study, budget, Path(alone.train.out_dir), Path(alone.train.out_dir), started, world_size)
+        if not budgets:
+            return study.read_result(cell) if rank == 0 else None
+        cfg.train.branch_steps = [study.cell_config(budget).train.steps for budget in budgets]
     by_steps = {study.cell_config(budget).train.steps: budget for budget in budgets}
 
     def write(steps: int, folder: Path):
@@ -79,6 +93,26 @@ def run_cell(study: Study, cell: Cell, threads: int | None = None, bars: bool | 
         if not study.has_result(budget):
             write(steps, run / recorded[str(steps)]["folder"])
     return study.read_result(cell)
+
+
+def late_budgets(study: Study, cell: Cell, budgets: list[Cell]) -> list[Cell]:
+    """The budgets among `budgets` (cells still to train, of the run of `cell`) whose cooldown branch that run can no
+    longer train: the run is past the step where the branch would leave it (a budget added to a sweep after its
+    runs went by) and the branch was never started. Each trains as a WSD run of its own, which a branch equals."""
+    run = Path(study.cell_config(cell).train.out_dir)
+    newest = newest_good_checkpoint(run)
+    if newest is None:
+        return []
+    reached = int(STEP_DIR.match(newest.name)[1])
+    recorded = read_json_object(run / BRANCHES) if (run / BRANCHES).exists() else {}
+    late = []
+    for budget in budgets:
+        config = study.cell_config(budget)
+        steps = config.train.steps
+        if (budget != cell and str(steps) not in recorded and config.optim.decay_start(steps) < reached
+                and not list_checkpoints(branch_folder(run, steps))):
+            late.append(budget)
+    return late
 
 
 def write_result(study: Study, cell: Cell, folder: Path, run: Path, started: float, world_size: int) -> CellResult:
