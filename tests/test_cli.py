@@ -1,6 +1,9 @@
 """The command line, end to end: the demo (at a few steps), generate, and errors for bad input."""
 
 import ast
+import contextlib
+import io
+import json
 import subprocess
 import sys
 
@@ -10,10 +13,24 @@ from depthattn.cli import COMMANDS, main
 
 
 @pytest.fixture(scope="module")
-def demo_dir(tmp_path_factory):
+def demo_run(tmp_path_factory):
+    """The demo at 2 steps: its folder and what it wrote to stderr."""
     out = tmp_path_factory.mktemp("demo")
-    assert main(["demo", "--out", str(out), "--steps", "2", "--eval-tokens", "8192"]) == 0
-    return out
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        assert main(["demo", "--out", str(out), "--steps", "2", "--eval-tokens", "8192"]) == 0
+    return out, stderr.getvalue()
+
+
+@pytest.fixture(scope="module")
+def demo_dir(demo_run):
+    return demo_run[0]
+
+
+def test_demo_of_fewer_steps_warms_up_for_fewer_and_warns_of_nothing(demo_run):
+    assert not [line for line in demo_run[1].splitlines() if line.startswith("warning:")]
+    settings = json.loads((demo_run[0] / "vanilla" / "train_config.json").read_text())
+    assert settings["optim"]["warmup_steps"] == 0  # the study's 20 of 200 steps, for 2
 
 
 def test_demo_writes_models_plot_and_table(demo_dir, capsys):

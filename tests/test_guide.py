@@ -25,6 +25,8 @@ def test_every_command_of_the_guide_runs(tmp_path):
         done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=600)
         assert done.returncode == 0, f"{block}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+        assert not warnings, f"{block}\n" + "\n".join(warnings)  # its examples are deliberate
     assert (tmp_path / "runs" / "mine" / "final" / "model.safetensors").exists()
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     report = (tmp_path / "my_results" / "my_study.md").read_text()

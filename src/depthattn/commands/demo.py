@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 METHODS = {"Depth-Attention": "depth_attention", "vanilla": "vanilla"}
 STEPS = 200
+WARMUP_STEPS = 20  # the study's, for its STEPS; a demo of other length warms up for the same share of its steps
 PROMPT = "ROMEO.\n"
 BYTE_VOCAB = 258  # a byte-level BPE with no merges: the 256 bytes and two special tokens
 STUDY_CONFIG = Path("configs/study/core.toml")  # the study whose base setting the demo trains
@@ -33,7 +34,7 @@ def demo_settings(data: Path, steps: int = STEPS) -> dict:
     return {
         "model": {"preset": "tiny", "overrides": {"num_hidden_layers": 8}},
         "data": {"path": str(data), "seq_len": 256},
-        "optim": {"lr": 2e-3, "warmup_steps": 20},
+        "optim": {"lr": 2e-3, "warmup_steps": WARMUP_STEPS * steps // STEPS},
         "train": {"steps": steps, "batch_size": 16, "eval_every": 25, "eval_batches": 8},
     }
 
