@@ -25,6 +25,7 @@ class ConfigField:
 # The names `cross_layer` accepts, each with its method class: `depthattn.methods.register` fills it (this module
 # is imported first and knows the methods only through it). Every config has every registered method's fields.
 METHODS: dict[str, type] = {}
+ENTRY_POINT_GROUP = "depthattn.methods"  # where another package declares its methods (depthattn.methods)
 
 
 def registered_methods() -> dict[str, type]:
@@ -237,6 +238,8 @@ class DepthAttentionConfig(PreTrainedConfig):
             raise ValueError(f"use_sliding_window needs sliding_window, a number of tokens >= 1; got {window!r}")
         check_int("max_window_layers", self.max_window_layers, 0)
         check_int("num_loops", self.num_loops, 1)
+        if isinstance(self.cross_layer, str) and self.cross_layer not in METHODS:
+            raise ValueError(f"the config names {missing_method(self.cross_layer)}")
         check_choice("cross_layer", self.cross_layer, METHODS)
         for method in METHODS.values():
             method.check_config(self)
@@ -244,6 +247,15 @@ class DepthAttentionConfig(PreTrainedConfig):
 
 # old values of `cross_layer` that configs saved by earlier versions hold
 RENAMED_METHODS = {"none": "vanilla"}
+
+
+def missing_method(name: str) -> str:
+    """`cross_layer=name`, which no registered method has, and how to get that method: the config's own check and
+    the commands (loading.py, which name the folder) say it alike."""
+    return (f"cross_layer={name!r}, a method not installed here (installed: {', '.join(map(repr, METHODS))})"
+            f"{did_you_mean(name, METHODS)}: install the package that provides it (it registers the method through "
+            f"an entry point of the group {ENTRY_POINT_GROUP!r}, docs/methods.md), or register it with "
+            "depthattn.methods.register before loading the folder or building the config")
 
 
 # checks with the same wording for the backbone's fields and the methods'

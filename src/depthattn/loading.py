@@ -23,10 +23,10 @@ import depthattn  # the package itself: registered with the Auto classes, and it
 
 from .checkpoint_shapes import CONFIG_FIX, config_value, fields_behind, meta_shapes, saved_shapes
 from .checksums import check_checksums
-from .config import RENAMED_METHODS, did_you_mean
+from .config import RENAMED_METHODS, missing_method
 from .data.tokenizer import load_tokenizer
 from .files import read_json_object
-from .methods import ENTRY_POINT_GROUP, METHODS
+from .methods import METHODS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_CHOICES = (*DTYPES, "auto")
@@ -108,7 +108,7 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
     try:
         model, info = transformers.AutoModelForCausalLM.from_pretrained(
             path, dtype=DTYPES.get(dtype, "auto"), local_files_only=True, output_loading_info=True,
-            ignore_mismatched_sizes=True)
+            ignore_mismatched_sizes=True, use_kernels=False)  # 5.25 on: Hub kernels by default, never here
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(f"could not load a causal language model from {path}: {error}") from error
     _check_fit(path, model.config, info["missing_keys"], info["unexpected_keys"], info["mismatched_keys"])
@@ -215,10 +215,7 @@ def _missing_method(path: Path, error: Exception) -> str | None:
     name = read_json_object(path / "config.json").get("cross_layer") if "cross_layer" in str(error) else None
     if not isinstance(name, str) or name in METHODS or name in RENAMED_METHODS:
         return None
-    return (f"{path / 'config.json'} names cross_layer={name!r}, a method not installed here (installed: "
-            f"{', '.join(METHODS)}){did_you_mean(name, METHODS)}: install the package that provides it (it registers "
-            f"the method through an entry point of the group {ENTRY_POINT_GROUP!r}, docs/methods.md), or register it "
-            "with depthattn.methods.register before loading the folder")
+    return f"{path / 'config.json'} names {missing_method(name)}"
 
 
 def _check_fit(path: Path, config, missing, unexpected, mismatched) -> None:

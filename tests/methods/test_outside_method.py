@@ -70,6 +70,28 @@ def test_every_command_takes_a_method_installed_by_entry_point(site, tiny_data, 
         check_shapes_fit(run / "final")
 
 
+def test_loading_a_folder_of_a_method_not_installed_from_python_says_how_to_get_it(tmp_path):
+    import json
+
+    import transformers
+
+    from depthattn import DepthAttentionForCausalLM
+    from tests.helpers import tiny_model
+
+    folder = tmp_path / "outside"
+    tiny_model().save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "cross_layer": "prev_mix"}))
+    missing = (r"names cross_layer='prev_mix', a method not installed here \(installed: 'vanilla', .*\): install the "
+               r"package that provides it .*'depthattn.methods'.*depthattn.methods.register")
+    for load in (DepthAttentionForCausalLM.from_pretrained, transformers.AutoModelForCausalLM.from_pretrained,
+                 transformers.AutoConfig.from_pretrained):
+        with pytest.raises(ValueError, match=missing):
+            load(folder)
+    with pytest.raises(ValueError, match=rf"{re.escape(str(folder / 'config.json'))} {missing}"):  # the CLI's way
+        check_shapes_fit(folder)
+
+
 def test_entry_points_register_the_method_in_this_process_too(site, monkeypatch):
     monkeypatch.syspath_prepend(str(site))
     load_entry_points()

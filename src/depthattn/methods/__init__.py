@@ -24,7 +24,7 @@ import importlib.metadata
 import torch
 from torch import nn
 
-from ..config import METHODS, DepthAttentionConfig
+from ..config import ENTRY_POINT_GROUP, METHODS, DepthAttentionConfig
 from .attnres import AttnRes
 from .base import (
     COST_MEMBERS,
@@ -101,9 +101,6 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
         "total": sum(p.numel() for p in model.parameters()),
         "extra_over_vanilla": sum(p.numel() for p in method.parameters()) if method is not None else 0,
     }
-
-
-ENTRY_POINT_GROUP = "depthattn.methods"
 
 
 def load_entry_points():
