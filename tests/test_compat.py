@@ -117,3 +117,35 @@ def test_both_checkpointing_entry_points_reach_the_models_checks():
                 getattr(model, enable)({"use_reentrant": True})
             getattr(model, enable)()
             assert all(layer.gradient_checkpointing for layer in model.model.layers)
+
+
+def test_hub_kernels_are_never_reached(tmp_path, monkeypatch):
+    """5.25 turns Hub kernels on by default where the `kernels` package is installed: loading a depthattn folder, and
+    converting a Qwen3 one (whose RMSNorm transformers maps to a Hub kernel), must not reach for the network."""
+    pytest.importorskip("kernels", reason="needs the kernels package (the dev extra installs it)")
+    import socket
+
+    from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from depthattn import DepthAttentionForCausalLM
+    from depthattn.loading import load_model
+
+    connections = []
+
+    def refuse(sock, address, *args, **kwargs):
+        connections.append(address)
+        raise OSError("no network in this test")
+
+    tiny_model().save_pretrained(tmp_path / "depthattn")
+    qwen3 = Qwen3ForCausalLM(Qwen3Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=8)).eval()
+    qwen3.save_pretrained(tmp_path / "qwen3")
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    loaded = load_model(tmp_path / "depthattn")
+    converted = DepthAttentionForCausalLM.from_pretrained_decoder(tmp_path / "qwen3", cross_layer="vanilla").eval()
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "depthattn")  # as a user loads it, kernels on by default
+    ids = torch.randint(0, 97, (1, 8))
+    with torch.no_grad():
+        torch.testing.assert_close(converted(ids).logits, qwen3(ids).logits)
+        torch.testing.assert_close(plain(ids).logits, loaded(ids).logits)
+    assert connections == [] and not loaded.use_kernels and not converted.use_kernels

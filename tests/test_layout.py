@@ -12,7 +12,7 @@ import pytest
 SRC = Path(__file__).parents[1] / "src" / "depthattn"
 # what a function may import lazily: optional extras, and the parts of torch and transformers that need one
 OPTIONAL = ("vllm", "matplotlib", "lm_eval", "datasets", "pyarrow", "wandb", "huggingface_hub", "submitit", "scipy",
-            "triton", "starlette", "transformers.cli", "torch.utils.tensorboard", "torch.utils.cpp_extension",
+            "triton", "starlette", "uvicorn", "transformers.cli", "torch.utils.tensorboard", "torch.utils.cpp_extension",
             "torch.utils")
 # a command imports the library when it runs, so --help stays fast
 COMMANDS_IMPORT_LAZILY = ("depthattn", "torch", "transformers")
@@ -20,6 +20,9 @@ COMMANDS_IMPORT_LAZILY = ("depthattn", "torch", "transformers")
 LAZY_LIBRARY_IMPORTS = {
     ("depthattn.config", "depthattn.methods"): "registers the built-in methods; it imports the config",
     ("depthattn.config", "depthattn.modeling"): "registers the models with the Auto classes; it imports the config",
+    **dict.fromkeys([("depthattn.serving.transformers_serve", "depthattn.serving.engine_loader"),
+                     ("depthattn.serving.transformers_serve", "depthattn.serving.engine_loader.MethodFieldsLoader")],
+                    "subclasses the ModelLoader of transformers' server (the serve extra; 5.25 on)"),
 }
 
 

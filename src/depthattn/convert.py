@@ -143,7 +143,7 @@ def _from_folder(model_class, folder: Path, families, depth_settings):
     if saved is not None:  # safetensors: checked before anything is loaded
         check_layers(saved, source, f"{folder / 'config.json'}")
         check_shapes(saved, meta_shapes(model_class, config), source, f"{folder / 'config.json'}")
-    model, info = model_class.from_pretrained(folder, config=config, local_files_only=True,
+    model, info = model_class.from_pretrained(folder, config=config, local_files_only=True, use_kernels=False,
                                               output_loading_info=True, ignore_mismatched_sizes=True)
     check_shapes({key: tuple(s) for key, s, _ in info["mismatched_keys"]},
                  {key: tuple(n) for key, _, n in info["mismatched_keys"]}, source, f"{folder / 'config.json'}")

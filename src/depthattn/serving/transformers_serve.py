@@ -16,6 +16,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from transformers import ContinuousBatchingConfig
 from transformers.utils.import_utils import is_serve_available
 
 
@@ -88,7 +89,6 @@ def _engine_server(folder, method_fields, continuous_batching, compile, device, 
     """From 5.25: the parts `Serve.run` builds its app from (their classes are internal), the model's process
     started at once (`force_model`), with continuous batching its batching manager too."""
     import uvicorn
-    from transformers import ContinuousBatchingConfig
     from transformers.cli.serving.chat_completion import ChatCompletionHandler
     from transformers.cli.serving.completion import CompletionHandler
     from transformers.cli.serving.model_manager import ModelManager
