@@ -102,7 +102,9 @@ def check_same_run(run_dir: Path, cfg: TrainConfig):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/demo", help="output folder (default %(default)s)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps per model")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"training steps per model (default {STEPS}, the study's; the warmup keeps the study's "
+                             f"share, {WARMUP_STEPS} of {STEPS})")
     parser.add_argument("--eval-tokens", type=int, default=None, metavar="N",
                         help="score the first N held-out tokens instead of the whole split (a quick check; "
                              "the study's numbers are for the whole split)")
