@@ -107,3 +107,16 @@ def test_relative_links_lead_to_existing_files():
                 assert anchor in anchors(linked), f"{where}: no such heading"
             checked += 1
     assert checked >= 15
+
+
+def test_the_preset_table_lists_every_built_in_preset():
+    from depthattn.methods import METHODS
+    from depthattn.presets import METHOD_PRESETS
+
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    table = text.split("## Method presets", 1)[1].split("\n\n| preset |", 1)[1].split("\n\n", 1)[0]
+    listed = {name for row in table.splitlines()[2:] for name in re.findall(r"`(\w+)`", row.split("|")[1])}
+    built_in = {name for name, settings in METHOD_PRESETS.items()
+                if METHODS[settings["cross_layer"]].__module__.startswith("depthattn.")}  # not a test's toy method
+    assert listed == built_in
+    assert "method: " not in text  # TOML configs: method = "..."

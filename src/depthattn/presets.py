@@ -1,5 +1,5 @@
-"""Method presets: named method settings, so that a training config can say `method: depth_quarter` (model presets,
-the shapes, are `depthattn.train.MODEL_PRESETS`).
+"""Method presets: named method settings, so that a training config can say `method = "depth_quarter"` (model
+presets, the shapes, are `depthattn.train.MODEL_PRESETS`).
 
 Every registered method is a preset under its own name (`cross_layer=<name>`, method defaults), and a method adds
 named variants in its class's `presets` (Depth-Attention's ablations:
