@@ -4,6 +4,8 @@ import ast
 import contextlib
 import io
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -227,6 +229,29 @@ def test_train_help_says_the_batch_size_is_per_process(capsys):
     assert "train.batch_size is per process and micro-step: under torchrun a step takes batch_size x grad_accum x " \
            "processes sequences" in helped
     assert "--tasks-per-cell splits" in helped
+
+
+def test_generate_help_shows_the_sampling_defaults(capsys):
+    with pytest.raises(SystemExit, match="0"):
+        main(["generate", "--help"])
+    helped = " ".join(capsys.readouterr().out.split())
+    for option, default in (("--temperature", "0.8"), ("--top-k", "50"), ("--seed", "0"), ("--max-new-tokens", "64")):
+        assert re.search(rf"{option} \S+ [^-]*\(default {re.escape(default)}\)", helped), option
+
+
+def test_generate_prints_no_weights_loading_bar(tmp_path):
+    """transformers draws a "Loading weights" bar at every load; a fresh process, as the bar's switch is global."""
+    from depthattn.data.tokenizer import word_level_tokenizer
+    from tests.helpers import tiny_model
+
+    tokenizer = word_level_tokenizer(("the", "a", "of"))
+    tokenizer.save_pretrained(tmp_path)
+    tiny_model(vocab_size=len(tokenizer)).save_pretrained(tmp_path)
+    env = {name: value for name, value in os.environ.items() if name != "HF_HUB_DISABLE_PROGRESS_BARS"}  # bars on
+    done = subprocess.run([sys.executable, "-m", "depthattn", "generate", str(tmp_path), "the", "--max-new-tokens",
+                           "2"], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and done.stdout.startswith("the"), done.stderr
+    assert "Loading weights" not in done.stderr and "%|" not in done.stderr, done.stderr
 
 
 def test_a_refused_run_leaves_no_folder_behind(tiny_data, tmp_path, capsys):

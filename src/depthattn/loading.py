@@ -32,6 +32,14 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 DTYPE_CHOICES = (*DTYPES, "auto")
 
 
+def quiet_loading_bars() -> None:
+    """For a command that reads local model folders: transformers' own progress bars ("Loading weights" at every
+    load) off, in this process and the ones it starts (transformers' server loads its model in its own from 5.25).
+    Warnings still show, and the command's own bars (eval's scoring) are plain tqdm's, which stay."""
+    transformers.utils.logging.disable_progress_bar()
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # what a started process's transformers reads at import
+
+
 def check_model_dir(model_dir: str | os.PathLike) -> Path:
     """`model_dir` as a Path, after checking that it holds a saved model (config.json)."""
     path = Path(model_dir)

@@ -7,7 +7,6 @@ import argparse
 import sys
 
 import numpy as np
-from transformers.utils import logging as hf_logging
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,8 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluate.depth_map import compute_depth_map, write_depth_map
+    from ..loading import quiet_loading_bars
 
-    hf_logging.disable_progress_bar()  # the weights-loading bar
+    quiet_loading_bars()
     result = compute_depth_map(args.model, args.data, split=args.split, samples=args.samples, seq_len=args.seq_len,
                                batch_size=args.batch_size, dtype=args.dtype, device=args.device)
     json_path, png_path = write_depth_map(result, args.out)

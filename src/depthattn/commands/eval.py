@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from transformers.utils import logging as hf_logging
-
 from ..files import atomic_write_json
 
 
@@ -40,8 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluate.perplexity import evaluate_perplexity
+    from ..loading import quiet_loading_bars
 
-    hf_logging.disable_progress_bar()  # the weights-loading bar
+    quiet_loading_bars()
     result = evaluate_perplexity(
         args.model, data=args.data, split=args.split, text=args.text, tokenizer=args.tokenizer,
         block_size=args.block_size, stride=args.stride, batch_size=args.batch_size, max_tokens=args.max_tokens,

@@ -40,9 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from ..loading import parse_method_fields
+    from ..loading import parse_method_fields, quiet_loading_bars
     from ..serving.app import ServeOptions, serve
 
+    quiet_loading_bars()
     given = {field.name: getattr(args, field.name) for field in dataclasses.fields(ServeOptions)
              if field.name != "method_fields"}
     return serve(args.model, ServeOptions(**given, method_fields=parse_method_fields(args.method_field)))
