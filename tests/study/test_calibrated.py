@@ -1,0 +1,92 @@
+"""The calibrated intervals hold their coverage at five seeds where the pre-registered percentile bootstrap does not:
+planted sweeps with a known multiplier and the committed cells' seed noise, analysed by the study's own functions."""
+
+import math
+
+import numpy as np
+import pytest
+
+from depthattn.study.calibrated import holm, jackknife_p, jackknife_t, log_jackknife_t
+from depthattn.study.multiplier import (
+    BaselineCurve,
+    _log_fit,
+    data_multipliers,
+    leave_one_out,
+    percentile_interval,
+    power_law,
+    resampled_multipliers,
+)
+
+X = np.array([0.5, 1.0, 2.0, 5.0, 10.0, 20.0])  # tokens per parameter: the methods' budgets, and vanilla's to 20
+# vanilla's mean loss there on Wikipedia (budget_sweep_wiki's committed cells, five seeds): the planted curve's shape
+VANILLA = np.array([2.7904, 2.4083, 2.0547, 1.6225, 1.4474, 1.3423])
+SEED_SD = np.array([0.012, 0.017, 0.021, 0.017, 0.010, 0.009])  # the cells' sd over seeds at each budget
+RUN_SHARE = 0.45  # the correlation of a run's deviations across its budgets (its branches share the run)
+K = 1.12  # the planted multiplier, the same at every budget: gamma = 0
+METHOD_BUDGETS = slice(0, 5)  # 0.5 to 10; the method has no cell at 20, where only vanilla trains
+
+
+def planted(rng, seeds):
+    """(vanilla, method) losses (budgets, seeds): the method reaches vanilla's loss at K x its tokens."""
+    E, B, beta = power_law(X, VANILLA)
+    curves = [E + B * X ** -beta, E + B * (K * X) ** -beta]
+
+    def noise():
+        run = rng.standard_normal(seeds)[None, :]
+        each = rng.standard_normal((len(X), seeds))
+        return SEED_SD[:, None] * (math.sqrt(RUN_SHARE) * run + math.sqrt(1 - RUN_SHARE) * each)
+
+    base, method = (curve[:, None] + noise() for curve in curves)
+    method[METHOD_BUDGETS.stop:] = math.nan
+    return base, method
+
+
+def coverage(sweeps: int, seeds: int, resamples: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Per interval, how often it held the planted value over `sweeps` planted sweeps: the multiplier at each of the
+    method's budgets, and gamma."""
+    rng = np.random.default_rng(seed)
+    held = {"percentile": [], "calibrated": []}
+    for _ in range(sweeps):
+        base, method = planted(rng, seeds)
+        x, budgets = X[METHOD_BUDGETS], range(METHOD_BUDGETS.stop)
+        k = data_multipliers(X, BaselineCurve.fit(X, base.mean(axis=1)), method)[0][METHOD_BUDGETS]
+        gamma = _log_fit(x, k)[0]
+        draws = rng.integers(0, seeds, size=(resamples, seeds))
+        boot = resampled_multipliers(X, base, {"m": method}, draws)["m"][:, METHOD_BUDGETS]
+        loo = resampled_multipliers(X, base, {"m": method}, leave_one_out(seeds))["m"][:, METHOD_BUDGETS]
+        boot_gamma = np.array([_log_fit(x, b)[0] for b in boot])
+        loo_gamma = np.array([_log_fit(x, b)[0] for b in loo])
+        bounds = {"percentile": [percentile_interval(boot[:, i]) for i in budgets]
+                  + [percentile_interval(boot_gamma)],
+                  "calibrated": [tuple(map(float, log_jackknife_t(k[i], loo[:, i]))) for i in budgets]
+                  + [tuple(map(float, jackknife_t(np.array(gamma), loo_gamma)))]}
+        for name, intervals in bounds.items():
+            truths = [K] * len(budgets) + [0.0]
+            held[name].append([low <= truth <= high for (low, high), truth in zip(intervals, truths)])
+    return {name: np.mean(rows, axis=0) for name, rows in held.items()}
+
+
+def test_the_calibrated_interval_holds_95_percent_where_the_percentile_bootstrap_does_not():
+    rates = coverage(sweeps=200, seeds=5, resamples=100)  # seeded: the same sweeps on every run (about 20 s)
+    # 200 sweeps: a rate's standard error is about 0.015 at 0.95; with 400 sweeps and 200 resamples the calibrated
+    # rates were 0.945 to 0.98 and the percentile ones 0.83 to 0.86
+    assert rates["calibrated"].min() >= 0.93, rates
+    assert rates["percentile"].mean() <= 0.90, rates  # the pre-registered rule: about 0.85 at five seeds
+
+
+def test_jackknife_t_of_a_mean_is_the_t_interval():
+    from scipy.stats import t
+
+    values = np.array([1.0, 1.4, 0.7, 1.9, 1.2])
+    loo = np.array([np.delete(values, j).mean() for j in range(5)])
+    low, high = jackknife_t(np.array(values.mean()), loo)
+    half = t.ppf(0.975, 4) * values.std(ddof=1) / math.sqrt(5)  # for a mean the jackknife is the usual interval
+    assert (float(low), float(high)) == pytest.approx((values.mean() - half, values.mean() + half))
+    assert jackknife_p(values.mean(), loo) == pytest.approx(t.sf(values.mean() / (half / t.ppf(0.975, 4)), 4) * 2)
+    assert all(math.isnan(v) for v in jackknife_t(np.array(1.0), loo[:4]))  # below five seeds: no interval
+
+
+def test_holm_adjusts_a_family_step_down():
+    adjusted = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": math.nan})
+    assert adjusted["a"] == pytest.approx(0.03) and adjusted["c"] == pytest.approx(0.06)
+    assert adjusted["b"] == pytest.approx(0.06) and math.isnan(adjusted["d"])  # monotone: b keeps c's 0.06
