@@ -29,9 +29,11 @@ def write_axis(tmp_path, data, depths=DEPTHS, seeds=range(5)):
 
 
 def plant(monkeypatch, multiplier, seeds=range(5)):
-    """Every sweep's cells with the data multiplier `multiplier(x, depth)`."""
+    """Every sweep's cells with the data multiplier `multiplier(x, depth)`, each sweep's seed noise in an order of
+    its own (the sweeps' runs are independent)."""
     monkeypatch.setattr(Study, "read_results", lambda self: planted_results(
-        self, lambda x: multiplier(x, sweep_depth(self)), seeds=seeds, noise=0.005))
+        self, lambda x: multiplier(x, sweep_depth(self)), seeds=seeds, noise=0.005,
+        turn=DEPTHS.index(sweep_depth(self))))
 
 
 RUNGS = WSD_BUDGETS.replace("{ short = 3, long = 6 }", "{ one = 2, two = 4, three = 8 }")  # a target that can score
@@ -55,8 +57,12 @@ def test_a_multiplier_growing_with_depth_is_recovered_and_called_growing(tiny_da
     at = surface_at(surface, 20.0, 16)
     assert at["low"] <= at["multiplier"] <= at["high"]
     assert at["multiplier"] == pytest.approx(1.1 * 16 ** 0.2, rel=0.05)
+    for row in inside:  # the calibrated interval (grouped jackknife t) finds the same slope
+        assert row["t_low"] <= row["delta"] <= row["t_high"] and row["t_verdict"] == "grows"
+    assert surface["t_low"] <= surface["coefficients"][2] <= surface["t_high"] and surface["t_verdict"] == "grows"
     text = format_depth_axis(axis, trend)
     assert "## depth_attention" in text and "**grows** with depth" in text
+    assert "; calibrated [" in text and "delta [calibrated 95%]" in text
 
 
 def test_a_multiplier_constant_in_depth_holds(tiny_data, tmp_path, monkeypatch):
@@ -64,7 +70,7 @@ def test_a_multiplier_constant_in_depth_holds(tiny_data, tmp_path, monkeypatch):
     plant(monkeypatch, lambda x, depth: 1.3)
     surface = depth_trend(axis)["methods"]["depth_attention"]["surface"]
     assert surface["coefficients"][2] == pytest.approx(0.0, abs=0.03)
-    assert surface["verdict"] == "holds"
+    assert surface["verdict"] == "holds" and surface["t_verdict"] == "holds"
 
 
 def test_multipliers_read_past_the_baselines_budgets_or_two_epochs_are_marked(tiny_data, tmp_path, monkeypatch):
@@ -83,8 +89,8 @@ def test_three_seeds_give_slopes_but_no_intervals_or_verdicts(tiny_data, tmp_pat
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data, seeds=range(3)))
     plant(monkeypatch, lambda x, depth: 1.1 * depth ** 0.2, seeds=range(3))
     entry = depth_trend(axis)["methods"]["depth_attention"]
-    assert all(row["low"] is None and row["verdict"] is None for row in entry["budgets"])
-    assert entry["surface"]["verdict"] is None
+    assert all(row["low"] is None and row["verdict"] is None and row["t_low"] is None for row in entry["budgets"])
+    assert entry["surface"]["verdict"] is None and entry["surface"]["t_verdict"] is None
     assert surface_at(entry["surface"], 20.0, 16)["low"] is None
     target = Study.load(write_study(tmp_path, tiny_data, name="rungs.toml", axes=RUNGS, seeds=range(5)))
     with pytest.raises(ValueError, match=r"waiting for: seeds: 3 at 2 layers, 3 at 4 layers, 3 at 8 layers\)"):

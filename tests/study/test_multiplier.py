@@ -18,16 +18,18 @@ def loss(x):
     return E + B * x ** -BETA
 
 
-def planted_results(study, multiplier_of, seeds=range(5), noise=0.0, epochs_per_x=0.01, curve=loss):
+def planted_results(study, multiplier_of, seeds=range(5), noise=0.0, epochs_per_x=0.01, curve=loss, turn=0):
     """Cells whose vanilla loss is curve(x) (by default L(x)) and whose depth_attention loss is curve(k(x) x): a
-    data multiplier k(x). Seed s shifts both by the same offset (pairing) and the method by noise * (s - 2)."""
+    data multiplier k(x). Seed s shifts both by the same offset (pairing) and the method by noise * (s' - 2), s' the
+    seed's position after `turn` turns of the seeds (so that sweeps planted with other turns differ seed by seed)."""
     results = []
     for label, steps in study.branch_axis.values.items():
         x = steps * 10.0  # tokens per parameter
         for seed in seeds:
             shift = 0.01 * seed
             for method, value in (("vanilla", curve(x)),
-                                  ("depth_attention", curve(multiplier_of(x) * x) + noise * (seed - 2))):
+                                  ("depth_attention", curve(multiplier_of(x) * x)
+                                   + noise * ((seed + turn) % len(seeds) - 2))):
                 results.append(CellResult(method, seed, value + shift, {
                     "train_tokens": steps * 1000, "params_total": 100, "data_epochs": epochs_per_x * x,
                     "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "curve": [], "val_bits_per_byte": value},

@@ -78,8 +78,9 @@ def holm(p_values: dict[str, float]) -> dict[str, float]:
     return adjusted
 
 
-def verdict(low: float, high: float) -> str | None:
-    """The grows / holds / fades reading of an interval of a slope (None without one)."""
-    if not (math.isfinite(low) and math.isfinite(high)):
+def verdict(low: float | None, high: float | None) -> str | None:
+    """The grows / holds / fades reading of an interval of a slope (None without one): the one rule every report
+    states its trends by."""
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
         return None
     return "grows" if low > 0 else "fades" if high < 0 else "holds"

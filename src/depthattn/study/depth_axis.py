@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..train.config import MODEL_PRESETS, config_path, read_toml
+from .calibrated import jackknife_t, verdict
 from .multiplier import (
     EXTRAPOLATION_LIMIT,
     REPEATS_FLAG,
@@ -97,6 +98,7 @@ class SweepMultipliers:
     draws: dict[str, np.ndarray] | None  # method -> (RESAMPLES, budgets); None below MIN_SEEDS seeds
     read: dict[str, np.ndarray]  # method -> (budgets,): the tokens per parameter where the baseline's curve was read
     epochs_per_x: float | None  # passes over the data per token per parameter
+    loo: dict[str, np.ndarray] | None = None  # method -> (seeds, budgets), each seed left out once (MIN_SEEDS on)
 
     def point(self, method: str, i: int) -> dict:
         """The method's multiplier at budget i as each sweep's own report states it (`multiplier_point`)."""
@@ -114,7 +116,7 @@ def sweep_multipliers(study: Study, seed: int = 0) -> SweepMultipliers | None:
     if sample is None:
         return None
     return SweepMultipliers(sweep_depth(study), sample.labels, sample.x, sample.in_fit, sample.seeds, sample.k,
-                            sample.boot, sample.read, sample.epochs_per_x)
+                            sample.boot, sample.read, sample.epochs_per_x, sample.loo)
 
 
 def independent_resamples(sweeps: list[SweepMultipliers]) -> list[SweepMultipliers]:
@@ -151,12 +153,6 @@ def _surface(points: list[tuple[float, float, float]]) -> np.ndarray:
     return np.linalg.lstsq(design, np.log(k), rcond=None)[0]
 
 
-def _verdict(low: float | None, high: float | None) -> str | None:
-    if low is None or math.isnan(low) or math.isnan(high):
-        return None
-    return "grows" if low > 0 else "fades" if high < 0 else "holds"
-
-
 def depth_trend(axis: DepthAxis) -> dict:
     """Per method: its multiplier at each common budget and depth, delta per budget with intervals, and the
     surface; `missing`: the sweeps without enough cells yet, each with what its first seed lacks (then nothing is
@@ -170,6 +166,7 @@ def depth_trend(axis: DepthAxis) -> dict:
     labels = [label for label in sweeps[0].labels if all(label in s.labels for s in sweeps)]
     methods = [m for m in sweeps[0].k if all(m in s.k for s in sweeps)]
     resampled = all(s.draws is not None for s in sweeps)
+    groups = _grouped_loo(sweeps)
     out = {"missing": {}, "depths": depths.astype(int).tolist(), "labels": labels,
            "seeds": [len(s.seeds) for s in sweeps], "methods": {}}
     for method in methods:
@@ -182,25 +179,50 @@ def depth_trend(axis: DepthAxis) -> dict:
             row = {"label": label, "x": float(sweeps[0].x[at[0]]), "k": k.tolist(), "delta": _slope(np.log(depths), k),
                    "points": [s.point(method, i) for s, i in zip(sweeps, at)], "low": None, "high": None,
                    "verdict": None}
+            row.update(t_low=None, t_high=None, t_verdict=None)
             if resampled:
                 boot = np.stack([s.draws[method][:, i] for s, i in zip(sweeps, at)], axis=1)  # (RESAMPLES, depths)
                 row["low"], row["high"] = percentile_interval(np.array([_slope(np.log(depths), b) for b in boot]))
-                row["verdict"] = _verdict(row["low"], row["high"])
+                row["verdict"] = verdict(row["low"], row["high"])
+            if groups:
+                loo = np.stack([s.loo[method][:, i] for s, i in zip(sweeps, at)], axis=1)  # (seeds, depths)
+                low, high = jackknife_t(np.array(row["delta"]), np.array([_slope(np.log(depths), b) for b in loo]))
+                row["t_low"], row["t_high"], row["t_verdict"] = float(low), float(high), verdict(low, high)
             budgets.append(row)
         surface = {"coefficients": _surface(_surface_points(sweeps, method)).tolist(), "draws": None,
-                   "low": None, "high": None, "verdict": None}
+                   "low": None, "high": None, "verdict": None, "t_low": None, "t_high": None, "t_verdict": None}
         if resampled:
             draws = np.array([_surface(_surface_points(sweeps, method, r)) for r in range(RESAMPLES)])
             surface["draws"] = draws
             surface["low"], surface["high"] = percentile_interval(draws[:, 2])
-            surface["verdict"] = _verdict(surface["low"], surface["high"])
+            surface["verdict"] = verdict(surface["low"], surface["high"])
+        if groups:
+            loo = np.array([_surface(_surface_points(sweeps, method, left_out=j))[2] for j in range(groups)])
+            low, high = jackknife_t(np.array(surface["coefficients"][2]), loo)
+            surface["t_low"], surface["t_high"], surface["t_verdict"] = float(low), float(high), verdict(low, high)
         out["methods"][method] = {"budgets": budgets, "surface": surface}
     return out
 
 
-def _surface_points(sweeps: list[SweepMultipliers], method: str, resample: int | None = None):
-    return [(float(s.x[i]), s.depth, float(s.k[method][i] if resample is None else s.draws[method][resample, i]))
-            for s in sweeps for i in np.flatnonzero(s.in_fit)]
+def _surface_points(sweeps: list[SweepMultipliers], method: str, resample: int | None = None,
+                    left_out: int | None = None):
+    """(x, depth, k) of every sweep's budgets read within REPEATS_FLAG epochs: the estimates, or those of bootstrap
+    resample `resample`, or those with seed `left_out` (its position) left out of every sweep."""
+    def k(s, i):
+        if resample is not None:
+            return s.draws[method][resample, i]
+        return s.k[method][i] if left_out is None else s.loo[method][left_out, i]
+
+    return [(float(s.x[i]), s.depth, float(k(s, i))) for s in sweeps for i in np.flatnonzero(s.in_fit)]
+
+
+def _grouped_loo(sweeps: list[SweepMultipliers]) -> int | None:
+    """The number of leave-one-out groups of the depth fits: group j leaves seed position j out of every sweep, whose
+    seeds are independent runs (a grouped jackknife); None unless every sweep has the same MIN_SEEDS seeds or more."""
+    counts = {len(s.seeds) for s in sweeps}
+    if len(counts) != 1 or any(s.loo is None for s in sweeps):
+        return None
+    return counts.pop()
 
 
 def surface_at(surface: dict, x: float, depth: float) -> dict:
@@ -237,17 +259,27 @@ def format_depth_axis(axis: DepthAxis, trend: dict) -> str:
               "delta: the slope of log multiplier against log depth, with its 95% seed-bootstrap interval (none below "
               f"{MIN_SEEDS} seeds in every sweep).", ""]
     for method, entry in trend["methods"].items():
+        calibrated = entry["surface"].get("t_low") is not None
         lines += [f"## {method}", "", "| tokens per parameter | " + " | ".join(f"{d} layers" for d in depths)
-                  + " | delta [95%] | with depth |", "|---" * (len(depths) + 3) + "|"]
+                  + " | delta [95%] | with depth |" + (" delta [calibrated 95%] | with depth |" if calibrated else ""),
+                  "|---" * (len(depths) + 3 + 2 * calibrated) + "|"]
         for row in entry["budgets"]:
             cells = [format_multiplier(point) for point in row["points"]]
             lines.append(f"| {row['label']} | " + " | ".join(cells) + f" | {row['delta']:+.3f}"
-                         f"{_interval(row['low'], row['high'])} | {row['verdict'] or '—'} |")
+                         f"{_interval(row['low'], row['high'])} | {row['verdict'] or '—'} |"
+                         + (f" {row['delta']:+.3f}{_interval(row['t_low'], row['t_high'])} | {row['t_verdict']} |"
+                            if calibrated else ""))
         a, gamma, delta = entry["surface"]["coefficients"]
         s = entry["surface"]
         lines += ["", f"Surface over the budgets read within {REPEATS_FLAG:g} epochs: log k = {a:+.3f} "
                   f"{gamma:+.3f} log x {delta:+.3f} log L; delta{_interval(s['low'], s['high'])}: "
-                  f"**{s['verdict'] or 'no verdict (too few seeds)'}** with depth.", ""]
+                  f"**{s['verdict'] or 'no verdict (too few seeds)'}** with depth"
+                  + (f"; calibrated{_interval(s['t_low'], s['t_high'])}: **{s['t_verdict']}**" if calibrated else "")
+                  + ".", ""]
+    if any(entry["surface"].get("t_low") is not None for entry in trend["methods"].values()):
+        lines += ["Calibrated: the jackknife t-interval (study/calibrated.py), each leave-one-out fit leaving one seed "
+                  "position out of every sweep at once (a seed's runs at each depth share its data order); the "
+                  "bootstrap percentiles beside it under-cover at five seeds. Read these where the two disagree.", ""]
     lines.append(f"A prediction read more than {EXTRAPOLATION_LIMIT:g}x past the measured depths ({depths[0]} to "
                  f"{depths[-1]} layers) is marked as an extrapolation.")
     return "\n".join(lines) + "\n"
