@@ -9,9 +9,9 @@ import pytest
 from depthattn.study.calibrated import holm, jackknife_p, jackknife_t, log_jackknife_t
 from depthattn.study.multiplier import (
     BaselineCurve,
-    _log_fit,
     data_multipliers,
     leave_one_out,
+    log_log_fit,
     percentile_interval,
     power_law,
     resampled_multipliers,
@@ -50,12 +50,12 @@ def coverage(sweeps: int, seeds: int, resamples: int, seed: int = 0) -> dict[str
         base, method = planted(rng, seeds)
         x, budgets = X[METHOD_BUDGETS], range(METHOD_BUDGETS.stop)
         k = data_multipliers(X, BaselineCurve.fit(X, base.mean(axis=1)), method)[0][METHOD_BUDGETS]
-        gamma = _log_fit(x, k)[0]
+        gamma = log_log_fit(x, k)[0]
         draws = rng.integers(0, seeds, size=(resamples, seeds))
         boot = resampled_multipliers(X, base, {"m": method}, draws)["m"][:, METHOD_BUDGETS]
         loo = resampled_multipliers(X, base, {"m": method}, leave_one_out(seeds))["m"][:, METHOD_BUDGETS]
-        boot_gamma = np.array([_log_fit(x, b)[0] for b in boot])
-        loo_gamma = np.array([_log_fit(x, b)[0] for b in loo])
+        boot_gamma = np.array([log_log_fit(x, b)[0] for b in boot])
+        loo_gamma = np.array([log_log_fit(x, b)[0] for b in loo])
         bounds = {"percentile": [percentile_interval(boot[:, i]) for i in budgets]
                   + [percentile_interval(boot_gamma)],
                   "calibrated": [tuple(map(float, log_jackknife_t(k[i], loo[:, i]))) for i in budgets]

@@ -31,6 +31,7 @@ from .multiplier import (
     first_seed_gaps,
     format_multiplier,
     groups,
+    log_log_fit,
     multiplier_point,
     percentile_interval,
     seed_bootstrap,
@@ -134,14 +135,6 @@ def independent_resamples(sweeps: list[SweepMultipliers]) -> list[SweepMultiplie
     return out
 
 
-def _slope(log_depth: np.ndarray, k: np.ndarray) -> float:
-    """Least-squares slope of log k against log depth over the finite multipliers (nan with fewer than two)."""
-    keep = np.isfinite(k) & (k > 0)
-    if keep.sum() < 2:
-        return math.nan
-    return float(np.polyfit(log_depth[keep], np.log(k[keep]), 1)[0])
-
-
 def _surface(points: list[tuple[float, float, float]]) -> np.ndarray:
     """(a, gamma, delta) of log k = a + gamma log x + delta log L over points (x, L, k); nan without four finite
     points spanning two depths and two budgets."""
@@ -176,17 +169,17 @@ def depth_trend(axis: DepthAxis) -> dict:
             k = np.array([s.k[method][i] for s, i in zip(sweeps, at)])
             if np.isnan(k).any():  # a budget that only the baseline trains in some sweep
                 continue
-            row = {"label": label, "x": float(sweeps[0].x[at[0]]), "k": k.tolist(), "delta": _slope(np.log(depths), k),
+            row = {"label": label, "x": float(sweeps[0].x[at[0]]), "k": k.tolist(), "delta": log_log_fit(depths, k)[0],
                    "points": [s.point(method, i) for s, i in zip(sweeps, at)], "low": None, "high": None,
                    "verdict": None}
             row.update(t_low=None, t_high=None, t_verdict=None)
             if resampled:
                 boot = np.stack([s.draws[method][:, i] for s, i in zip(sweeps, at)], axis=1)  # (RESAMPLES, depths)
-                row["low"], row["high"] = percentile_interval(np.array([_slope(np.log(depths), b) for b in boot]))
+                row["low"], row["high"] = percentile_interval(np.array([log_log_fit(depths, b)[0] for b in boot]))
                 row["verdict"] = verdict(row["low"], row["high"])
             if groups:
                 loo = np.stack([s.loo[method][:, i] for s, i in zip(sweeps, at)], axis=1)  # (seeds, depths)
-                low, high = jackknife_t(np.array(row["delta"]), np.array([_slope(np.log(depths), b) for b in loo]))
+                low, high = jackknife_t(np.array(row["delta"]), np.array([log_log_fit(depths, b)[0] for b in loo]))
                 row["t_low"], row["t_high"], row["t_verdict"] = float(low), float(high), verdict(low, high)
             budgets.append(row)
         surface = {"coefficients": _surface(_surface_points(sweeps, method)).tolist(), "draws": None,

@@ -265,14 +265,14 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
         loo = sample.loo[method] if sample.loo else None
         points = [multiplier_point(labels, x, i, k, read, epochs_per_x, boot, loo) for i in range(len(labels))
                   if not np.isnan(table[method][i]).all()]  # not a budget only the baseline trains
-        gamma, log_c = _log_fit(x[fitted], k[fitted])
+        gamma, log_c = log_log_fit(x[fitted], k[fitted])
         trend = {"gamma": gamma, "log_c": log_c, "low": None, "high": None, "verdict": None, "draws": None,
                  "t_low": None, "t_high": None, "t_verdict": None, "p": math.nan}
         if boot is not None:
-            trend["draws"] = np.array([_log_fit(x[fitted], b[fitted]) for b in boot])  # (RESAMPLES, 2)
+            trend["draws"] = np.array([log_log_fit(x[fitted], b[fitted]) for b in boot])  # (RESAMPLES, 2)
             trend["low"], trend["high"] = percentile_interval(trend["draws"][:, 0])
             trend["verdict"] = verdict(trend["low"], trend["high"])
-            gammas = np.array([_log_fit(x[fitted], b[fitted])[0] for b in loo])  # (seeds,)
+            gammas = np.array([log_log_fit(x[fitted], b[fitted])[0] for b in loo])  # (seeds,)
             low, high = jackknife_t(np.array(gamma), gammas)
             trend["t_low"], trend["t_high"] = float(low), float(high)
             trend["t_verdict"], trend["p"] = verdict(low, high), jackknife_p(gamma, gammas)
@@ -317,9 +317,9 @@ def multiplier_point(labels: list[str], x: np.ndarray, i: int, k: np.ndarray, re
     return point
 
 
-def _log_fit(x: np.ndarray, k: np.ndarray) -> tuple[float, float]:
+def log_log_fit(x: np.ndarray, k: np.ndarray) -> tuple[float, float]:
     """(gamma, log c) of k = c x^gamma, least squares in log-log over the finite multipliers (nan with fewer than
-    two)."""
+    two): the slope of a multiplier in the budget here, in depth on the depth axis."""
     keep = np.isfinite(k) & (k > 0)
     if keep.sum() < 2:
         return math.nan, math.nan
