@@ -56,8 +56,9 @@ def test_the_same_order_agrees_and_a_clear_swap_is_named_and_separated(tiny_data
     for row in inside:
         assert row["orders"][0][0] == "depth_attention" and row["orders"][1][0] == "value_residual"
         assert [s["pair"] for s in row["swaps"]] == [("depth_attention", "value_residual")]
-        assert row["swaps"][0]["separated"] == [True, True]
-    assert "depth_attention / value_residual (separated, separated)" in format_orderings(orderings, found)
+        assert row["swaps"][0]["separated"] == [True, True] == row["swaps"][0]["separated_calibrated"]
+    assert "depth_attention / value_residual (separated, separated; calibrated: separated, separated)" in \
+        format_orderings(orderings, found)
 
 
 def test_a_sweep_without_every_method_waits(tiny_data, tmp_path, monkeypatch):

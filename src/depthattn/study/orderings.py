@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .calibrated import jackknife_t
 from .depth_axis import SweepMultipliers, read_sweeps, sweep_multipliers
 from .multiplier import first_seed_gaps, percentile_interval
 from .spec import Study
@@ -47,6 +48,15 @@ def _separated(found: SweepMultipliers, a: str, b: str, i: int) -> bool | None:
     return bool(low > 0 or high < 0)
 
 
+def _separated_calibrated(found: SweepMultipliers, a: str, b: str, i: int) -> bool | None:
+    """The same with the calibrated interval (study/calibrated.py) of the log ratio (None below MIN_SEEDS seeds)."""
+    if found.loo is None:
+        return None
+    log_ratio = np.log(found.k[a][i]) - np.log(found.k[b][i])
+    low, high = jackknife_t(np.array(log_ratio), np.log(found.loo[a][:, i]) - np.log(found.loo[b][:, i]))
+    return bool(low > 0 or high < 0)
+
+
 def compare(orderings: Orderings) -> dict:
     """Per common budget: each sweep's order of the methods (highest multiplier first), whether the orders agree,
     and the pairs that swap with whether each sweep separates them; `missing`: the sweeps without cells yet, each
@@ -69,7 +79,8 @@ def compare(orderings: Orderings) -> dict:
         swaps = []
         for a, b in itertools.combinations(methods, 2):
             if (ks[0][a] > ks[0][b]) != (ks[1][a] > ks[1][b]):
-                swaps.append({"pair": (a, b), "separated": [_separated(f, a, b, i) for f, i in zip(found, at)]})
+                swaps.append({"pair": (a, b), "separated": [_separated(f, a, b, i) for f, i in zip(found, at)],
+                              "separated_calibrated": [_separated_calibrated(f, a, b, i) for f, i in zip(found, at)]})
         budgets.append({"label": label, "x": float(first.x[at[0]]), "orders": orders, "k": ks,
                         "same": orders[0] == orders[1], "swaps": swaps})
     return {"missing": {}, "budgets": budgets, "seeds": [len(f.seeds) for f in found]}
@@ -90,12 +101,16 @@ def format_orderings(orderings: Orderings, found: dict) -> str:
     lines += [f"Methods by data multiplier over the baseline, highest first (seeds: {found['seeds'][0]} and "
               f"{found['seeds'][1]}); a swapped pair is separated in a sweep when the 95% seed-bootstrap interval "
               "of its multipliers' ratio excludes 1, said for the first sweep, then the second (no resamples below "
-              f"{MIN_SEEDS} seeds).", "",
+              f"{MIN_SEEDS} seeds), then the same with the calibrated interval (the jackknife t over "
+              "leave-one-seed-out values, study/calibrated.py), which holds its coverage where the bootstrap's "
+              "percentiles do not: read it where the two disagree.", "",
               f"| tokens per parameter | {names[0]} | {names[1]} | same order | pairs that swap |",
               "|---|---|---|---|---|"]
     for row in found["budgets"]:
         orders = [" > ".join(f"{m} {k[m]:.2f}x" for m in order) for order, k in zip(row["orders"], row["k"])]
-        swaps = "; ".join(f"{a} / {b} ({_separation(s1)}, {_separation(s2)})"
-                          for (a, b), (s1, s2) in ((s["pair"], s["separated"]) for s in row["swaps"])) or "—"
+        swaps = "; ".join(f"{a} / {b} ({_separation(s1)}, {_separation(s2)}; calibrated: {_separation(t1)}, "
+                          f"{_separation(t2)})"
+                          for (a, b), (s1, s2), (t1, t2) in ((s["pair"], s["separated"], s["separated_calibrated"])
+                                                             for s in row["swaps"])) or "—"
         lines.append(f"| {row['label']} | {orders[0]} | {orders[1]} | {'yes' if row['same'] else 'no'} | {swaps} |")
     return "\n".join(lines) + "\n"
