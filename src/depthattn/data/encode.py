@@ -2,9 +2,9 @@
 
 The main process reads the documents and sends them, in batches of about BATCH_CHARS characters, to
 `workers` processes. Each worker loads the tokenizer once, runs it with its own threads off (so N workers
-keep N cores busy), puts each document in train or val (document_split), and sends back per split one
-array of token ids, every document followed by EOS, already in the shards' dtype: the main process only
-writes bytes. Results come back in input order with at most 2 x workers batches in flight, so memory stays
+keep N cores busy), puts each document in train or val (document_split of its split_text), and sends back per
+split one array of token ids, every document followed by EOS, already in the shards' dtype: the main process
+only writes bytes. Results come back in input order with at most 2 x workers batches in flight, so memory stays
 flat however large the input is, and the tokens do not depend on the number of workers.
 
 Workers start from a forkserver that has imported this module (or are spawned where there is no forkserver):
@@ -19,7 +19,7 @@ import signal
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -44,6 +44,18 @@ def document_split(text: str, seed: int, val_fraction: float) -> str:
     return "val" if split_key(text, seed) < val_fraction * 2**64 else "train"
 
 
+def split_text(document: tuple) -> str:
+    """What the split of a document hashes: the document is (input, number, text), or (input, number, text,
+    split_by) where its input holds out larger units than documents (linux-doc: the file's path, so that all the
+    pieces of a file land in one split); the text in the first case, split_by in the second."""
+    return document[3] if len(document) > 3 else document[2]
+
+
+def placed_split(document: tuple, seed: int, val_fraction: float) -> str:
+    """The split of a document (input, number, text[, split_by]): document_split of its split_text."""
+    return document_split(split_text(document), seed, val_fraction)
+
+
 def utf8_size(text: str, where: str) -> int:
     """The number of UTF-8 bytes of `text`; a clear error for a lone surrogate, which no tokenizer can encode."""
     try:
@@ -60,17 +72,23 @@ class Batch:
     source: str  # the input its documents come from, as the user named it
     first: int  # the number of its first document in that input, counting from 1
     texts: list[str]
+    split_by: list[str] = field(default_factory=list)  # what the split hashes, one per text, where the input
+    # gives it (split_text); empty: the texts themselves
 
 
-def document_batches(documents: Iterable[tuple[str, int, str]]) -> Iterator[Batch]:
-    """Group (input, document number, text) in order into batches of about BATCH_CHARS characters of one input."""
+def document_batches(documents: Iterable[tuple]) -> Iterator[Batch]:
+    """Group (input, document number, text[, split_by]) in order into batches of about BATCH_CHARS characters of
+    one input."""
     batch, chars = None, 0
-    for source, number, text in documents:
+    for document in documents:
+        source, number, text = document[:3]
         if batch is None or number == 1 or chars >= BATCH_CHARS:  # the first batch, a new input, or a full batch
             if batch is not None:
                 yield batch
             batch, chars = Batch(source, number, []), 0
         batch.texts.append(text)
+        if len(document) > 3:
+            batch.split_by.append(document[3])
         chars += len(text)
     if batch is not None:
         yield batch
@@ -108,8 +126,8 @@ class BatchEncoder:
         settings = self.settings
         ids = {split: [] for split in SPLITS}
         num_documents = dict.fromkeys(SPLITS, 0)
-        for text, encoding in zip(batch.texts, self.encode(batch), strict=True):
-            split = document_split(text, settings.seed, settings.val_fraction)
+        for key, encoding in zip(batch.split_by or batch.texts, self.encode(batch), strict=True):
+            split = document_split(key, settings.seed, settings.val_fraction)
             ids[split] += encoding.ids
             ids[split].append(settings.eos_id)
             num_documents[split] += 1

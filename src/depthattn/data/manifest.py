@@ -10,7 +10,9 @@ Manifest keys: format, format_version, source, source_files, text_field, seed, v
 text_chunks, document_cut, shard_tokens, dtype, tokenizer {path, origin, vocab_size, eos_id; for a BPE that prepare
 trained also sample_bytes (requested) and sample_bytes_used (UTF-8 bytes of train text it was trained on)}, and
 splits {train, val}, each {num_documents, num_tokens, files: [{name, num_tokens, sha256}]}.
-source_files: [{input, path, sha256, attribution, license}] for each input read from a checked file (wikipedia).
+source_files: [{input, path, sha256, attribution, license}] for each input read from a checked file (wikipedia), or
+folder (linux-doc, which adds package, version, num_files and num_held_out_files; its sha256 is of the list of its
+files and their contents: linux_doc.sources_checksum).
 text_chunks: {num_files_cut (the text files cut at blank lines into documents of about chunk_chars characters),
 num_documents (the documents they were cut into)}.
 document_cut: {max_chars (the limit used), max_chars_requested, num_documents_cut (the documents longer than

