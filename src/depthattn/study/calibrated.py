@@ -50,9 +50,9 @@ def jackknife_t(point: np.ndarray, leave_one_out: np.ndarray, confidence: float 
 def log_jackknife_t(point: np.ndarray, leave_one_out: np.ndarray, confidence: float = CONFIDENCE
                     ) -> tuple[np.ndarray, np.ndarray]:
     """`jackknife_t` of positive ratios (multipliers) on the log scale, returned on theirs."""
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # an unbounded ratio's interval: inf
         low, high = jackknife_t(np.log(point), np.log(leave_one_out), confidence)
-    return np.exp(low), np.exp(high)
+        return np.exp(low), np.exp(high)
 
 
 def jackknife_p(point: float, leave_one_out: np.ndarray) -> float:
