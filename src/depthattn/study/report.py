@@ -29,6 +29,7 @@ from .stats import (
     verdict,
 )
 from .trend import RESAMPLES, describe_zero, paired_by_budget, tokens_per_parameter, trend
+from .tuning import format_tuning, rate_axis, tuned_multipliers
 from .wanted import uncertain_cells
 
 
@@ -57,6 +58,8 @@ def markdown_report(study: Study, results: list[CellResult], found: dict[str, di
             lines += [*_trend_table(study, group, trends[label]), ""]
             multiplier = _multiplier_tables(study, found[label])
             lines += [*multiplier, ""] if multiplier else []
+        tuned = tuned_multipliers(study, results) if rate_axis(study) else None
+        lines += [*format_tuning(study, tuned), ""] if tuned else []
     for label, table in loss.items():
         if not table.rows:
             continue
