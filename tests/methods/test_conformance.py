@@ -4,6 +4,7 @@ the option variants of tests/helpers.py's METHOD_SETTINGS, and for a method regi
 method (each registered one at its defaults) trains a cell and has its row in the report."""
 
 import argparse
+import copy
 import re
 
 import pytest
@@ -77,6 +78,16 @@ def test_trains_with_a_gradient_for_every_parameter(settings):
         losses.append(loss.item())
         optimizer.step()
     assert losses[-1] < losses[0]
+
+
+def test_a_float64_model_runs_in_float64_and_agrees_with_float32(settings):
+    """Reference comparisons (parity with another implementation, finite differences) want float64: every method
+    computes in the model's dtype where it is wider than float32, not in float32 alone."""
+    model = method_model(settings)
+    ids = torch.randint(0, 97, (2, 8), generator=torch.Generator().manual_seed(0))
+    wide = copy.deepcopy(model).double()(ids).logits
+    assert wide.dtype == torch.float64
+    torch.testing.assert_close(wide.float(), model(ids).logits, rtol=1e-4, atol=1e-4)
 
 
 def test_cached_decoding_equals_the_full_forward(settings):

@@ -108,10 +108,11 @@ class AttnRes(Residual):
         return 0 if sublayer == 0 else (sublayer - 1) // self.block_size + 1
 
     def weights(self, candidates: torch.Tensor, sublayer: int) -> torch.Tensor:
-        """candidates: (n, B, T, D), the running stream last. Returns (n, B, T) float32 softmax weights."""
+        """candidates: (n, B, T, D), the running stream last. Returns (n, B, T) softmax weights, float32 at least."""
         a = sublayer - 1
-        logits = rms_normalize(candidates, self.eps) @ (self.query[a] * self.gain[a]).float()  # (n, B, T)
-        logits = torch.cat([logits[:-1], logits[-1:] + self.recency_bias[a].float()])
+        normed = rms_normalize(candidates, self.eps)
+        logits = normed @ (self.query[a] * self.gain[a]).to(normed.dtype)  # (n, B, T)
+        logits = torch.cat([logits[:-1], logits[-1:] + self.recency_bias[a].to(normed.dtype)])
         return torch.softmax(logits, dim=0)
 
     def init(self, embeds):

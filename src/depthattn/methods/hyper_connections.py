@@ -85,11 +85,13 @@ class HyperConnections(MultiStreamResidual):
 
     def coefficients(self, x, sublayer):
         s = sublayer
-        normed = rms_normalize(x, self.eps) * self.gain[s].float()  # (B, T, n, D)
-        s_alpha, s_beta = self.scales[s].float()
-        pre = s_alpha * torch.tanh(normed @ self.w_pre[s].float()) + self.static_pre[s].float()
-        post = s_beta * torch.tanh(normed @ self.w_post[s].float()) + self.static_post[s].float()
-        a_r = s_alpha * torch.tanh(normed @ self.w_res[s].float()) + self.static_res[s].float()  # (B, T, n, n)
+        normed = rms_normalize(x, self.eps)  # (B, T, n, D), float32 at least
+        wide = normed.dtype  # the parameters at the same width (float32, or float64 for a float64 model)
+        normed = normed * self.gain[s].to(wide)
+        s_alpha, s_beta = self.scales[s].to(wide)
+        pre = s_alpha * torch.tanh(normed @ self.w_pre[s].to(wide)) + self.static_pre[s].to(wide)
+        post = s_beta * torch.tanh(normed @ self.w_post[s].to(wide)) + self.static_post[s].to(wide)
+        a_r = s_alpha * torch.tanh(normed @ self.w_res[s].to(wide)) + self.static_res[s].to(wide)  # (B, T, n, n)
         return pre, post, a_r.transpose(-1, -2)  # res_ji = A_r,ij: new stream j reads A_r[:, j]
 
     def final(self, stream):

@@ -99,15 +99,15 @@ class MHC(MultiStreamResidual):
 
     def coefficients(self, x, sublayer):
         n = self.num_streams
-        z = rms_normalize(x.flatten(-2), self.eps)  # (B, T, nD) float32
-        pre, post, res = (z @ self.phi[sublayer].float().T).split([n, n, n * n], dim=-1)
-        b_pre, b_post, b_res = self.bias[sublayer].float().split([n, n, n * n])
-        a_pre, a_post, a_res = self.alpha[sublayer].float()
+        z = rms_normalize(x.flatten(-2), self.eps)  # (B, T, nD) float32 at least; the parameters at its width
+        pre, post, res = (z @ self.phi[sublayer].to(z.dtype).T).split([n, n, n * n], dim=-1)
+        b_pre, b_post, b_res = self.bias[sublayer].to(z.dtype).split([n, n, n * n])
+        a_pre, a_post, a_res = self.alpha[sublayer].to(z.dtype)
         pre = torch.sigmoid(a_pre * pre + b_pre)
         post = 2 * torch.sigmoid(a_post * post + b_post)
         res = sinkhorn((a_res * res + b_res).unflatten(-1, (n, n)), self.sinkhorn_iters)
         return pre, post, res
 
     def final(self, stream):
-        weights = torch.softmax(self.final_logits.float(), dim=0)
+        weights = torch.softmax(self.final_logits.to(torch.promote_types(stream.x.dtype, torch.float32)), dim=0)
         return (weights[:, None] * stream.x).sum(-2).to(stream.x.dtype)
