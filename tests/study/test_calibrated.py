@@ -16,6 +16,7 @@ from depthattn.study.multiplier import (
     power_law,
     resampled_multipliers,
 )
+from tests.study.test_multiplier import fewer_resamples  # noqa: F401 (a fixture: fewer seed resamples)
 
 X = np.array([0.5, 1.0, 2.0, 5.0, 10.0, 20.0])  # tokens per parameter: the methods' budgets, and vanilla's to 20
 # vanilla's mean loss there on Wikipedia (budget_sweep_wiki's committed cells, five seeds): the planted curve's shape
@@ -90,3 +91,42 @@ def test_holm_adjusts_a_family_step_down():
     adjusted = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": math.nan})
     assert adjusted["a"] == pytest.approx(0.03) and adjusted["c"] == pytest.approx(0.06)
     assert adjusted["b"] == pytest.approx(0.06) and math.isnan(adjusted["d"])  # monotone: b keeps c's 0.06
+
+
+def test_where_cells_store_their_documents_losses_the_interval_adds_the_documents_variance(tiny_data, tmp_path):
+    from depthattn.study import Study
+    from depthattn.study.calibrated import jackknife_se
+    from depthattn.study.multiplier import DOCUMENT_GROUPS, multipliers, seed_bootstrap
+    from depthattn.study.records import CellResult
+    from tests.study.test_multiplier import BUDGETS, planted_results
+    from tests.study.test_study import WSD_BUDGETS, write_study
+
+    study = Study.load(write_study(tmp_path, tiny_data, axes=WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS),
+                                   seeds=range(5)))
+    plain = planted_results(study, lambda x: 1.2, noise=0.002)
+    rng = np.random.default_rng(0)
+    spread = rng.standard_normal(40)  # 40 documents of 25 tokens, some easier than others for every cell
+
+    def with_documents(result):
+        tokens = np.full(40, 25)
+        nats = tokens * (result.val_loss + 0.3 * spread * (1 if result.method == "vanilla" else 1.5))
+        nats *= result.val_loss * tokens.sum() / nats.sum()  # the split's loss stays the cell's
+        record = {**result.record, "val_documents": {"nats": nats.tolist(), "tokens": tokens.tolist()}}
+        return CellResult(result.method, result.seed, result.val_loss, record, setting=result.setting)
+
+    documented = [with_documents(r) for r in plain]
+    without, within = multipliers(study, plain), multipliers(study, documented)
+    assert not without["documents"] and within["documents"]
+    for bare, both in zip(without["rows"][0]["points"], within["rows"][0]["points"]):
+        assert bare["multiplier"] == both["multiplier"]  # the same estimate, a wider interval
+        assert both["t_low"] <= bare["t_low"] and both["t_high"] >= bare["t_high"]
+        assert (both["t_high"] - both["t_low"]) > 1.05 * (bare["t_high"] - bare["t_low"]) or bare["t_low"] is None
+    sample = seed_bootstrap(study, documented)
+    i = len(sample.labels) // 2
+    k, seeds = sample.k["depth_attention"][i], sample.loo["depth_attention"][:, i]
+    groups = sample.documents["depth_attention"][:, i]
+    assert groups.shape == (DOCUMENT_GROUPS,)
+    point = next(p for p in within["rows"][0]["points"] if p["label"] == sample.labels[i])
+    se = math.sqrt(jackknife_se(np.log(seeds)) ** 2 + jackknife_se(np.log(groups)) ** 2)
+    half = math.log(point["t_high"]) - math.log(k)
+    assert half == pytest.approx(se * 2.776445, rel=1e-4)  # Student's t at 4 degrees of freedom

@@ -35,23 +35,28 @@ def t_quantile(n: int, confidence: float = CONFIDENCE) -> float:
     return float(t.ppf(0.5 + confidence / 2, n - 1))
 
 
-def jackknife_t(point: np.ndarray, leave_one_out: np.ndarray, confidence: float = CONFIDENCE
-                ) -> tuple[np.ndarray, np.ndarray]:
+def jackknife_t(point: np.ndarray, leave_one_out: np.ndarray, confidence: float = CONFIDENCE,
+                documents: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(low, high): `point` -/+ the jackknife standard error times Student's t at n - 1 degrees of freedom; nan
-    below MIN_SEEDS seeds or where a value is not finite."""
+    below MIN_SEEDS seeds or where a value is not finite. `documents`: the estimate with each group of held-out
+    documents left out in turn (groups, ...), whose jackknife variance (the evaluation set's) adds to the seeds'."""
     point = np.asarray(point, dtype=float)
     n = leave_one_out.shape[0]
     if n < MIN_SEEDS:
         return np.full(point.shape, math.nan), np.full(point.shape, math.nan)
-    half = t_quantile(n, confidence) * jackknife_se(leave_one_out)
+    se = jackknife_se(leave_one_out)
+    if documents is not None:
+        se = np.sqrt(se ** 2 + jackknife_se(documents) ** 2)
+    half = t_quantile(n, confidence) * se
     return point - half, point + half
 
 
-def log_jackknife_t(point: np.ndarray, leave_one_out: np.ndarray, confidence: float = CONFIDENCE
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def log_jackknife_t(point: np.ndarray, leave_one_out: np.ndarray, confidence: float = CONFIDENCE,
+                    documents: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """`jackknife_t` of positive ratios (multipliers) on the log scale, returned on theirs."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # an unbounded ratio's interval: inf
-        low, high = jackknife_t(np.log(point), np.log(leave_one_out), confidence)
+        low, high = jackknife_t(np.log(point), np.log(leave_one_out), confidence,
+                                None if documents is None else np.log(documents))
         return np.exp(low), np.exp(high)
 
 

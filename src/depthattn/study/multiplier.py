@@ -203,6 +203,8 @@ class SeedBootstrap:
     boot: dict[str, np.ndarray] | None  # method -> (RESAMPLES, budgets); None below MIN_SEEDS seeds
     loo: dict[str, np.ndarray] | None  # method -> (seeds, budgets), each seed left out once; None below MIN_SEEDS
     rng: np.random.Generator  # after the resamples, for draws that follow them (the joint fit's)
+    documents: dict[str, np.ndarray] | None = None  # method -> (DOCUMENT_GROUPS, budgets), each group of held-out
+    # documents left out once; None unless every cell stores its documents' losses
 
     @property
     def in_fit(self) -> np.ndarray:
@@ -228,8 +230,44 @@ def seed_bootstrap(study: Study, results: list[CellResult], seed: int = 0) -> Se
     others = {m: table[m] for m in methods}
     boot = resampled_multipliers(x, base, others, draws) if draws is not None else None
     loo = resampled_multipliers(x, base, others, leave_one_out(len(seeds))) if draws is not None else None
+    documents = None
+    without = documents_left_out(study, results, labels, seeds, table) if draws is not None else None
+    if without is not None:
+        every_seed = np.arange(len(seeds))[None, :]
+        rows = [resampled_multipliers(x, t[study.baseline], {m: t[m] for m in methods}, every_seed) for t in without]
+        documents = {m: np.concatenate([row[m] for row in rows]) for m in methods}
     return SeedBootstrap(labels, x, seeds, table, epochs_per_token_per_parameter(study, results), curve, k, read,
-                         boot, loo, rng)
+                         boot, loo, rng, documents)
+
+
+DOCUMENT_GROUPS = 10  # the held-out documents' groups (every 10th document from the g-th) of the jackknife
+
+
+def documents_left_out(study: Study, results: list[CellResult], labels: list[str], seeds: list[int],
+                       table: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]] | None:
+    """The loss table once per group of held-out documents, that group left out of every cell's loss (its nats and
+    tokens taken out of the whole split's); None unless every cell of the table stores its documents' losses
+    (`val_documents`)."""
+    axis = study.branch_axis
+    cells = {(r.method, r.setting[axis.name], r.seed): r for r in results}
+    kept = {}
+    for method, losses in table.items():
+        for (i, j), value in np.ndenumerate(losses):
+            if math.isnan(value):
+                continue
+            documents = cells[method, labels[i], seeds[j]].record.get("val_documents")
+            if documents is None:
+                return None
+            kept[method, i, j] = (np.asarray(documents["nats"]), np.asarray(documents["tokens"]))
+    out = []
+    for group in range(DOCUMENT_GROUPS):
+        without = {m: t.copy() for m, t in table.items()}
+        for (method, i, j), (nats, tokens) in kept.items():
+            left = slice(group, None, DOCUMENT_GROUPS)
+            total = tokens.sum()
+            without[method][i, j] = (table[method][i, j] * total - nats[left].sum()) / (total - tokens[left].sum())
+        out.append(without)
+    return out
 
 
 def leave_one_out(n: int) -> np.ndarray:
@@ -263,7 +301,9 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
     for method, k in sample.k.items():
         read, boot = sample.read[method], sample.boot[method] if sample.boot else None
         loo = sample.loo[method] if sample.loo else None
-        points = [multiplier_point(labels, x, i, k, read, epochs_per_x, boot, loo) for i in range(len(labels))
+        documents = sample.documents[method] if sample.documents else None
+        points = [multiplier_point(labels, x, i, k, read, epochs_per_x, boot, loo, documents)
+                  for i in range(len(labels))
                   if not np.isnan(table[method][i]).all()]  # not a budget only the baseline trains
         gamma, log_c = log_log_fit(x[fitted], k[fitted])
         trend = {"gamma": gamma, "log_c": log_c, "low": None, "high": None, "verdict": None, "draws": None,
@@ -273,7 +313,9 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
             trend["low"], trend["high"] = percentile_interval(trend["draws"][:, 0])
             trend["verdict"] = verdict(trend["low"], trend["high"])
             gammas = np.array([log_log_fit(x[fitted], b[fitted])[0] for b in loo])  # (seeds,)
-            low, high = jackknife_t(np.array(gamma), gammas)
+            by_documents = None if documents is None else np.array(
+                [log_log_fit(x[fitted], b[fitted])[0] for b in documents])  # (DOCUMENT_GROUPS,)
+            low, high = jackknife_t(np.array(gamma), gammas, documents=by_documents)
             trend["t_low"], trend["t_high"] = float(low), float(high)
             trend["t_verdict"], trend["p"] = verdict(low, high), jackknife_p(gamma, gammas)
         rows.append({"method": method, "flops_ratio": (flops_ratio or {}).get(method), "points": points,
@@ -288,7 +330,7 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
     shown = ~stacked.all(axis=(0, 2))  # some method has points: not a budget only the baseline trains (so far)
     fitted &= ~stacked.any(axis=(0, 2))  # every method has its cells
     return {"labels": [label for label, keep in zip(labels, shown) if keep], "x": x[shown].tolist(),
-            "seeds": sample.seeds, "baseline": study.baseline, "rows": rows,
+            "seeds": sample.seeds, "baseline": study.baseline, "rows": rows, "documents": sample.documents is not None,
             "fit": joint_fit(x[fitted], {m: t[fitted] for m, t in table.items()}, study.baseline,
                              sample.rng if sample.boot is not None else None, len(sample.seeds))
             if fitted.sum() >= MIN_FIT_BUDGETS else None,
@@ -297,11 +339,13 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
 
 
 def multiplier_point(labels: list[str], x: np.ndarray, i: int, k: np.ndarray, read: np.ndarray,
-                     epochs_per_x: float | None, boot: np.ndarray | None, loo: np.ndarray | None = None) -> dict:
+                     epochs_per_x: float | None, boot: np.ndarray | None, loo: np.ndarray | None = None,
+                     documents: np.ndarray | None = None) -> dict:
     """A method's multiplier at budget i (of `labels` at tokens per parameter `x`) with where it read the
     baseline's curve (`read`): outside the measured budgets, how far, in how many epochs; its interval from the
     resamples `boot` (RESAMPLES, budgets), if any, and its calibrated one from the leave-one-seed-out values `loo`
-    (seeds, budgets). `format_multiplier` writes it."""
+    (seeds, budgets), and where present the held-out documents' (`documents`, (groups, budgets)). `format_multiplier`
+    writes it."""
     outside = max(read[i] / x[-1], x[0] / read[i]) if read[i] > 0 else math.inf
     point = {"label": labels[i], "tokens_per_parameter": float(x[i]), "multiplier": float(k[i]),
              "read_at": float(read[i]), "extrapolated": not x[0] <= read[i] <= x[-1],
@@ -312,7 +356,7 @@ def multiplier_point(labels: list[str], x: np.ndarray, i: int, k: np.ndarray, re
         point["low"], point["high"] = percentile_interval(boot[:, i])
     point["t_low"] = point["t_high"] = None
     if loo is not None:
-        low, high = log_jackknife_t(k[i], loo[:, i])
+        low, high = log_jackknife_t(k[i], loo[:, i], documents=None if documents is None else documents[:, i])
         point["t_low"], point["t_high"] = float(low), float(high)
     return point
 

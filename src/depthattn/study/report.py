@@ -293,7 +293,11 @@ def _calibrated_table(found: dict, head: str) -> list[str]:
                  f"(n − 1 = {len(found['seeds']) - 1} degrees of freedom, on the log scale for multipliers), which "
                  "holds its 95% coverage at five seeds where the bootstrap percentiles above cover about 85% "
                  "(tests/study/test_calibrated.py); the verdict again, and with Holm's adjustment over the methods "
-                 "(p from the same t statistic). Read these where the two disagree.", "",
+                 "(p from the same t statistic). Read these where the two disagree."
+             + (" The held-out documents' variance is added (every cell stores each document's loss: a jackknife "
+                "leaving out one of 10 groups of documents at a time)." if found.get("documents") else
+                " They hold the seeds' variance only, not the held-out documents' (these cells predate storing each "
+                "document's loss)."), "",
              f"| calibrated | {head} | gamma [calibrated 95% CI] | verdict | p (Holm) | verdict (Holm) |",
              "|---|" + "---|" * (len(found["labels"]) + 4)]
     for row in rows:
