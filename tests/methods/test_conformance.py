@@ -167,6 +167,9 @@ def test_costs_are_declared_and_count_the_built_model(settings):
     record = costs.method_costs(model.config, context=100)
     counts = count_parameters(model)
     assert record["params_extra"] == counts["extra_over_vanilla"] and record["params_total"] == counts["total"]
+    config = model.config  # the field's count leaves out the embedding and the (untied) head, and nothing else
+    tables = config.vocab_size * config.hidden_size * (1 if config.tie_word_embeddings else 2)
+    assert counts["non_embedding"] == counts["total"] - tables
     method = METHODS[model.config.cross_layer]
     terms = method.flop_terms(model.config)
     assert all(isinstance(t, FlopTerm) and t.op in ("matmul", "elementwise") and t.role in ("weights", "mix")

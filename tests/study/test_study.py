@@ -124,6 +124,8 @@ def test_extends_takes_the_parent_base(tiny_data, tmp_path):
     ("", '[axes.x]\nkey = "train.stepz"\nvalues = [1]\n', "unknown key 'stepz'"),
     ("", '[axes.x]\nkey = "steps"\nvalues = [1]\n', "must name a config section"),
     ("", '[axes.x]\nkey = "train.steps"\n', "needs key and values"),
+    ("", '[axes.b]\nkey = "train.steps_fraction"\nvalues = { half = 0.5, more = 1.5 }\nbranches = true\n',
+     "past 1 only for a baseline_only budget"),
 ])
 def test_bad_studies_name_the_problem(tiny_data, tmp_path, head, axes, message):
     with pytest.raises(ValueError, match=message):
@@ -658,13 +660,18 @@ def test_the_ladder_is_20_tokens_per_parameter_per_size_with_branches_and_priced
     study = Study.load("configs/study/ladder.toml")
     assert study.branch_axis.name == "budget" and len(pending_cells(study)) == 4 * 5 * 3  # one run per size
     for size in study.axes[0].values:
-        run = study.run_setting({"size": size, "budget": "1"}, "vanilla")
-        cost = run_flops(study, run, "vanilla")
+        run = study.run_setting({"size": size, "budget": "1"}, "depth_attention")
+        cost = run_flops(study, run, "depth_attention")
         assert cost["tokens"] == pytest.approx(20 * cost["params"], rel=0.01), size
-        budgets = [study.cell_config(Cell(s, "vanilla", 0)).train.steps for s in study.budget_settings(run, "vanilla")]
+        budgets = [study.cell_config(Cell(s, "vanilla", 0)).train.steps
+                   for s in study.budget_settings(run, "depth_attention")]
         assert budgets == [round(f * budgets[-1]) for f in (0.05, 0.1, 0.25, 0.5, 1.0)]
         # one run with four decays costs far less than five runs
         assert 1.3 < cost["separate_flops"] / cost["flops"] < 2
+        # vanilla alone goes on to 30, so that a multiplier at 20 reads its measured curve
+        longest = study.run_setting({"size": size, "budget": "1"}, "vanilla")
+        assert longest["budget"] == "30"
+        assert run_flops(study, longest, "vanilla")["tokens"] == pytest.approx(30 * cost["params"], rel=0.01)
     smoke = Study.load("configs/study/ladder_smoke.toml")
     assert [smoke.cell_config(Cell(s, "moda", 0)).train.steps for s in smoke.budget_settings(
         {"size": "8x256", "budget": "whole"}, "moda")] == [75, 150, 300]

@@ -95,11 +95,17 @@ def build_method(config) -> CrossLayerMethod:
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:
-    """`total`: distinct parameters (tied embeddings once); `extra_over_vanilla`: those of the cross-layer method."""
+    """`total`: distinct parameters (tied embeddings once); `extra_over_vanilla`: those of the cross-layer method;
+    `non_embedding`: the total without the input embedding and the output head (the count scaling laws and
+    "tokens per parameter" use in the field: Kaplan et al. 2020)."""
     method = getattr(getattr(model, "model", model), "cross_layer", None)
+    tables = {id(p): p.numel() for module in (model.get_input_embeddings(), model.get_output_embeddings())
+              if module is not None for p in module.parameters()} if hasattr(model, "get_input_embeddings") else {}
+    total = sum(p.numel() for p in model.parameters())
     return {
-        "total": sum(p.numel() for p in model.parameters()),
+        "total": total,
         "extra_over_vanilla": sum(p.numel() for p in method.parameters()) if method is not None else 0,
+        "non_embedding": total - sum(tables.values()),
     }
 
 

@@ -154,11 +154,14 @@ class Study:
                                  'training-config keys, e.g. {"train.steps" = 800}')
             branches = axis.get("branches", False)
             steps = axis.get("key") == "train.steps" and all(isinstance(v, int) for v in values.values())
-            fractions = axis.get("key") == STEPS_FRACTION and all(0 < v <= 1 for v in values.values())
+            baseline_only = [str(label) for label in axis.get("baseline_only", [])]
+            # fractions of the setting's steps; past 1 only for budgets the baseline alone trains (its curve)
+            fractions = axis.get("key") == STEPS_FRACTION and all(
+                0 < v <= 1 or (v > 1 and label in baseline_only) for label, v in values.items())
             if (branches and not (steps or fractions)) or (axis.get("key") == STEPS_FRACTION and not fractions):
                 raise ValueError(f"{path}: [axes.{name}] branches = true takes key = \"train.steps\" and step counts, "
-                                 f"or key = \"{STEPS_FRACTION}\" and fractions in (0, 1] of the setting's train.steps")
-            baseline_only = [str(label) for label in axis.get("baseline_only", [])]
+                                 f"or key = \"{STEPS_FRACTION}\" and fractions in (0, 1] of the setting's train.steps "
+                                 "(past 1 only for a baseline_only budget)")
             shared = [v for label, v in values.items() if label not in baseline_only]
             if set(baseline_only) - set(values) or (baseline_only and (
                     not shared or min(values[label] for label in baseline_only) <= max(shared))):
