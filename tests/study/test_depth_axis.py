@@ -179,3 +179,21 @@ def test_each_sweeps_seeds_are_resampled_independently_of_the_others():
         assert np.array_equal(np.sort(sweep.draws["m"], axis=0), np.sort(picks, axis=0))
         assert abs(np.corrcoef(sweep.draws["m"][:, 0], picks[:, 0])[0, 1]) < 0.2
     assert abs(np.corrcoef(out[1].draws["m"][:, 0], out[2].draws["m"][:, 0])[0, 1]) < 0.2
+
+
+def test_a_gain_from_depth_that_shrinks_with_the_budget_is_an_interaction(tiny_data, tmp_path, monkeypatch):
+    import math
+
+    axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
+    plant(monkeypatch, lambda x, depth: 1.1 * depth ** (0.2 - 0.05 * math.log(x)))  # delta 0.2, eta -0.05
+    trend = depth_trend(axis)
+    found = trend["methods"]["depth_attention"]["interaction"]
+    a, gamma, delta, eta = found["coefficients"]
+    assert eta == pytest.approx(-0.05, abs=0.015) and delta == pytest.approx(0.2, abs=0.04)
+    assert found["eta_low"] <= eta <= found["eta_high"] and found["eta_verdict"] == "fades"
+    assert found["delta_at"][20.0]["delta"] == pytest.approx(0.2 - 0.05 * math.log(20), abs=0.03)
+    text = format_depth_axis(axis, trend)
+    assert "With a budget x depth term" in text and "the gain from depth **fades** with the budget" in text
+    plant(monkeypatch, lambda x, depth: 1.1 * depth ** 0.2)
+    trend_of = depth_trend(axis)["methods"]["depth_attention"]["interaction"]
+    assert trend_of["coefficients"][3] == pytest.approx(0.0, abs=0.015) and trend_of["eta_verdict"] == "holds"

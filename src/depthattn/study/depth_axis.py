@@ -135,15 +135,38 @@ def independent_resamples(sweeps: list[SweepMultipliers]) -> list[SweepMultiplie
     return out
 
 
-def _surface(points: list[tuple[float, float, float]]) -> np.ndarray:
-    """(a, gamma, delta) of log k = a + gamma log x + delta log L over points (x, L, k); nan without four finite
-    points spanning two depths and two budgets."""
+def _surface(points: list[tuple[float, float, float]], interaction: bool = False) -> np.ndarray:
+    """(a, gamma, delta) of log k = a + gamma log x + delta log L over points (x, L, k), and with `interaction` eta
+    of the added term eta log x log L; nan without enough finite points spanning two depths and two budgets."""
     rows = [(x, depth, k) for x, depth, k in points if math.isfinite(k) and k > 0]
-    if len(rows) < 4 or len({r[1] for r in rows}) < 2 or len({r[0] for r in rows}) < 2:
-        return np.full(3, math.nan)
+    size = 4 if interaction else 3
+    if len(rows) < size + 1 or len({r[1] for r in rows}) < 2 or len({r[0] for r in rows}) < 2:
+        return np.full(size, math.nan)
     x, depth, k = map(np.array, zip(*rows))
-    design = np.column_stack([np.ones(len(x)), np.log(x), np.log(depth)])
-    return np.linalg.lstsq(design, np.log(k), rcond=None)[0]
+    columns = [np.ones(len(x)), np.log(x), np.log(depth)] + ([np.log(x) * np.log(depth)] if interaction else [])
+    return np.linalg.lstsq(np.column_stack(columns), np.log(k), rcond=None)[0]
+
+
+INTERACTION_AT = (1.0, 10.0, 20.0)  # tokens per parameter where the interaction surface's slope in depth is stated
+
+
+def _interaction_surface(sweeps: list[SweepMultipliers], method: str, groups: int | None) -> dict:
+    """The surface with a budget x depth term (configs/analysis/depth_axis.toml's primary surface since
+    2026-12-05): its coefficients, eta's calibrated interval, and the slope in depth delta + eta log x at each of
+    INTERACTION_AT with its calibrated interval."""
+    coefficients = _surface(_surface_points(sweeps, method), interaction=True)
+    out = {"coefficients": coefficients.tolist(), "eta_low": None, "eta_high": None, "eta_verdict": None,
+           "delta_at": {x: {"delta": float(coefficients[2] + coefficients[3] * math.log(x)), "low": None,
+                            "high": None, "verdict": None} for x in INTERACTION_AT}}
+    if groups:
+        loo = np.array([_surface(_surface_points(sweeps, method, left_out=j), interaction=True)
+                        for j in range(groups)])
+        low, high = jackknife_t(np.array(coefficients[3]), loo[:, 3])
+        out.update(eta_low=float(low), eta_high=float(high), eta_verdict=verdict(low, high))
+        for x, row in out["delta_at"].items():
+            low, high = jackknife_t(np.array(row["delta"]), loo[:, 2] + loo[:, 3] * math.log(x))
+            row.update(low=float(low), high=float(high), verdict=verdict(low, high))
+    return out
 
 
 def depth_trend(axis: DepthAxis) -> dict:
@@ -193,7 +216,8 @@ def depth_trend(axis: DepthAxis) -> dict:
             loo = np.array([_surface(_surface_points(sweeps, method, left_out=j))[2] for j in range(groups)])
             low, high = jackknife_t(np.array(surface["coefficients"][2]), loo)
             surface["t_low"], surface["t_high"], surface["t_verdict"] = float(low), float(high), verdict(low, high)
-        out["methods"][method] = {"budgets": budgets, "surface": surface}
+        out["methods"][method] = {"budgets": budgets, "surface": surface,
+                                  "interaction": _interaction_surface(sweeps, method, groups)}
     return out
 
 
@@ -233,6 +257,21 @@ def _interval(low, high) -> str:
     return f" [{low:+.3f}, {high:+.3f}]" if low is not None else ""
 
 
+def _interaction_lines(found: dict) -> list[str]:
+    """The surface with a budget x depth term, as the analysis config's rule states it."""
+    a, gamma, delta, eta = found["coefficients"]
+    if math.isnan(eta):
+        return []
+    at = "; ".join(f"{x:g}: {row['delta']:+.3f}{_interval(row['low'], row['high'])}"
+                   + (f" **{row['verdict']}**" if row["verdict"] else "") for x, row in found["delta_at"].items())
+    eta_text = f"eta {eta:+.3f}{_interval(found['eta_low'], found['eta_high'])}"
+    if found["eta_verdict"]:
+        eta_text += f" (calibrated): the gain from depth **{found['eta_verdict']}** with the budget"
+    return [f"With a budget x depth term (the primary surface since 2026-12-05): log k = {a:+.3f} {gamma:+.3f} "
+            f"log x {delta:+.3f} log L {eta:+.3f} log x log L; {eta_text}. Slope in depth, delta + eta log x "
+            f"[calibrated], at tokens per parameter {at}.", ""]
+
+
 def format_depth_axis(axis: DepthAxis, trend: dict) -> str:
     """The depth axis as Markdown: per method, the multiplier at each depth and budget, delta with its interval and
     verdict, then the surface."""
@@ -269,6 +308,7 @@ def format_depth_axis(axis: DepthAxis, trend: dict) -> str:
                   f"**{s['verdict'] or 'no verdict (too few seeds)'}** with depth"
                   + (f"; calibrated{_interval(s['t_low'], s['t_high'])}: **{s['t_verdict']}**" if calibrated else "")
                   + ".", ""]
+        lines += _interaction_lines(entry["interaction"])
     if any(entry["surface"].get("t_low") is not None for entry in trend["methods"].values()):
         lines += ["Calibrated: the jackknife t-interval (study/calibrated.py), each leave-one-out fit leaving one seed "
                   "position out of every sweep at once (a seed's runs at each depth share its data order); the "
