@@ -43,7 +43,7 @@ import numpy as np
 from .calibrated import holm, jackknife_p, jackknife_t, log_jackknife_t, verdict
 from .records import CellResult
 from .spec import Study, setting_label
-from .stats import MIN_SEEDS
+from .stats import CONFIDENCE, MIN_SEEDS
 from .trend import tokens_per_parameter
 
 RESAMPLES = 2000
@@ -324,7 +324,7 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
     for row in rows:
         trend, p = row["trend"], adjusted[row["method"]]
         trend["p_holm"] = p
-        trend["holm_verdict"] = None if math.isnan(p) else "holds" if p >= 0.05 else (
+        trend["holm_verdict"] = None if math.isnan(p) else "holds" if p >= 1 - CONFIDENCE else (
             "grows" if trend["gamma"] > 0 else "fades")
     stacked = np.isnan(np.stack([table[m] for m in sample.k]))  # (methods, budgets, seeds), the baseline's left out
     shown = ~stacked.all(axis=(0, 2))  # some method has points: not a budget only the baseline trains (so far)

@@ -98,7 +98,9 @@ def _multipliers(x: np.ndarray, by_rate: dict[str, dict[str, np.ndarray]], basel
     curve = BaselineCurve.fit(x[finite], envelope[finite])
     best, rates = _best({r: t[method][:, keep] for r, t in by_rate.items() if method in t})
     at_reference = _means(by_rate[reference][method][:, keep])
-    read = lambda means: np.array([curve.tokens_for(m) for m in means]) / x  # noqa: E731
+    def read(means: np.ndarray) -> np.ndarray:
+        return np.array([curve.tokens_for(m) for m in means]) / x
+
     return read(best), read(at_reference), rates, baseline_rates
 
 
@@ -109,8 +111,8 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     axis = rate_axis(study)
     if axis is None or study.branch_axis is None:
         return None
-    by_rate, labels, x, seeds = {}, None, None, None
-    for label, group in groups(study, results).items():
+    by_rate = {}
+    for group in groups(study, results).values():
         rate = group[0].setting[axis.name]
         group_labels, group_x, group_seeds, table = loss_table(study, group)
         if study.baseline not in table:
@@ -137,7 +139,7 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     rates = [r for r in axis.values if r in tables]
     methods = [m for m in study.methods if m != study.baseline and all(m in t for t in tables.values())]
     found, p_values = [], {}
-    baseline_rates = _multipliers(x, tables, study.baseline, study.baseline, reference, everyone)[3]
+    baseline_rates = _best({r: t[study.baseline] for r, t in tables.items()})[1]
     for method in methods:
         best, at_reference, best_rates, _ = _multipliers(x, tables, study.baseline, method, reference, everyone)
         loo = [_multipliers(x, tables, study.baseline, method, reference, keep) for keep in leave_out]
