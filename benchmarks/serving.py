@@ -147,12 +147,25 @@ class Server:
         return time.perf_counter() - start, json.loads(answer)["usage"]["completion_tokens"]
 
     def cpu_seconds(self) -> float | None:
-        """User and system CPU time of the server process so far (all its threads), where /proc has it."""
-        try:
-            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14 and 15
+        """User and system CPU time so far of the server process and the processes it started (transformers 5.25
+        generates in a process of its own), all their threads, where /proc has it."""
+        ticks, pending, seen = 0, [self.process.pid], set()
+        while pending:
+            pid = pending.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+                            for c in (task / "children").read_text().split()]
+            except OSError:
+                if pid == self.process.pid:
+                    return None
+                continue  # a child that exited meanwhile
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15
+            pending += children
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
