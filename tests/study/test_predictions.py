@@ -80,7 +80,7 @@ def test_the_study_command_writes_a_prediction_and_scores_it_on_written_cells(st
     from depthattn.cli import main
 
     source, target = studies
-    target.results = str(tmp_path / "target_results")  # apart: their cells would share keys
+    target = dataclasses.replace(target, results=str(tmp_path / "target_results"))  # apart: they would share keys
     for study, results in ((source, planted_results(source, lambda x: 1.3, noise=0.005)),
                            (target, planted_target(target, 2.0))):
         for result in results:

@@ -2,6 +2,7 @@ import argparse
 import dataclasses
 import json
 import math
+import pickle
 import shutil
 from pathlib import Path
 
@@ -22,10 +23,13 @@ from depthattn.study import (
     summarize,
     uncertain_cells,
     verdict,
+    with_picks,
     write_index,
     write_report,
 )
 from depthattn.study.local import LocalExecutor
+from depthattn.study.picks import search_result
+from depthattn.study.plan import plan_cell
 from tests.data.data_helpers import write_jsonl
 
 BASE = """
@@ -295,21 +299,22 @@ def test_a_search_picks_only_when_every_candidate_cell_is_in_and_then_by_mean(ti
             if (method, seed) != ("depth_static", 1):
                 _finish(search, method, seed, value)
     _finish(search, "depth_static", 2, 0.1)  # a seed outside the search's seeds does not count
-    result = search.search.result(search)
+    result = search_result(search)
     assert result.picked is None and result.missing == 1
     _finish(search, "depth_static", 1, 2.4)
-    result = search.search.result(search)
+    result = search_result(search)
     assert [row.method for row in result.ranking] == ["depth_linear", "depth_uniform", "depth_static"]
     assert result.picked == ["depth_linear", "depth_uniform"]  # means 2.05, 2.1, 2.15
     assert "Picked: **depth_linear**, **depth_uniform**" in markdown_report(search, [])
 
     confirm = write_study(tmp_path, tiny_data, name="confirm.toml", methods=("vanilla", "value_residual"),
                           head='[study.confirm]\nfrom = "search.toml"\nagainst = "value_residual"\n')
-    study = Study.load(confirm)
+    assert Study.load(confirm).methods == ["vanilla", "value_residual"]  # the spec reads no results
+    study = with_picks(Study.load(confirm))
     assert study.methods == ["vanilla", "value_residual", "depth_linear", "depth_uniform"] and not study.waiting
     assert study.contrasts == [["depth_linear", "value_residual"], ["depth_uniform", "value_residual"]]
     search.result_path(Cell({}, "depth_linear", 0)).unlink()
-    study = Study.load(confirm)
+    study = with_picks(Study.load(confirm))
     assert study.methods == ["vanilla", "value_residual"] and "1 candidate cells to go" in study.waiting
 
 
@@ -318,7 +323,7 @@ def test_a_confirmation_names_a_preset_only_when_better_in_every_setting(tiny_da
     study = Study.load(write_study(tmp_path, tiny_data, axes=axes, seeds=(0, 1, 2),
                                    methods=("vanilla", "value_residual", "depth_static"),
                                    head='more_seeds = [3, 4]\ncontrasts = [["depth_static", "value_residual"]]'))
-    study.confirm = {"from": "search.toml", "against": "value_residual"}  # as if its search had picked
+    study = dataclasses.replace(study, confirm={"from": "search.toml", "against": "value_residual"})  # as if picked
 
     def finish(setting, method, losses):
         for seed, loss in enumerate(losses):
@@ -364,8 +369,8 @@ def test_a_cell_of_two_processes_matches_the_one_process_cell(tiny_data, tmp_pat
     """gloo DDP under torch's elastic launcher (torchrun's): the study's batch is split over the processes, so the
     two-process cell sees the one-process cell's batches; only the order of float sums differs."""
     one = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla",), seeds=(0,), name="one.toml"))
-    two = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla",), seeds=(0,), name="two.toml"))
-    two.results, two.out_dir = str(tmp_path / "results-two"), str(tmp_path / "runs-two")
+    two = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla",), seeds=(0,), name="two.toml"),
+                     out_dir=str(tmp_path / "runs-two"), results=str(tmp_path / "results-two"))
     run_study(one)
     run_study(two, LocalExecutor(tasks_per_cell=2, threads=1))
     a, b = (json.loads(study.result_path(Cell({}, "vanilla", 0)).read_text()) for study in (one, two))
@@ -531,7 +536,7 @@ def test_a_branched_budget_axis_trains_one_run_per_method_and_seed(short_data, t
                                    methods=["vanilla"], seeds=[0], name="plain.toml"))
     assert plain.result_path(Cell(short, "vanilla", 0)) == study.result_path(Cell(short, "vanilla", 0))
     alone = tmp_path / "alone"
-    plain.results = str(alone)
+    plain = dataclasses.replace(plain, results=str(alone))
     run_study(plain, seeds=[0])
     assert plain.read_result(Cell(short, "vanilla", 0)).val_loss == results["short"]["val_loss"]
 
@@ -737,13 +742,19 @@ def test_several_workers_print_log_lines_not_progress_bars(tiny_data, tmp_path, 
     assert study.read_result(Cell({}, "vanilla", 0)).record["config"]["train"]["progress"]  # as the study says
 
 
-def _slow_cell(study, cell, threads=None):
+def _started(plan):
+    """A file in the study's out_dir (above <key>/<method>/seed_<s>) saying that the cell started."""
+    marker = Path(plan.config.train.out_dir).parents[2] / f"{plan.cell.method}-{plan.cell.seed}"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("started")
+
+
+def _slow_cell(plan, threads=None):
     import time
 
-    (Path(study.out_dir) / f"{cell.method}-{cell.seed}").parent.mkdir(parents=True, exist_ok=True)
-    (Path(study.out_dir) / f"{cell.method}-{cell.seed}").write_text("started")
+    _started(plan)
     time.sleep(2)
-    return CellResult(cell.method, cell.seed, 1.0, {"seconds": 2.0})
+    return CellResult(plan.cell.method, plan.cell.seed, 1.0, {"seconds": 2.0})
 
 
 def test_sigterm_stops_a_study_of_several_workers_without_starting_queued_cells(tiny_data, tmp_path, monkeypatch):
@@ -759,14 +770,14 @@ def test_sigterm_stops_a_study_of_several_workers_without_starting_queued_cells(
     cells, before = pending_cells(study), signal.getsignal(signal.SIGTERM)
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
     with pytest.raises(KeyboardInterrupt, match="stopped by SIGTERM"):
-        LocalExecutor(workers=2).run(study, cells)
+        LocalExecutor(workers=2).run(study.name, [plan_cell(study, cell) for cell in cells])
     started = list(Path(study.out_dir).glob("*-*"))
     assert 1 <= len(started) < len(cells) == 8  # the running cells stop; the queued ones never start
     assert signal.getsignal(signal.SIGTERM) == before  # the study's handler lasts only while its pool runs
 
 
 
-def _slow_cell_stopped_by_sigterm(study, cell, threads=None):
+def _slow_cell_stopped_by_sigterm(plan, threads=None):
     """A cell that, as train() does, turns SIGTERM into a KeyboardInterrupt and stops."""
     import signal
     import time
@@ -774,14 +785,13 @@ def _slow_cell_stopped_by_sigterm(study, cell, threads=None):
     def stop(signum, frame):
         raise KeyboardInterrupt("stopped")
 
-    (Path(study.out_dir) / f"{cell.method}-{cell.seed}").parent.mkdir(parents=True, exist_ok=True)
-    (Path(study.out_dir) / f"{cell.method}-{cell.seed}").write_text("started")
+    _started(plan)
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         time.sleep(30)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return CellResult(cell.method, cell.seed, 1.0, {"seconds": 30.0})
+    return CellResult(plan.cell.method, plan.cell.seed, 1.0, {"seconds": 30.0})
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the pool's workers in /proc")
@@ -813,8 +823,20 @@ def test_sigterm_to_every_process_starts_no_queued_cell(tiny_data, tmp_path, mon
     threading.Thread(target=signal_everyone, daemon=True).start()
     begun = time.monotonic()
     with pytest.raises(KeyboardInterrupt, match="stopped by SIGTERM"):
-        LocalExecutor(workers=2).run(study, cells)
+        LocalExecutor(workers=2).run(study.name, [plan_cell(study, cell) for cell in cells])
     assert len(list(started.glob("*-*"))) == 2 and time.monotonic() - begun < 25  # nothing queued ran
+
+
+def test_a_cell_plan_holds_the_run_and_its_budgets_and_pickles(tmp_path):
+    """What an executor hands a pool worker or a Slurm job: computed from the study once, whole after pickling."""
+    study = Study.load(write_study(tmp_path, "data", axes=WSD_BUDGETS, methods=["vanilla"], seeds=[0]),
+                       out_dir=str(tmp_path / "elsewhere"))
+    run = pending_cells(study)[0]
+    plan = plan_cell(study, run)
+    assert plan.config == study.cell_config(run) and plan.path == study.cell_path(run) and plan.branched
+    assert [budget.config.train.steps for budget in plan.budgets] == [3, 6]
+    assert plan.config.train.out_dir == str(tmp_path / "elsewhere" / plan.path)
+    assert pickle.loads(pickle.dumps(plan)) == plan
 
 
 def test_an_unknown_model_override_or_a_misspelled_method_is_refused_with_a_suggestion(tmp_path):

@@ -245,7 +245,7 @@ def analyses(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..study import IndexPage, Study, explain, report_study, run_study, write_index
+    from ..study import IndexPage, Study, explain, report_study, run_study, with_picks, write_index
     from ..train import TrainingInterrupted
 
     if args.analysis:
@@ -254,13 +254,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give one or more study configs (configs/study/*.toml), or --analysis FILE")
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    studies = [Study.load(path) for path in args.configs]
+    studies = [Study.load(path, out_dir=args.out_dir, results=args.results) for path in args.configs]
     index = IndexPage.load(args.index_config) if args.index_config else None  # a bad one shows before training
-    for path, study in zip(args.configs, studies):
-        study.out_dir = args.out_dir or study.out_dir
-        study.results = args.results or study.results
-        if study.confirm:  # the picks of the search as it stands in these results
-            study.add_picks(Path(path).parent)
+    studies = [with_picks(study) for study in studies]  # a confirmation's picks, as its search stands in these results
+    for study in studies:
         if study.waiting:
             print(f"study {study.name}: {study.waiting}")
     if args.predict_for or args.score_predictions:

@@ -34,14 +34,17 @@ checkpoints in `runs/study/<key>/<method>/seed_<s>/`, the small result file in
 once, a changed config gets a new key instead of a stale result, a cell whose result file exists is never
 rerun, and an interrupted one resumes from its last checkpoint.
 
-Cells run through an executor (`runner.Executor`): local processes (study/local.py) or a Slurm job array
-(study/slurm.py); study/wanted.py says which cells are still wanted. A cell's result file is read and written as a
+A study's spec (study/spec.py) reads no results: a confirmation's picks join it through `with_picks`
+(study/picks.py). Cells run through an executor (`runner.Executor`), each handed its plan (study/plan.py: config,
+paths, budgets): local processes (study/local.py) or a Slurm job array (study/slurm.py); study/wanted.py says which
+cells are still wanted. A cell's result file is read and written as a
 `CellResult` (study/records.py) through the study's `CellStore` (study/store.py); the reports read those, and their
 own imports reach no trainer. The index page over several studies (`--index`) takes its title and columns from
 study/index.toml.
 """
 
 from ..lazy import lazy_names
+from .picks import with_picks
 from .records import Cell, CellResult
 from .report import IndexPage, markdown_report, report_study, setting_differences, write_index, write_report
 from .spec import Axis, Search, Study, cell_key, setting_label
@@ -61,5 +64,5 @@ __all__ = [
     "Axis", "Cell", "CellResult", "CellStore", "IndexPage", "Search", "Study", "cell_key", "format_interval",
     "markdown_report", "paired_difference", "pending_cells", "report_study", "setting_differences", "setting_label",
     "summarize",
-    "uncertain_cells", "verdict", "write_index", "write_report", *sorted(_LAZY),
+    "uncertain_cells", "verdict", "with_picks", "write_index", "write_report", *sorted(_LAZY),
 ]

@@ -3,9 +3,11 @@ runs cells through `run_cell`, so a cell is the same wherever it trained."""
 
 from __future__ import annotations
 
+import copy
 import os
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -23,7 +25,8 @@ from ..train import train
 from ..train.branches import RECORD as BRANCHES
 from ..train.branches import branch_folder
 from ..train.checkpoint import STEP_DIR, list_checkpoints, newest_good_checkpoint
-from .records import Cell, CellResult
+from .plan import Budget, CellPlan, StartPlan
+from .records import CellResult
 from .spec import Study
 
 # False in a local pool's workers (study/local.py): several processes share one terminal, where their progress
@@ -43,7 +46,7 @@ def ensure_dataset(study: Study, path: str) -> None:
     prepare([source], Path(path), **settings)
 
 
-def run_cell(study: Study, cell: Cell, threads: int | None = None, bars: bool | None = None) -> CellResult | None:
+def run_cell(plan: CellPlan, threads: int | None = None, bars: bool | None = None) -> CellResult | None:
     """Train (or resume) one cell, score the whole validation split, and write the cell's result file. With a
     branched budget axis the cell is the run of its longest budget, and it writes the result of every budget
     still missing as its branch finishes.
@@ -52,54 +55,53 @@ def run_cell(study: Study, cell: Cell, threads: int | None = None, bars: bool | 
     global batch, the study's `train.batch_size` split over the world (the executor has checked that it divides:
     `check_split`); the first process then scores and writes the results, which record the world size, and the
     others return None. `bars`: whether train.progress may draw its bar (default: PROGRESS_BARS)."""
-    budgets = [Cell(setting, cell.method, cell.seed) for setting in study.budget_settings(cell.setting, cell.method)]
-    budgets = [budget for budget in budgets if not study.has_result(budget)]
+    budgets = [budget for budget in plan.budgets if not plan.has_result(budget)]
     if not budgets:
-        return study.read_result(cell)
+        return plan.read_result()
     if threads:
         torch.set_num_threads(threads)
-    cfg = study.cell_config(cell)
+    cfg = copy.deepcopy(plan.config)  # the plan stays as it was planned
     world_size, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     cfg.train.batch_size //= world_size  # per process; the global batch stays the study's
     cfg.train.progress &= PROGRESS_BARS if bars is None else bars  # not in the cell key, nor in its result
     started = time.perf_counter()
-    if study.branch_axis:
-        for budget in late_budgets(study, cell, budgets):
+    if plan.branched:
+        for budget in late_budgets(plan, budgets):
             budgets.remove(budget)
-            alone = study.cell_config(budget)
+            alone = copy.deepcopy(budget.config)
             alone.train.batch_size, alone.train.progress = cfg.train.batch_size, cfg.train.progress
             if rank == 0:
-                print(f"{budget.label}: {cfg.train.out_dir} is past where this budget's branch would leave it, "
+                print(f"{budget.cell.label}: {cfg.train.out_dir} is past where this budget's branch would leave it, "
                       "so it trains as a run of its own (a branch equals one)", flush=True)
             train(alone, resume=True)
             if rank == 0:
-                write_result(study, budget, Path(alone.train.out_dir), Path(alone.train.out_dir), started, world_size)
+                write_result(plan, budget, Path(alone.train.out_dir), Path(alone.train.out_dir), started, world_size)
         if not budgets:
-            return study.read_result(cell) if rank == 0 else None
-        cfg.train.branch_steps = [study.cell_config(budget).train.steps for budget in budgets]
-    by_steps = {study.cell_config(budget).train.steps: budget for budget in budgets}
+            return plan.read_result() if rank == 0 else None
+        cfg.train.branch_steps = [budget.config.train.steps for budget in budgets]
+    by_steps = {budget.config.train.steps: budget for budget in budgets}
 
     def write(steps: int, folder: Path):
         if rank == 0 and steps in by_steps:
-            write_result(study, by_steps[steps], folder, Path(cfg.train.out_dir), started, world_size)
+            write_result(plan, by_steps[steps], folder, Path(cfg.train.out_dir), started, world_size)
 
     train(cfg, resume=True, on_budget=write)
     if rank:
         return None
     run = Path(cfg.train.out_dir)
     # each budget was written as it finished; one recorded by an earlier, interrupted process is written here
-    recorded = read_json_object(run / BRANCHES) if study.branch_axis else {str(cfg.train.steps): {"folder": "."}}
+    recorded = read_json_object(run / BRANCHES) if plan.branched else {str(cfg.train.steps): {"folder": "."}}
     for steps, budget in by_steps.items():
-        if not study.has_result(budget):
+        if not plan.has_result(budget):
             write(steps, run / recorded[str(steps)]["folder"])
-    return study.read_result(cell)
+    return plan.read_result()
 
 
-def late_budgets(study: Study, cell: Cell, budgets: list[Cell]) -> list[Cell]:
-    """The budgets among `budgets` (cells still to train, of the run of `cell`) whose cooldown branch that run can no
+def late_budgets(plan: CellPlan, budgets: list[Budget]) -> list[Budget]:
+    """The budgets among `budgets` (still to train, of the run of `plan`) whose cooldown branch that run can no
     longer train: the run is past the step where the branch would leave it (a budget added to a sweep after its
     runs went by) and the branch was never started. Each trains as a WSD run of its own, which a branch equals."""
-    run = Path(study.cell_config(cell).train.out_dir)
+    run = Path(plan.config.train.out_dir)
     newest = newest_good_checkpoint(run)
     if newest is None:
         return []
@@ -107,18 +109,18 @@ def late_budgets(study: Study, cell: Cell, budgets: list[Cell]) -> list[Cell]:
     recorded = read_json_object(run / BRANCHES) if (run / BRANCHES).exists() else {}
     late = []
     for budget in budgets:
-        config = study.cell_config(budget)
-        steps = config.train.steps
-        if (budget != cell and str(steps) not in recorded and config.optim.decay_start(steps) < reached
+        steps = budget.config.train.steps
+        if (budget.cell != plan.cell and str(steps) not in recorded and budget.config.optim.decay_start(steps) < reached
                 and not list_checkpoints(branch_folder(run, steps))):
             late.append(budget)
     return late
 
 
-def write_result(study: Study, cell: Cell, folder: Path, run: Path, started: float, world_size: int) -> CellResult:
-    """Score the model in `folder` (trained for the cell's setting: the run in `run`, or a branch of it) on the
-    whole validation split, and write the cell's result file."""
-    cfg = study.cell_config(cell)
+def write_result(plan: CellPlan, budget: Budget, folder: Path, run: Path, started: float,
+                 world_size: int) -> CellResult:
+    """Score the model in `folder` (trained for `budget`: the run in `run`, or a branch of it) on the whole
+    validation split, and write the budget's result file."""
+    cfg = budget.config
     records = read_metrics(folder / METRICS_FILE)
     if folder != run:  # a branch: the run's records up to where it branched off, then its own
         records = [r for r in read_metrics(run / METRICS_FILE) if r["step"] < records[0]["step"]] + records
@@ -129,7 +131,8 @@ def write_result(study: Study, cell: Cell, folder: Path, run: Path, started: flo
                                 tokenizer=load_tokenizer(Path(cfg.data.path) / TOKENIZER_DIR), documents=True)
     config = cfg.to_dict()
     config["train"].pop("out_dir")  # where this machine keeps the checkpoints: not part of the result
-    trunk = Cell(study.run_setting(cell.setting, cell.method), cell.method, cell.seed)  # the run a branch left
+    cell = budget.cell
+    trunk = plan.budgets[-1]  # the run a branch left: the longest budget the method trains
     result = CellResult(cell.method, cell.seed, scored["loss"], {
         "val_bits_per_byte": scored["bits_per_byte"],
         "val_tokens": scored["tokens"], "val_bytes": scored["bytes"],
@@ -143,29 +146,29 @@ def write_result(study: Study, cell: Cell, folder: Path, run: Path, started: flo
         **{f"params_{k}": v for k, v in count_parameters(model).items()},
         "seconds": time.perf_counter() - started, "threads": torch.get_num_threads(),
         **({"world_size": world_size, "parallel": cfg.train.parallel} if world_size > 1 else {}),
-        **({"branched_from_steps": study.cell_config(trunk).train.steps} if folder != run else {}),
+        **({"branched_from_steps": trunk.config.train.steps} if folder != run else {}),
         "device": device, "config": config, **run_metadata(),
     })
-    study.store.write(study.cell_path(cell), result)
+    plan.store.write(budget.path, result)
     return result
 
 
-def check_split(study: Study, cells: list[Cell], tasks: int) -> None:
+def check_split(plans: Sequence[CellPlan | StartPlan], tasks: int) -> None:
     """A cell of `tasks` processes splits each batch over them: the study's batch size must divide. Executors check
     every cell once, before any starts."""
-    for cell in cells:
-        batch = study.cell_config(cell).train.batch_size
+    for plan in plans:
+        batch = plan.config.train.batch_size
         if batch % tasks:
             raise ValueError(f"a cell of {tasks} processes splits train.batch_size ({batch}) over them: pick a number "
                              "of tasks that divides it")
 
 
-def train_start(study: Study, seed: int, threads: int | None = None) -> None:
-    """Train (or resume) the model a retrofitting study's cells of `seed` start from, unless it is there: its
+def train_start(start: StartPlan, threads: int | None = None) -> None:
+    """Train (or resume) the model a retrofitting study's cells of one seed start from, unless it is there: its
     result may be committed while its checkpoints, never committed, are on another machine."""
-    cfg = study.start_config(seed)
+    cfg = copy.deepcopy(start.config)
     cfg.train.progress &= PROGRESS_BARS
-    if not study.start_ready(seed):
+    if not start.ready():
         if threads:
             torch.set_num_threads(threads)
         train(cfg, resume=True)

@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -20,16 +20,16 @@ from ..train import TrainingInterrupted
 from ..train.interrupt import SIGNALS, SignalHandlers, signal_name
 from . import cell as cell_module
 from .cell import check_split, run_cell
-from .records import Cell, CellResult
-from .spec import Study
+from .plan import CellPlan, StartPlan
+from .records import CellResult
 
 
-def _run_distributed(study: Study, cell: Cell, threads: int | None, tasks: int) -> CellResult | None:
+def _run_distributed(plan: CellPlan, threads: int | None, tasks: int) -> CellResult | None:
     """One cell in `tasks` processes, launched and watched by torch's elastic agent (torchrun's own)."""
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=tasks, run_id=f"cell-{uuid.uuid4().hex[:8]}",
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
                           start_method="spawn")
-    return elastic_launch(config, run_cell)(study, cell, threads, cell_module.PROGRESS_BARS)[0]  # rank 0's result
+    return elastic_launch(config, run_cell)(plan, threads, cell_module.PROGRESS_BARS)[0]  # rank 0's result
 
 
 _main_pid = 0  # in a pool worker: the study's main process
@@ -98,33 +98,33 @@ class LocalExecutor:
         tasks = f", {self.tasks_per_cell} processes each" if self.tasks_per_cell > 1 else ""
         return f"{self.workers} at a time{tasks}"
 
-    def _cell(self, study: Study, cell: Cell) -> CellResult | None:
+    def _cell(self, plan: CellPlan) -> CellResult | None:
         if self.tasks_per_cell > 1:
-            return _run_distributed(study, cell, self.threads, self.tasks_per_cell)
-        return run_cell(study, cell, threads=self.threads)
+            return _run_distributed(plan, self.threads, self.tasks_per_cell)
+        return run_cell(plan, threads=self.threads)
 
-    def run(self, study: Study, cells: list[Cell], fn: Callable[[Study, int, int | None], None] | None = None) -> bool:
-        """Train `cells`; a failing cell stops the study with its error. `fn(study, seed, threads)` instead runs
-        that for each seed in `cells` (a retrofitting study's starting models)."""
+    def run(self, name: str, plans: Sequence[CellPlan | StartPlan],
+            fn: Callable[[StartPlan, int | None], None] | None = None) -> bool:
+        """Train the cells `plans` plan; a failing cell stops the study with its error. `fn(plan, threads)` instead
+        runs that for each of `plans` (a retrofitting study's starting models)."""
         if fn is not None:
-            seeds = sorted({cell.seed for cell in cells})
             if self.workers == 1:
-                for seed in seeds:
-                    fn(study, seed, self.threads)
+                for plan in plans:
+                    fn(plan, self.threads)
                 return True
-            self._in_pool([(fn, study, seed, self.threads) for seed in seeds], [f"seed {seed}" for seed in seeds])
+            self._in_pool([(fn, plan, self.threads) for plan in plans], [plan.label for plan in plans])
             return True
-        check_split(study, cells, self.tasks_per_cell)
+        check_split(plans, self.tasks_per_cell)
         if self.workers == 1:
-            for i, cell in enumerate(cells, 1):
-                print(f"[{i}/{len(cells)}] {cell.label}", flush=True)
+            for i, plan in enumerate(plans, 1):
+                print(f"[{i}/{len(plans)}] {plan.label}", flush=True)
                 try:
-                    self._cell(study, cell)
+                    self._cell(plan)
                 except TrainingInterrupted as stopped:
-                    print(f"[{i}/{len(cells)}] {cell.label}: {stopped}", flush=True)
+                    print(f"[{i}/{len(plans)}] {plan.label}: {stopped}", flush=True)
                     raise _study_stopped(stopped.signum) from None
             return True
-        self._in_pool([(self._cell, study, cell) for cell in cells], [cell.label for cell in cells])
+        self._in_pool([(self._cell, plan) for plan in plans], [plan.label for plan in plans])
         return True
 
     def _in_pool(self, calls: list[tuple], labels: list[str]) -> None:

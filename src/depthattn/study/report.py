@@ -14,6 +14,7 @@ from ..presets import METHOD_PRESETS
 from ..train.config import read_toml
 from .multiplier import EXTRAPOLATION_LIMIT, MIN_FIT_BUDGETS, REPEATS_FLAG, format_multiplier, groups, multipliers
 from .multiplier import RESAMPLES as MULTIPLIER_RESAMPLES
+from .picks import search_result
 from .plots import plot_curve_differences, plot_differences, plot_multipliers, plot_overview, plot_trend
 from .pricing import H100_BF16_TFLOPS, cell_flops
 from .records import Cell, CellResult
@@ -117,7 +118,7 @@ def _mean_sd(row) -> str:
 def _search_table(study: Study) -> list[str]:
     """The pre-registered search: its rule, each candidate's mean over the search seeds, and the picks."""
     search = study.search
-    result = search.result(study)
+    result = search_result(study)
     seeds = ", ".join(map(str, search.seeds))
     lines = [f"Pre-registered search (written in `{study.config_file}` before its cells ran): the "
              f"{search.pick} candidates with the lowest mean {search.metric} over seeds {seeds} go on.", "",
@@ -347,8 +348,7 @@ def _short_verdict(difference: Difference) -> str:
 def _compare_table(study: Study, results: list[CellResult]) -> list[str]:
     """This study against another of the same settings and methods (e.g. WSD branches against cosine runs): each
     method's loss difference, and each gain over the baseline under both, paired by seed."""
-    other = study.compare["with"]
-    other.results = study.results
+    other = study.compare["with"]  # loaded with this study's results
     theirs = other.read_results()
     tolerance = study.compare["tolerance"]
     lines = [f"Against `{other.name}` (the same settings as separate runs; this − that, paired by seed):", "",

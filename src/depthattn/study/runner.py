@@ -3,11 +3,12 @@ more seeds where an interval spans zero; a finished cell is never rerun."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from .cell import ensure_dataset, train_start
 from .local import LocalExecutor
+from .plan import CellPlan, StartPlan, plan_cell, plan_start
 from .records import Cell
 from .spec import Study
 from .wanted import pending_cells, uncertain_cells
@@ -22,11 +23,12 @@ class Executor(Protocol):
         """How the cells run, for the study's progress line ("2 at a time")."""
         ...
 
-    def run(self, study: Study, cells: list[Cell], fn: Callable[[Study, int, int | None], None] | None = None) -> bool:
-        """Train `cells`, having checked once that each cell's batch splits over its processes (`check_split`);
-        True when every cell is finished, False when some are still out (a detached Slurm submission) or failed.
-        `fn(study, seed, threads)` instead trains something per seed of `cells` (a retrofitting study's starting
-        models, `train_start`)."""
+    def run(self, name: str, plans: Sequence[CellPlan | StartPlan],
+            fn: Callable[[StartPlan, int | None], None] | None = None) -> bool:
+        """Train the cells of study `name` that `plans` plan (`plan.plan_cell`), having checked once that each cell's
+        batch splits over its processes (`check_split`); True when every cell is finished, False when some are
+        still out (a detached Slurm submission) or failed. `fn(plan, threads)` instead trains something per plan (a
+        retrofitting study's starting models: `train_start` of `plan.plan_start`)."""
         ...
 
 
@@ -39,8 +41,9 @@ def run_study(study: Study, executor: Executor | None = None, methods=None, seed
     for path in {study.cell_config(Cell(s, study.methods[0], study.seeds[0])).data.path for s in study.settings()}:
         ensure_dataset(study, path)
     if study.start_from:  # the starting models first: cells of a seed share theirs
-        starts = [cell for cell in pending_cells(study, seeds, methods) if not study.start_ready(cell.seed)]
-        if starts and not executor.run(study, starts, fn=train_start):
+        needed = sorted({cell.seed for cell in pending_cells(study, seeds, methods)})
+        starts = [start for start in (plan_start(study, seed) for seed in needed) if not start.ready()]
+        if starts and not executor.run(study.name, starts, fn=train_start):
             return False
     rounds = [lambda: pending_cells(study, seeds, methods)]
     if seeds is None and methods is None:
@@ -50,6 +53,6 @@ def run_study(study: Study, executor: Executor | None = None, methods=None, seed
         if not cells:
             continue
         print(f"study {study.name}: {len(cells)} cells to run, {executor.describe()}", flush=True)
-        if executor.run(study, cells) is False:
+        if executor.run(study.name, [plan_cell(study, cell) for cell in cells]) is False:
             return False
     return True

@@ -17,13 +17,15 @@ import json
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..files import atomic_write_json
 from .cell import check_split, run_cell
+from .plan import CellPlan, StartPlan
 from .records import Cell, CellResult
 from .spec import Study
+from .store import CellStore
 
 
 @dataclasses.dataclass
@@ -110,11 +112,11 @@ def _submitit():
     return submitit
 
 
-def run_cell_task(study: Study, cell: Cell, threads: int | None, tasks: int) -> CellResult | None:
+def run_cell_task(plan: CellPlan, threads: int | None, tasks: int) -> CellResult | None:
     """What an array task runs: one cell, its processes joined by torch.distributed when it has several."""
     if tasks > 1:
         _submitit().helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-    return run_cell(study, cell, threads)
+    return run_cell(plan, threads)
 
 
 class _Resumable:
@@ -167,15 +169,16 @@ class SlurmExecutor:
             raise RuntimeError(f"squeue failed: {out.stderr.strip()}")
         return dict(line.split("|", 1) for line in out.stdout.split() if "|" in line)
 
-    def cell_states(self, study: Study, cells: list[Cell]) -> list[dict]:
-        """Per cell: its state (finished, pending, running, failed, not submitted), job id and log path."""
+    def cell_states(self, store: CellStore, cells: Sequence[tuple[Cell, Path]]) -> list[dict]:
+        """Per cell (with its path in `store`): its state (finished, pending, running, failed, not submitted), job id
+        and log path."""
         records, queued = self.records(), self.queued()
         states = []
-        for cell in cells:
-            key = str(study.cell_path(cell))
+        for cell, path in cells:
+            key = str(path)
             record = records.get(key, {})
             job = record.get("job_id")
-            if study.has_result(cell):
+            if store.has(path):
                 state = "finished"
             elif job is None:
                 state = "not submitted"
@@ -189,47 +192,52 @@ class SlurmExecutor:
 
     # -------------------------------------------------------------- submission
 
-    def run(self, study: Study, cells: list[Cell], fn: Callable[[Study, int, int | None], None] | None = None) -> bool:
-        """Submit the cells that are neither finished nor queued as one job array; with `wait`, wait until every
-        one has left the queue and report those that failed (the others go on regardless). True when all are
-        finished. `fn(study, seed, threads)` instead submits one job per seed (a retrofitting study's starts)."""
+    def run(self, name: str, plans: Sequence[CellPlan | StartPlan],
+            fn: Callable[[StartPlan, int | None], None] | None = None) -> bool:
+        """Submit the cells `plans` plan that are neither finished nor queued as one job array; with `wait`, wait
+        until every one has left the queue and report those that failed (the others go on regardless). True when
+        all are finished. `fn(plan, threads)` instead submits one job per plan (a retrofitting study's starts)."""
         self.need_slurm()
         submitit = _submitit()
-        check_split(study, cells, self.settings.tasks)
-        states = self.cell_states(study, cells) if fn is None else [
-            {"cell": cell, "key": f"start/{study.name}/seed_{cell.seed}", "state": "not submitted"} for cell in
-            {cell.seed: cell for cell in cells}.values()]
+        check_split(plans, self.settings.tasks)
+        states = self._states(plans) if fn is None else [
+            {"plan": plan, "key": f"start/{name}/seed_{plan.seed}", "state": "not submitted"} for plan in plans]
         todo = [s for s in states if s["state"] in ("not submitted", "failed")]
         if todo:
             executor = submitit.SlurmExecutor(folder=self.folder / "%j")
-            executor.update_parameters(**self.settings.submitit_parameters(f"depthattn-{study.name}"))
+            executor.update_parameters(**self.settings.submitit_parameters(f"depthattn-{name}"))
             threads, tasks = self.settings.cpus_per_task, self.settings.tasks
             with executor.batch():
-                jobs = [executor.submit(_Resumable(fn), study, s["cell"].seed, threads) if fn is not None else
-                        executor.submit(_Resumable(run_cell_task), study, s["cell"], threads, tasks) for s in todo]
+                jobs = [executor.submit(_Resumable(fn), s["plan"], threads) if fn is not None else
+                        executor.submit(_Resumable(run_cell_task), s["plan"], threads, tasks) for s in todo]
             records = self.records()
             for state, job in zip(todo, jobs):
                 records[state["key"]] = {"job_id": job.job_id, "stdout": str(job.paths.stdout).replace("%t", "0"),
                                          "stderr": str(job.paths.stderr).replace("%t", "0"),
                                          "submitted": time.strftime("%Y-%m-%dT%H:%M:%S")}
             atomic_write_json(self.record_path, records)
-            print(f"study {study.name}: submitted {len(jobs)} job(s) (array {jobs[0].job_id.split('_')[0]}); "
+            print(f"study {name}: submitted {len(jobs)} job(s) (array {jobs[0].job_id.split('_')[0]}); "
                   f"logs in {self.folder}", flush=True)
         if not self.wait:
             return False
         if fn is not None:
             return self._wait_for_jobs([records[s["key"]]["job_id"] for s in todo] if todo else [])
-        return self._wait(study, cells)
+        return self._wait(name, plans)
 
     def _wait_for_jobs(self, job_ids: list[str]) -> bool:
         while set(job_ids) & set(self.queued()):
             time.sleep(self.poll_s)
         return True
 
-    def _wait(self, study: Study, cells: list[Cell]) -> bool:
+    def _states(self, plans: Sequence[CellPlan]) -> list[dict]:
+        """`cell_states` of the planned cells, each with its plan."""
+        states = self.cell_states(plans[0].store, [(plan.cell, plan.path) for plan in plans]) if plans else []
+        return [{**state, "plan": plan} for state, plan in zip(states, plans)]
+
+    def _wait(self, name: str, plans: Sequence[CellPlan]) -> bool:
         seen = {}
         while True:
-            states = self.cell_states(study, cells)
+            states = self._states(plans)
             for s in states:
                 if seen.get(s["key"]) != s["state"] and s["state"] in ("running", "finished", "failed"):
                     print(f"  {s['cell'].label}: {s['state']} (job {s['job_id']})", flush=True)
@@ -239,7 +247,7 @@ class SlurmExecutor:
             time.sleep(self.poll_s)
         failed = [s for s in states if s["state"] == "failed"]
         for s in failed:
-            print(f"study {study.name}: cell {s['key']} failed (job {s['job_id']}); log: {s['log']}\n"
+            print(f"study {name}: cell {s['key']} failed (job {s['job_id']}); log: {s['log']}\n"
                   f"{_tail(s['log'])}", flush=True)
         return not failed
 
@@ -254,7 +262,7 @@ def _tail(path: str | None, lines: int = 5) -> str:
 def print_status(study: Study, executor: SlurmExecutor, cells: list[Cell]) -> dict[str, int]:
     """One line per cell: state, job id, log; then the counts."""
     counts: dict[str, int] = {}
-    for s in executor.cell_states(study, cells):
+    for s in executor.cell_states(study.store, [(cell, study.cell_path(cell)) for cell in cells]):
         counts[s["state"]] = counts.get(s["state"], 0) + 1
         job = f"job {s['job_id']}" if s["job_id"] else ""
         log = s["log"] if s["state"] in ("failed", "running", "pending") and s["log"] else ""

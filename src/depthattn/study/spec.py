@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from .store import CellStore
 STEPS_FRACTION = "train.steps_fraction"  # an axis key: a fraction of the setting's train.steps (budget ladders)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Axis:
     name: str
     key: str | None  # "section.key" or "model.overrides.field"; None: each value is a table {key: value}
@@ -38,82 +37,60 @@ class Axis:
             set_key(data, key, value)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Search:
     """A pre-registered search: among `candidates`, the `pick` with the lowest mean `metric` over `seeds` go on.
-    Written in the study config before its cells run; the pick is made only once every candidate has every seed."""
+    Written in the study config before its cells run; the pick is made only once every candidate has every seed
+    (study/picks.py reads it from the results)."""
 
     candidates: list[str]
     pick: int
     metric: str = "val_loss"
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
 
-    def result(self, study: Study) -> SearchResult:
-        """Each candidate's mean and sd of the metric over the finished search seeds, best first, and the picks
-        (None until every candidate cell of the search seeds is finished)."""
-        ranking, missing = [], 0
-        for method in self.candidates:
-            values = [result.metric(self.metric) for seed in self.seeds
-                      if (result := study.read_result(Cell({}, method, seed))) is not None]
-            missing += len(self.seeds) - len(values)
-            if values:
-                ranking.append(Ranked(method, len(values), statistics.fmean(values),
-                                      statistics.stdev(values) if len(values) > 1 else 0.0))
-        ranking.sort(key=lambda row: row.mean)
-        picked = [row.method for row in ranking[:self.pick]] if not missing else None
-        return SearchResult(tuple(ranking), missing, picked)
-
 
 @dataclass(frozen=True)
-class Ranked:
-    """A search candidate's mean and sd of the search metric over its finished search seeds."""
-
-    method: str
-    seeds: int
-    mean: float
-    std: float
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    """A search's ranking (best first), its candidate cells still to go, and its picks (None until none is)."""
-
-    ranking: tuple[Ranked, ...]
-    missing: int
-    picked: list[str] | None
-
-
-@dataclass
 class Study:
+    """A study's definition as its config file states it; `load` reads no results. A confirmation study's picks join
+    it through `picks.with_picks`, which reads its search's results and returns a new Study."""
+
+    # what it trains
     name: str
     title: str
     methods: list[str]
     seeds: list[int]
     baseline: str = ""  # what every other method is measured against; by default the first of `methods`
-    out_dir: str = "runs/study"  # checkpoints, never committed
-    results: str = "docs/results/study"  # cells/<key>/... result files and each study's report
     more_seeds: list[int] = field(default_factory=list)
     contrasts: list[list[str]] = field(default_factory=list)
-    paper: dict = field(default_factory=dict)  # method -> the paper's number, shown beside ours
-    describe: dict = field(default_factory=dict)  # method -> what it changes, in the paper's words
-    start_from: str = ""  # retrofitting: every cell starts from this method's final model, same seed, in `parent`
-    search: Search | None = None  # a pre-registered search among the methods (base setting only)
-    confirm: dict = field(default_factory=dict)  # from (a search study's config) and against; see the module doc
-    compare: dict = field(default_factory=dict)  # with (another study's config, same settings) and tolerance (nats)
-    waiting: str = ""  # why a confirmation study has not its picks yet
-    slurm: dict = field(default_factory=dict)  # the [slurm] table: how cells are submitted (study/slurm.py)
-    parent: Study | None = None  # the study this one extends
     axes: list[Axis] = field(default_factory=list)
     datasets: dict = field(default_factory=dict)  # path -> prepare settings
     base: dict = field(default_factory=dict)
+    search: Search | None = None  # a pre-registered search among the methods (base setting only)
+    # how its report reads
+    paper: dict = field(default_factory=dict)  # method -> the paper's number, shown beside ours
+    describe: dict = field(default_factory=dict)  # method -> what it changes, in the paper's words
     config_file: str = ""  # the file it was loaded from, as reports name it (relative to the working folder)
+    waiting: str = ""  # why a confirmation study has not its picks yet (set by `picks.with_picks`)
+    # where it lives: the config's, or what `load` was given
+    out_dir: str = "runs/study"  # checkpoints, never committed
+    results: str = "docs/results/study"  # cells/<key>/... result files and each study's report
+    # how `--executor slurm` submits its cells
+    slurm: dict = field(default_factory=dict)  # the [slurm] table (study/slurm.py)
+    # links to other studies
+    parent: Study | None = None  # the study this one extends
+    start_from: str = ""  # retrofitting: every cell starts from this method's final model, same seed, in `parent`
+    confirm: dict = field(default_factory=dict)  # from (a search study's config) and against; see the module doc
+    searched: Study | None = None  # the study `confirm` takes its picks from, loaded with this one's results
+    compare: dict = field(default_factory=dict)  # with (another study, loaded) and tolerance (nats)
 
     def __post_init__(self):
-        self.baseline = self.baseline or (self.methods[0] if self.methods else "")
-        self.config_file = self.config_file or f"configs/study/{self.name}.toml"
+        object.__setattr__(self, "baseline", self.baseline or (self.methods[0] if self.methods else ""))
+        object.__setattr__(self, "config_file", self.config_file or f"configs/study/{self.name}.toml")
 
     @classmethod
-    def load(cls, path: str | Path) -> Study:
+    def load(cls, path: str | Path, out_dir: str | None = None, results: str | None = None) -> Study:
+        """The study in the config file `path`; `out_dir` and `results`, where given, replace the config's (the
+        studies it links to, a search it confirms and one it compares with, read their results there too)."""
         given, path = Path(path), config_path(path)
         data = read_toml(path, "study config", "configs/study/")
         unknown = set(data) - {"study", "axes", "datasets", "base", "slurm"}
@@ -138,44 +115,10 @@ class Study:
         missing = {"methods", "seeds"} - set(head)
         if missing:
             raise ValueError(f"{path}: [study] needs {', '.join(sorted(missing))}")
-        axes = []
-        for name, axis in data.get("axes", {}).items():
-            if set(axis) not in ({"key", "values"}, {"values"}, {"key", "values", "branches"},
-                                 {"key", "values", "branches", "baseline_only"}):
-                raise ValueError(f"{path}: [axes.{name}] needs key and values, or values only (each a table of keys), "
-                                 f"and may set branches (and with it baseline_only); got {sorted(axis)}")
-            values = axis["values"]
-            if not isinstance(values, dict):
-                values = {str(v): v for v in values}
-            if not values:
-                raise ValueError(f"{path}: [axes.{name}] has no values")
-            if "key" not in axis and not all(isinstance(v, dict) and v for v in values.values()):
-                raise ValueError(f"{path}: [axes.{name}] has no key, so each value must be a table of "
-                                 'training-config keys, e.g. {"train.steps" = 800}')
-            branches = axis.get("branches", False)
-            steps = axis.get("key") == "train.steps" and all(isinstance(v, int) for v in values.values())
-            baseline_only = [str(label) for label in axis.get("baseline_only", [])]
-            # fractions of the setting's steps; past 1 only for budgets the baseline alone trains (its curve)
-            fractions = axis.get("key") == STEPS_FRACTION and all(
-                0 < v <= 1 or (v > 1 and label in baseline_only) for label, v in values.items())
-            if (branches and not (steps or fractions)) or (axis.get("key") == STEPS_FRACTION and not fractions):
-                raise ValueError(f"{path}: [axes.{name}] branches = true takes key = \"train.steps\" and step counts, "
-                                 f"or key = \"{STEPS_FRACTION}\" and fractions in (0, 1] of the setting's train.steps "
-                                 "(past 1 only for a baseline_only budget)")
-            shared = [v for label, v in values.items() if label not in baseline_only]
-            if set(baseline_only) - set(values) or (baseline_only and (
-                    not shared or min(values[label] for label in baseline_only) <= max(shared))):
-                raise ValueError(f"{path}: [axes.{name}] baseline_only {baseline_only} must name budgets of its "
-                                 "values, each longer than every budget the other methods train")
-            axes.append(Axis(name, axis.get("key"), values, branches, baseline_only))
-        datasets = {}
-        for name, spec in data.get("datasets", {}).items():
-            if set(spec) - {"path", "vocab_size", "input"} or "path" not in spec:
-                raise ValueError(f"{path}: [datasets.{name}] takes path, vocab_size and input (what `depthattn "
-                                 f"prepare --input` takes; the embedded corpus by default), got {sorted(spec)}")
-            datasets[spec["path"]] = {"vocab_size": spec.get("vocab_size", 4096),
-                                      "input": spec.get("input", "embedded")}
+        axes, datasets = _axes(path, data), _datasets(path, data)
         head.setdefault("title", path.stem)
+        head["out_dir"] = out_dir or head.get("out_dir", "runs/study")
+        head["results"] = results or head.get("results", "docs/results/study")
         if head.get("start_from") and parent is None:
             raise ValueError(f"{path}: start_from names a method of the study this one extends; add extends")
         if "search" in head:
@@ -183,39 +126,18 @@ class Study:
                 head["search"] = Search(**head["search"])
             except TypeError as err:
                 raise ValueError(f"{path}: [study.search] takes candidates, pick, metric and seeds ({err})") from None
-        study = cls(name=path.stem, config_file=_shown(given), axes=axes, datasets=datasets, base=data.get("base", {}),
-                    slurm=data.get("slurm", {}),
-                    parent=cls.load(parent) if parent else None, **head)
-        if study.confirm:
-            study.add_picks(path.parent)
-        if study.compare:
-            if set(study.compare) != {"with", "tolerance"}:
+        parent = cls.load(parent) if parent else None
+        if head.get("confirm"):
+            head["searched"] = _searched(path.parent, head["confirm"], head["results"])
+        if head.get("compare"):
+            compare = head["compare"]
+            if set(compare) != {"with", "tolerance"}:
                 raise ValueError(f"{path}: [study.compare] takes with (another study config) and tolerance (nats), "
-                                 f"got {sorted(study.compare)}")
-            study.compare = {**study.compare, "with": cls.load(path.parent / study.compare["with"])}
+                                 f"got {sorted(compare)}")
+            head["compare"] = {**compare, "with": cls.load(path.parent / compare["with"], results=head["results"])}
+        study = cls(name=path.stem, config_file=_shown(given), axes=axes, datasets=datasets, base=data.get("base", {}),
+                    slurm=data.get("slurm", {}), parent=parent, **head)
         return study.check()
-
-    def add_picks(self, folder: Path) -> None:
-        """A confirmation study: the picks of the search it names join its methods, each contrasted with
-        `against`, once that search is complete."""
-        if set(self.confirm) != {"from", "against"}:
-            raise ValueError(f"[study.confirm] takes from (a study config with a [study.search]) and against (a "
-                             f"method), got {sorted(self.confirm)}")
-        search = Study.load(folder / self.confirm["from"])
-        if search.search is None:
-            raise ValueError(f"[study.confirm] from = {self.confirm['from']!r}: that study has no [study.search]")
-        search.results = self.results
-        result = search.search.result(search)
-        self.waiting = ""
-        if result.picked is None:
-            self.waiting = (f"the search of {search.name} has {result.missing} candidate cells to go; its two picks "
-                            "join this study when they are in")
-            return
-        for method in result.picked:
-            if method not in self.methods:
-                self.methods.append(method)
-            if [method, self.confirm["against"]] not in self.contrasts:
-                self.contrasts.append([method, self.confirm["against"]])
 
     def check(self) -> Study:
         if self.start_from and self.start_from not in self.parent.methods:
@@ -320,10 +242,6 @@ class Study:
         data.setdefault("train", {}).update(seed=cell.seed, out_dir=str(Path(self.out_dir) / path))
         return TrainConfig.from_dict(data, source=f"study {self.name}, {setting_label(cell.setting) or 'base'}, {path}")
 
-    def start_ready(self, seed: int) -> bool:
-        """Whether the model that `start_from` names, for `seed`, is trained (in this machine's out_dir)."""
-        return (Path(self.start_config(seed).train.out_dir) / "final" / "model.safetensors").exists()
-
     def start_config(self, seed: int) -> TrainConfig:
         """The training config of the parent study's base-setting cell that `start_from` names."""
         return self.parent.cell_config(Cell({}, self.start_from, seed))
@@ -367,6 +285,64 @@ def cell_key(config: dict) -> str:
         if changed:
             chosen[section] = changed
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _axes(path: Path, data: dict) -> list[Axis]:
+    """The config's [axes.*], checked."""
+    axes = []
+    for name, axis in data.get("axes", {}).items():
+        if set(axis) not in ({"key", "values"}, {"values"}, {"key", "values", "branches"},
+                             {"key", "values", "branches", "baseline_only"}):
+            raise ValueError(f"{path}: [axes.{name}] needs key and values, or values only (each a table of keys), "
+                             f"and may set branches (and with it baseline_only); got {sorted(axis)}")
+        values = axis["values"]
+        if not isinstance(values, dict):
+            values = {str(v): v for v in values}
+        if not values:
+            raise ValueError(f"{path}: [axes.{name}] has no values")
+        if "key" not in axis and not all(isinstance(v, dict) and v for v in values.values()):
+            raise ValueError(f"{path}: [axes.{name}] has no key, so each value must be a table of "
+                             'training-config keys, e.g. {"train.steps" = 800}')
+        branches = axis.get("branches", False)
+        steps = axis.get("key") == "train.steps" and all(isinstance(v, int) for v in values.values())
+        baseline_only = [str(label) for label in axis.get("baseline_only", [])]
+        # fractions of the setting's steps; past 1 only for budgets the baseline alone trains (its curve)
+        fractions = axis.get("key") == STEPS_FRACTION and all(
+            0 < v <= 1 or (v > 1 and label in baseline_only) for label, v in values.items())
+        if (branches and not (steps or fractions)) or (axis.get("key") == STEPS_FRACTION and not fractions):
+            raise ValueError(f"{path}: [axes.{name}] branches = true takes key = \"train.steps\" and step counts, "
+                             f"or key = \"{STEPS_FRACTION}\" and fractions in (0, 1] of the setting's train.steps "
+                             "(past 1 only for a baseline_only budget)")
+        shared = [v for label, v in values.items() if label not in baseline_only]
+        if set(baseline_only) - set(values) or (baseline_only and (
+                not shared or min(values[label] for label in baseline_only) <= max(shared))):
+            raise ValueError(f"{path}: [axes.{name}] baseline_only {baseline_only} must name budgets of its "
+                             "values, each longer than every budget the other methods train")
+        axes.append(Axis(name, axis.get("key"), values, branches, baseline_only))
+    return axes
+
+
+def _datasets(path: Path, data: dict) -> dict:
+    """The config's [datasets.*] by path, with prepare's settings."""
+    datasets = {}
+    for name, spec in data.get("datasets", {}).items():
+        if set(spec) - {"path", "vocab_size", "input"} or "path" not in spec:
+            raise ValueError(f"{path}: [datasets.{name}] takes path, vocab_size and input (what `depthattn "
+                             f"prepare --input` takes; the embedded corpus by default), got {sorted(spec)}")
+        datasets[spec["path"]] = {"vocab_size": spec.get("vocab_size", 4096),
+                                  "input": spec.get("input", "embedded")}
+    return datasets
+
+
+def _searched(folder: Path, confirm: dict, results: str) -> Study:
+    """The study a confirmation takes its picks from (its [study.confirm] from), reading its results in `results`."""
+    if set(confirm) != {"from", "against"}:
+        raise ValueError(f"[study.confirm] takes from (a study config with a [study.search]) and against (a "
+                         f"method), got {sorted(confirm)}")
+    searched = Study.load(folder / confirm["from"], results=results)
+    if searched.search is None:
+        raise ValueError(f"[study.confirm] from = {confirm['from']!r}: that study has no [study.search]")
+    return searched
 
 
 def _shown(path: Path) -> str:
