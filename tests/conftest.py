@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from depthattn.data import embedded_corpus_documents, prepare
+from tests.helpers import TOY, method_cases, registered_toy
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per CPU: each keeps to one thread
     os.environ["OMP_NUM_THREADS"] = "1"  # and so do the processes a test starts
@@ -52,3 +53,24 @@ def tiny_data(tmp_path_factory):
     source.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents))
     prepare([str(source)], root / "prepared", vocab_size=384, val_fraction=0.2, seed=0, progress=False)
     return root / "prepared"
+
+
+def _case(settings: dict):
+    if settings["cross_layer"] != TOY:
+        yield settings
+        return
+    with registered_toy():
+        yield settings
+
+
+@pytest.fixture(params=list(method_cases()))
+def method_settings(request):
+    """The config settings of a conformance case (tests/helpers.py's `method_cases`: every registered method, the
+    variants it declares, the outside toy), the toy registered while the test runs."""
+    yield from _case(method_cases()[request.param])
+
+
+@pytest.fixture(params=list(method_cases(variants=False)))
+def method_defaults(request):
+    """As `method_settings`, for each method at its defaults only."""
+    yield from _case(method_cases(variants=False)[request.param])

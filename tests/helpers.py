@@ -1,9 +1,13 @@
 """Tiny models and configs shared by the tests."""
 
+import contextlib
+
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import depthattn
+from depthattn.methods import METHODS, register, unregister
+from tests.methods.toy_method import ToyValueGain
 
 
 def tiny_config(**overrides) -> depthattn.DepthAttentionConfig:
@@ -26,8 +30,7 @@ def tiny_model(dtype=torch.float32, seed=0, **overrides) -> depthattn.DepthAtten
 
 
 # Cross-layer methods in tiny settings that exercise their options (4 layers = 8 sublayers), for the tests of a
-# method's own behaviour; tests/methods/test_conformance.py runs every registered method, and the variants here
-# that are not a method's defaults.
+# method's own behaviour (tests/methods/test_methods.py); what every method must do runs over `method_cases()`.
 METHOD_SETTINGS = {
     "denseformer": dict(cross_layer="denseformer"),
     "denseformer-k2p2": dict(cross_layer="denseformer", denseformer_dilation=2, denseformer_period=2),
@@ -118,3 +121,30 @@ def extra_flops_per_token(overrides, mapping, ops=None, patch=None) -> float:
         patch(method.model.cross_layer)
     vanilla = flop_model(**{**overrides, "cross_layer": "vanilla"})
     return (counted_flops(method, mapping, ops) - counted_flops(vanilla, mapping, ops)) / (FLOP_BATCH * FLOP_SEQ)
+
+
+# The conformance cases (tests/methods/test_conformance.py and every capability's test): every registered method at
+# its defaults in 2 layers, each variant it declares (`checked_variants`) in 4 (their options need depth to show: 8
+# sublayers), and a method registered from outside the package, the toy (tests/methods/toy_method.py), registered
+# while a test runs (`registered_toy`).
+TOY = "toy"
+
+
+def method_cases(variants: bool = True) -> dict[str, dict]:
+    """By case name, the config settings of each case (with `variants=False`: of each method at its defaults)."""
+    cases = {}
+    for name, method in METHODS.items():
+        cases[name] = dict(cross_layer=name, num_hidden_layers=2)
+        cases.update({f"{name}-{variant}": dict(cross_layer=name, **fields)
+                      for variant, fields in method.checked_variants.items() if variants})
+    return {**cases, TOY: dict(cross_layer=TOY, num_hidden_layers=2)}
+
+
+@contextlib.contextmanager
+def registered_toy():
+    """The toy method registered (as an outside package's method would be) while the block runs."""
+    register(TOY, ToyValueGain)
+    try:
+        yield TOY
+    finally:
+        unregister(TOY)

@@ -206,3 +206,30 @@ def test_no_module_outside_methods_names_a_method_field():
             if name in fields:
                 found.add((module, node.lineno, name))
     assert not found, f"method fields named outside methods/ (move the knowledge into the method's class): {found}"
+
+
+# The tests of what every method must do take their cases from the registry (tests/helpers.py's `method_cases`: each
+# method at its defaults and the variants it declares), so none of them names a method (but vanilla, the reference
+# every method is compared with), a preset or a method's field
+TESTS = Path(__file__).parent
+EVERY_METHOD_TESTS = ("methods/test_conformance.py", "model/test_continuous_batching.py",
+                      "model/test_gradient_checkpointing.py", "model/test_tensor_parallel.py",
+                      "model/tensor_parallel_worker.py", "vllm/test_vllm.py")
+
+
+@pytest.mark.parametrize("path", EVERY_METHOD_TESTS)
+def test_the_tests_of_every_method_name_none(path):
+    from depthattn.methods import METHODS
+    from depthattn.presets import METHOD_PRESETS
+
+    names = (set(METHODS) | set(METHOD_PRESETS)) - {"vanilla"}
+    fields = {name for method in METHODS.values() for name in method.config_fields}
+    tree = ast.parse((TESTS / path).read_text())
+    docstrings = docstring_ids(tree)
+    found = set()
+    for node in ast.walk(tree):
+        name = (node.value if isinstance(node, ast.Constant) and id(node) not in docstrings else
+                node.arg if isinstance(node, (ast.keyword, ast.arg)) else None)
+        if name in names | fields:
+            found.add((node.lineno, name))
+    assert not found, f"{path} names methods or their fields (declare cases on the method instead): {found}"

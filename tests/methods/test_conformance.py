@@ -1,7 +1,9 @@
-"""The contract of a cross-layer method (docs/methods.md), checked for every registered method at its defaults, for
-the option variants of tests/helpers.py's METHOD_SETTINGS, and for a method registered from outside the package
-(tests/methods/toy_method.py): registering a method adds it to every check here, and to one tiny study whose every
-method (each registered one at its defaults) trains a cell and has its row in the report."""
+"""The contract of a cross-layer method (docs/methods.md), checked for every conformance case (tests/helpers.py's
+`method_cases`: every registered method at its defaults, each variant it declares in `checked_variants`, and a
+method registered from outside the package, tests/methods/toy_method.py): registering a method adds it to every
+check here and to those of each capability (looped: tests/methods/test_looped.py; continuous batching, activation
+checkpointing, tensor parallelism: tests/model/; vLLM: tests/vllm/), and to one tiny study whose every method (each
+registered one at its defaults) trains a cell and has its row in the report."""
 
 import argparse
 import copy
@@ -14,7 +16,7 @@ from transformers import AutoModelForCausalLM, DynamicCache
 from depthattn import DepthAttentionForCausalLM, count_parameters
 from depthattn.commands import convert as convert_command
 from depthattn.evaluate import costs
-from depthattn.methods import METHODS, AttentionMixer, FlopTerm, Residual, register, unregister
+from depthattn.methods import METHODS, AttentionMixer, FlopTerm, Residual
 from depthattn.serving.vllm import check_servable
 from depthattn.study import Study, markdown_report, run_study
 from depthattn.study.local import LocalExecutor
@@ -22,23 +24,16 @@ from depthattn.study.local import LocalExecutor
 from ..helpers import (
     ELEMENTWISE,
     MATMUL,
-    METHOD_SETTINGS,
+    TOY,
     extra_flops_per_token,
     perturb_method,
     prefill_then_decode,
+    registered_toy,
     tiny_config,
     tiny_model,
 )
 from ..study.test_study import BASE, write_study
-from .toy_method import ToyValueGain
 
-TOY = "toy"
-TINY = dict(num_hidden_layers=2)  # 2 layers x 32 hidden; the variants keep their own depth
-CASES = {
-    **{name: dict(TINY, cross_layer=name) for name in METHODS},
-    **{name: settings for name, settings in METHOD_SETTINGS.items() if name not in METHODS},
-    TOY: dict(TINY, cross_layer=TOY),
-}
 ATOL = 1e-5
 # what the model may call on a method of each family (methods/base.py); a method of neither runs the plain decoder
 FAMILY_HOOKS = {
@@ -51,13 +46,9 @@ FAMILY_HOOKS = {
 FLOP_RATIO = 1.6
 
 
-@pytest.fixture(params=list(CASES))
-def settings(request):
-    """The config settings of a case, its method registered while the test runs."""
-    if request.param == TOY:
-        register(TOY, ToyValueGain)
-        request.addfinalizer(lambda: unregister(TOY))
-    return CASES[request.param]
+@pytest.fixture
+def settings(method_settings):
+    return method_settings
 
 
 def method_model(settings):
@@ -201,6 +192,39 @@ def test_vllm_serves_it_or_says_why_not(settings):
         check_servable(config, ranks=1)
 
 
+def test_tensor_parallel_ranks_are_taken_or_refused_with_the_fix(settings):
+    """One rank is the whole model; more are taken or refused naming tensor_parallel_size (tests/model's
+    tensor-parallel world runs every case whose method takes 2 ranks, sharded, against the whole model)."""
+    config = tiny_config(**settings)
+    method = METHODS[config.cross_layer]
+    method.check_tensor_parallel(config, 1)
+    for ranks in (2, config.num_key_value_heads + 1):
+        try:
+            method.check_tensor_parallel(config, ranks)
+        except ValueError as error:
+            assert "tensor_parallel_size" in str(error), error
+
+
+def test_switchable_fields_switch_a_built_model_and_compute_the_same(settings):
+    """Each switchable field takes each of its portable values in place (as `--method-field` does) with the same
+    outputs; the method's other fields are refused. A method's declared variants set its own fields only."""
+    method = METHODS[settings["cross_layer"]]
+    assert set(method.switchable_fields) <= set(method.config_fields)
+    assert set(method.switch_values) == set(method.switchable_fields)
+    assert all(set(fields) <= set(method.config_fields) for fields in method.checked_variants.values())
+    model = method_model(settings)
+    ids = torch.randint(0, 97, (2, 7), generator=torch.Generator().manual_seed(0))
+    expected = model(ids).logits
+    for name, values in method.switch_values.items():
+        for value in values:
+            model.switch_method_field(name, value)
+            assert getattr(model.config, name) == value
+            torch.testing.assert_close(model(ids).logits, expected, rtol=0, atol=ATOL, msg=f"{name}={value!r}")
+    for name in [*(set(method.config_fields) - set(method.switchable_fields)), "num_hidden_layers"]:
+        with pytest.raises(ValueError, match=f"{name} is not a switchable field of cross_layer="):
+            model.switch_method_field(name, getattr(model.config, name))
+
+
 def test_convert_offers_the_method_and_its_fields(settings):
     parser = argparse.ArgumentParser()
     convert_command.add_arguments(parser)
@@ -216,17 +240,17 @@ def test_every_method_trains_a_study_cell_that_its_report_names(tiny_data, tmp_p
     """One study of every registered method, the outside one too: every cell finishes and the report has a row per
     method. One torch thread: on a shared machine more spin against each other (40 s become minutes)."""
     threads = torch.get_num_threads()
-    register(TOY, ToyValueGain)
     try:
-        methods = list(METHODS)
-        # tests/study's tiny study, 2 steps of 4 x 128 tokens: the whole validation split, which each cell scores,
-        # then takes fewer model calls
-        base = BASE.format(data=tiny_data).replace("seq_len = 32", "seq_len = 128").replace("steps = 3", "steps = 2")
-        study = Study.load(write_study(tmp_path, tiny_data, axes=base, base=False, methods=methods, seeds=(0,)))
-        run_study(study, LocalExecutor(threads=1))
-        report = markdown_report(study, study.read_results())
+        with registered_toy():
+            methods = list(METHODS)
+            # tests/study's tiny study, 2 steps of 4 x 128 tokens: the whole validation split, which each cell
+            # scores, then takes fewer model calls
+            base = BASE.format(data=tiny_data).replace("seq_len = 32", "seq_len = 128").replace("steps = 3",
+                                                                                              "steps = 2")
+            study = Study.load(write_study(tmp_path, tiny_data, axes=base, base=False, methods=methods, seeds=(0,)))
+            run_study(study, LocalExecutor(threads=1))
+            report = markdown_report(study, study.read_results())
     finally:
-        unregister(TOY)
         torch.set_num_threads(threads)
     assert TOY in methods and sorted(r.method for r in study.read_results()) == sorted(methods)
     assert [m for m in methods if f"| {m} | 1 |" not in report] == []

@@ -7,44 +7,40 @@ from transformers import DynamicCache, StaticCache
 
 from depthattn import depth_sources
 from depthattn.methods.depth_attention import resolved_depth_stride
-from tests.helpers import METHOD_SETTINGS, perturb_method, prefill_then_decode, tiny_model
+from tests.helpers import perturb_method, prefill_then_decode, tiny_model
 from tests.model.test_depth_reference import reference_logits
 
 ATOL = 1e-5
-VARIANTS = {
-    "vanilla": dict(cross_layer="vanilla"),
-    "depth_attention": dict(),
-    "depth-every-window": dict(depth_stride=1, depth_window=1, depth_mix_states="kv"),
-    "value_residual": METHOD_SETTINGS["value_residual"],
-    "denseformer": METHOD_SETTINGS["denseformer-k2p2"],
-    "mhc": METHOD_SETTINGS["mhc"],
-    "value_embeddings": METHOD_SETTINGS["value_embeddings"],
-    "mudd": METHOD_SETTINGS["mudd"],
-    "depth_linear_every": dict(depth_stride=1, depth_mix="linear"),
-}
 
 
 def looped_and_unrolled(settings, dtype=torch.float32, layers=2, loops=2):
-    """A looped model and the plain model of layers * loops layers whose layer u has the looped layer u % layers."""
-    looped = tiny_model(dtype, num_hidden_layers=layers, num_loops=loops, **settings)
+    """A looped model and the plain model of layers * loops layers whose layer u has the looped layer u % layers.
+
+    A method's parameters are per unrolled step (same shapes in both), or per layer, shared by the loops as the
+    layers' are (a looped model's leading dimension is `layers`): unrolled step u then takes the looped one's u %
+    layers."""
+    settings = {**settings, "num_hidden_layers": layers}
+    looped = tiny_model(dtype, num_loops=loops, **settings)
     if looped.model.cross_layer is not None:
         perturb_method(looped)
-    unrolled = tiny_model(dtype, num_hidden_layers=layers * loops, **settings)
+    unrolled = tiny_model(dtype, **{**settings, "num_hidden_layers": layers * loops})
+    shapes = {key: tensor.shape for key, tensor in unrolled.state_dict().items()}
     state = {}
     for key, tensor in looped.state_dict().items():
         if key.startswith("model.layers."):
             _, _, index, rest = key.split(".", 3)
             for loop in range(loops):
                 state[f"model.layers.{loop * layers + int(index)}.{rest}"] = tensor
+        elif tensor.shape != shapes[key] and len(tensor) == layers and tensor.shape[1:] == shapes[key][1:]:
+            state[key] = tensor[[u % layers for u in range(shapes[key][0])]]  # per layer, shared by the loops
         else:
-            state[key] = tensor  # method parameters are per unrolled step already: same shapes
+            state[key] = tensor
     unrolled.load_state_dict(state, strict=True)
     return looped, unrolled
 
 
-@pytest.mark.parametrize("name", VARIANTS)
-def test_looped_equals_the_unrolled_stack_with_shared_weights(name):
-    looped, unrolled = looped_and_unrolled(VARIANTS[name])
+def test_looped_equals_the_unrolled_stack_with_shared_weights(method_settings):
+    looped, unrolled = looped_and_unrolled(method_settings)
     ids = torch.randint(0, 97, (2, 9))
     torch.testing.assert_close(looped(ids).logits, unrolled(ids).logits, rtol=0, atol=1e-6)
     assert len(looped.model.layers) == 2 and looped.config.unrolled_depth == 4
@@ -68,18 +64,17 @@ def test_depth_sources_are_chosen_over_the_unrolled_depth():
     assert len(out.hidden_states) == 9
 
 
-@pytest.mark.parametrize("name", ["depth_attention", "value_residual", "mhc", "value_embeddings", "mudd"])
-def test_looped_cached_decoding_matches_the_full_forward(name):
-    # MUDD's dynamic weights over 8 unrolled steps lift float32 rounding past ATOL (1e-5 at a few logits; 1e-14 in
-    # float64): compared in float64
-    model = tiny_model(torch.float64 if name == "mudd" else torch.float32, num_loops=2, **VARIANTS[name])
+def test_looped_cached_decoding_matches_the_full_forward(method_settings):
+    # in float64: dynamic weights over the unrolled steps (MUDD's) can lift float32 rounding past ATOL (1e-5 at a
+    # few logits over 8 steps; 1e-14 in float64)
+    model = tiny_model(torch.float64, num_loops=2, **{**method_settings, "num_hidden_layers": 2})
     if model.model.cross_layer is not None:
         perturb_method(model)
     ids = torch.randint(0, 97, (2, 11))
     full = model(ids, use_cache=False).logits
     cached, cache = prefill_then_decode(model, ids, 4)
     torch.testing.assert_close(cached, full, rtol=0, atol=ATOL)
-    assert len(cache.layers) == 8  # one slot per unrolled step
+    assert len(cache.layers) == 4  # one slot per unrolled step
     cache = DynamicCache(config=model.config)
     chunks = [model(ids[:, a:b], cache=cache, use_cache=True).logits for a, b in [(0, 3), (3, 8), (8, 11)]]
     torch.testing.assert_close(torch.cat(chunks, 1), full, rtol=0, atol=ATOL)

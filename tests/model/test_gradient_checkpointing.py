@@ -1,49 +1,45 @@
-"""Gradient (activation) checkpointing recomputes each decoder layer in the backward pass: same gradients."""
+"""Gradient (activation) checkpointing recomputes each decoder layer in the backward pass: same gradients, for every
+conformance case (tests/helpers.py's `method_cases`), flat and looped. Reentrant checkpointing gives them too where
+the method declares it safe (`reentrant_checkpointing_safe`), and is refused elsewhere."""
 
 import pytest
 import torch
 
-from tests.helpers import METHOD_SETTINGS, tiny_model
-
-CASES = {"depth_attention": dict(depth_stride=1), "depth_bias": dict(depth_stride=1, depth_score_bias=True),
-         "looped": dict(num_loops=2), "value_residual": METHOD_SETTINGS["value_residual"],
-         "mhc": METHOD_SETTINGS["mhc"], "attnres": METHOD_SETTINGS["attnres"]}
+from depthattn.methods import METHODS
+from tests.helpers import perturb_method, tiny_model
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_same_gradients_with_checkpointing(case):
-    ids = torch.randint(0, 97, (2, 9))
-    grads = []
-    for checkpointing in (False, True):
-        model = tiny_model(**CASES[case]).train()
-        if checkpointing:
-            model.activation_checkpointing_enable()
-            assert all(layer.gradient_checkpointing for layer in model.model.layers)
-        model(ids, labels=ids).loss.backward()
-        grads.append({n: p.grad for n, p in model.named_parameters()})
-    assert grads[0].keys() == grads[1].keys()
-    for name, grad in grads[0].items():
-        torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-5, msg=name)
+def gradients(settings: dict, checkpointing: dict | None) -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(0))
+    model = perturb_method(tiny_model(**settings)).train()
+    if checkpointing is not None:
+        model.activation_checkpointing_enable(checkpointing or None)
+        assert all(layer.gradient_checkpointing for layer in model.model.layers)
+    model(ids, labels=ids).loss.backward()
+    return {n: p.grad for n, p in model.named_parameters()}
 
 
-def test_reentrant_checkpointing_is_refused_where_state_flows_beside_the_layer_inputs():
-    # it would silently drop the gradients that flow through the depth states (not positional tensors)
-    for settings in (dict(), METHOD_SETTINGS["mhc"]):
+def assert_same_gradients(got: dict, expected: dict):
+    assert got.keys() == expected.keys()
+    for name, grad in expected.items():
+        torch.testing.assert_close(got[name], grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_same_gradients_with_checkpointing(method_settings, looped):
+    # looped: 2 layers run twice, the unrolled depth of the variants' 4 layers
+    settings = {**method_settings, "num_hidden_layers": 2, "num_loops": 2} if looped else method_settings
+    assert_same_gradients(gradients(settings, {}), gradients(settings, None))
+
+
+def test_reentrant_checkpointing_gives_the_same_gradients_or_is_refused(method_settings):
+    # reentrant checkpointing would silently drop the gradients that flow beside a layer's positional tensor inputs
+    # (depth states, a stream object)
+    if not METHODS[method_settings["cross_layer"]].reentrant_checkpointing_safe:
         with pytest.raises(ValueError, match="use_reentrant=True would lose the gradients"):
-            tiny_model(**settings).activation_checkpointing_enable({"use_reentrant": True})
-
-
-def test_reentrant_checkpointing_of_the_vanilla_decoder_gives_the_same_gradients():
-    ids = torch.randint(0, 97, (2, 9))
-    grads = []
-    for kwargs in (None, {"use_reentrant": True}):
-        model = tiny_model(cross_layer="vanilla").train()
-        if kwargs:
-            model.activation_checkpointing_enable(kwargs)
-        model(ids, labels=ids).loss.backward()
-        grads.append({n: p.grad for n, p in model.named_parameters()})
-    for name, grad in grads[0].items():
-        torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-5, msg=name)
+            tiny_model(**method_settings).activation_checkpointing_enable({"use_reentrant": True})
+        return
+    assert_same_gradients(gradients(method_settings, {"use_reentrant": True}), gradients(method_settings, None))
 
 
 def test_training_option_gives_the_same_losses(tiny_data, tmp_path):

@@ -1,7 +1,9 @@
 """Serving depthattn models with vLLM (`depthattn.serving.vllm`): vLLM's greedy tokens equal depthattn's `generate` for
-every method the plugin serves, over mixed prompt lengths, more requests than one batch holds, chunked prefill and
-prefix caching on and off, and on two tensor-parallel ranks (on CPU); a method it cannot serve is refused with
-the reason.
+every conformance case (tests/helpers.py's `method_cases`: every registered method, the variants it declares, the
+outside toy method, installed here by entry point) whose method the plugin serves, over mixed prompt lengths, more
+requests than one batch holds, chunked prefill and prefix caching on and off, with each backbone option served by
+some case, and on two tensor-parallel ranks (on CPU); a method it cannot serve is refused with its own reason (one
+engine per reason; tests/methods/test_conformance.py checks every method's refusal in this process).
 
 vLLM lives in its own venv, `.venv-vllm/`, which `make test` makes while it makes the main one, and the first test
 here when it is missing (tests/vllm/setup_env.py: about a minute from a warm package cache). One driver process
@@ -10,6 +12,7 @@ here when it is missing (tests/vllm/setup_env.py: about a minute from a warm pac
 """
 
 import json
+import os
 import random
 import subprocess
 from pathlib import Path
@@ -19,9 +22,12 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 from benchmarks.vllm import vllm_server
+from depthattn import DepthAttentionConfig
 from depthattn.data.tokenizer import word_level_tokenizer
 from depthattn.loading import load_model
-from tests.helpers import perturb_method, tiny_model
+from depthattn.methods import METHODS
+from tests.helpers import TOY, method_cases, perturb_method, registered_toy, tiny_model
+from tests.methods.test_outside_method import install
 from tests.vllm import setup_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,23 +40,30 @@ MAX_TOKENS = 8
 # head_dim 32 (vLLM's CPU attention takes 32 and 64), grouped-query attention (4 query heads, 2 KV heads)
 SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
              head_dim=32, max_position_embeddings=128)
-# each case one engine start: the options are combined to keep them few
-CASES = {
-    "vanilla": dict(cross_layer="vanilla"),
-    "depth_attention": dict(),  # the default: sources every L // 2 layers, softmax, values
-    "value_residual": dict(cross_layer="value_residual"),
-    "bias_kv_window": dict(depth_score_bias=True, depth_mix_states="kv", depth_stride=2, depth_window=1,
-                           k_norm_after_rope=True),
-    "static_k_every_sliding": dict(depth_mix="uniform", depth_score_bias=True, depth_mix_states="k", depth_stride=1,
-                                   use_sliding_window=True, sliding_window=24, max_window_layers=2),
-    "linear_qkv_mlp_bias": dict(depth_mix="linear", depth_stride=1, qkv_bias=True, mlp_bias=True),
-    "looped": dict(num_loops=2),  # 8 unrolled steps, sources every 4, one cache slot per step
-    "value_embeddings": dict(cross_layer="value_embeddings"),
-}
-PREFIX_CACHING_OFF = "bias_kv_window"  # served without prefix caching, the others with it
-# and again on 2 ranks: heads and depth mixing sharded (every method's mixing goes through the same sharded path)
-TENSOR_PARALLEL = ("depth_attention",)
-REFUSED = "mhc"
+# backbone options, each served with some case (in turn, over the served cases); a looped model runs 2 layers twice,
+# the variants' unrolled depth
+BACKBONES = [dict(), dict(k_norm_after_rope=True),
+             dict(use_sliding_window=True, sliding_window=24, max_window_layers=2),
+             dict(qkv_bias=True, mlp_bias=True), dict(num_hidden_layers=2, num_loops=2)]
+
+
+def served_and_refused() -> tuple[dict[str, dict], dict[str, dict]]:
+    """Each served case's settings (its backbone option in turn; every case the plugin serves), and per refusal
+    reason one refused method at its defaults."""
+    with registered_toy():
+        cases = method_cases()
+        served = [name for name, settings in cases.items() if not METHODS[settings["cross_layer"]].vllm_refusal]
+        reasons = {METHODS[settings["cross_layer"]].vllm_refusal: name for name, settings in
+                   reversed(method_cases(variants=False).items())}
+    return ({name: {**cases[name], **SHAPE, **BACKBONES[i % len(BACKBONES)]} for i, name in enumerate(served)},
+            {name: {**cases[name], **SHAPE} for reason, name in reasons.items() if reason})
+
+
+CASES, REFUSED = served_and_refused()
+PREFIX_CACHING_OFF = list(CASES)[2::2]  # served without prefix caching, the others with it
+# the default method's case again on 2 ranks: heads and depth mixing sharded (every method's mixing goes through the
+# same sharded path)
+TENSOR_PARALLEL = (DepthAttentionConfig().cross_layer,)
 
 
 def prompts(vocab_size: int) -> list[list[int]]:
@@ -66,7 +79,7 @@ def save_case(folder: Path, settings: dict):
     tokenizer = word_level_tokenizer(WORDS)
     tokenizer.save_pretrained(folder)
     # no end-of-sequence token: both sides generate MAX_TOKENS tokens
-    model = tiny_model(vocab_size=len(tokenizer), **SHAPE, **settings)
+    model = tiny_model(vocab_size=len(tokenizer), **settings)  # SHAPE is in every case's settings
     if list(model.model.cross_layer.parameters()):
         perturb_method(model)  # away from the initialisation, as after training
     model.save_pretrained(folder)
@@ -88,11 +101,21 @@ def vllm_venv():
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory):
+def toy_site(tmp_path_factory):
+    """The toy method registered here and installed by entry point for vLLM's processes (as another package's
+    method would be): a folder for their PYTHONPATH."""
+    site = tmp_path_factory.mktemp("site")
+    install(site, "depthattn_toy", "", {TOY: "tests.methods.toy_method:ToyValueGain"})
+    with registered_toy():
+        yield site
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory, toy_site):
     """Per case: its folder, its requests and its model."""
     root = tmp_path_factory.mktemp("vllm")
     made = {}
-    for name, settings in {**CASES, REFUSED: dict(cross_layer=REFUSED)}.items():
+    for name, settings in {**CASES, **REFUSED}.items():
         model = save_case(root / name, settings)
         made[name] = (root / name, prompts(model.config.vocab_size), model)
     return made
@@ -100,8 +123,8 @@ def cases(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(cases):
-    """`vllm serve` of the default Depth-Attention case, started first so that it starts while the driver runs."""
-    folder = cases["depth_attention"][0]
+    """`vllm serve` of the default method's case, started first so that it starts while the driver runs."""
+    folder = cases[TENSOR_PARALLEL[0]][0]
     started = vllm_server(str(folder), folder / "server.log", threads=1,
                           options=["--enforce-eager", "--max-model-len", "128"])
     yield started
@@ -109,20 +132,21 @@ def server(cases):
 
 
 @pytest.fixture(scope="module")
-def served(cases, server):
+def served(cases, server, toy_site):
     """Per run name, the driver's answer and `generate`'s tokens for the same requests (computed while the driver
     runs)."""
     runs = {name: dict(folder=str(folder), prompts=requests, max_tokens=MAX_TOKENS, max_num_seqs=2,
-                       max_num_batched_tokens=32, prefix_caching=name != PREFIX_CACHING_OFF)
+                       max_num_batched_tokens=32, prefix_caching=name not in PREFIX_CACHING_OFF)
             for name, (folder, requests, _) in cases.items()}  # 2 sequences, prefills of 32 tokens a step
     for name in TENSOR_PARALLEL:
         runs[f"{name}-tp2"] = dict(runs[name], tensor_parallel_size=2)
-    root = cases["depth_attention"][0].parent
+    root = cases[TENSOR_PARALLEL[0]][0].parent
     job, out, log = root / "job.json", root / "out.json", root / "driver.log"
     job.write_text(json.dumps({"runs": list(runs.values())}))
     with log.open("w") as stream:
+        path = os.pathsep.join(filter(None, [str(toy_site), str(ROOT), os.environ.get("PYTHONPATH")]))
         driver = subprocess.Popen([str(VLLM_PYTHON), str(ROOT / "tests" / "vllm" / "driver.py"), str(job), str(out)],
-                                  stdout=stream, stderr=subprocess.STDOUT)
+                                  stdout=stream, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": path})
         try:
             expected = {name: [greedy(model, ids) for ids in requests] for name, (_, requests, model) in cases.items()}
             assert driver.wait(timeout=840) == 0, log.read_text()[-5000:]
@@ -140,10 +164,11 @@ def test_vllm_greedy_tokens_equal_generate(served, name):
     assert answer["tokens"] == expected
 
 
-def test_a_method_that_changes_the_residual_stream_is_refused_with_the_reason(served):
-    answer, _ = served[REFUSED]
-    assert "cross_layer='mhc' cannot be served by vLLM" in answer.get("error", ""), answer
-    assert "residual stream" in answer["error"]
+@pytest.mark.parametrize("name", REFUSED)
+def test_a_method_the_plugin_cannot_serve_is_refused_with_its_reason(served, name):
+    answer, _ = served[name]
+    assert f"cross_layer={name!r} cannot be served by vLLM" in answer.get("error", ""), answer
+    assert METHODS[name].vllm_refusal in answer["error"]
 
 
 def test_vllm_serve_answers_completions_as_generate(server, served):

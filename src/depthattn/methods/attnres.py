@@ -36,6 +36,7 @@ class AttnResStream:
 
 class AttnRes(Residual):
     config_fields = {"attnres_block_size": ConfigField(12, "Sublayers (attention and MLP count one each) per block.")}
+    checked_variants = {"blocks_of_3": {"attnres_block_size": 3}}  # several blocks in a tiny model
     inference_state = (
         "Across tokens: none (the KV cache is vanilla's). Per token while it is processed: one snapshot of the "
         "stream per block, ceil(2L / block_size) hidden vectors (L = unrolled depth); over a prefill, T times that."

@@ -58,8 +58,16 @@ class CrossLayerMethod(nn.Module, metaclass=abc.ABCMeta):
     config_fields: dict[str, ConfigField] = {}
     presets: dict[str, dict] = {}  # named variants: config fields over the method's defaults (depthattn.presets)
     switchable_fields: tuple[str, ...] = ()
+    # per switchable field, the values it switches to on any machine (no GPU, no compiler): the conformance suite
+    # switches a built model to each and expects the same outputs
+    switch_values: dict[str, tuple] = {}
+    # settings besides the defaults that every check of the conformance suite (tests/methods/test_conformance.py, the
+    # looped, continuous-batching, checkpointing, tensor-parallel and vLLM tests) runs too, each taking code paths the
+    # defaults do not: name -> config fields over the defaults
+    checked_variants: dict[str, dict] = {}
 
-    # where it runs, and why not where it cannot (see also `check_tensor_parallel`)
+    # where it runs, and why not where it cannot (see also `check_tensor_parallel`); everywhere else it runs: looped,
+    # with activation checkpointing, continuous batching, tensor parallelism (the conformance suite checks each)
     # reentrant activation checkpointing keeps every gradient only when nothing reaches a layer except its
     # positional tensor inputs (no depth states, no stream object), i.e. the vanilla decoder
     reentrant_checkpointing_safe: bool = False
@@ -97,7 +105,8 @@ class CrossLayerMethod(nn.Module, metaclass=abc.ABCMeta):
 
     @classmethod
     def check_tensor_parallel(cls, config, ranks: int):
-        """Raise, naming the fix, where the method cannot be split over `ranks` tensor-parallel ranks (vLLM)."""
+        """Raise ValueError, naming `tensor_parallel_size` and the fix, where the method cannot be split over `ranks`
+        tensor-parallel ranks (vLLM's, and transformers' `tp_plan`)."""
 
     @classmethod
     def extra_parameters(cls, config) -> int:

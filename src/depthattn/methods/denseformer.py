@@ -35,6 +35,7 @@ class DenseFormer(Residual):
                                                "with `(i - m) % k == 0`."),
         "denseformer_period": ConfigField(1, "p: a DWA after every p-th block only (the paper's k x p DenseFormer)."),
     }
+    checked_variants = {"k2p2": {"denseformer_dilation": 2, "denseformer_period": 2}}
     inference_state = (
         "Across tokens: none (the KV cache is vanilla's). Per token while it is processed: the embedding and every "
         "block output so far, up to L hidden vectors (L = unrolled depth); over a prefill of T tokens, T x L."

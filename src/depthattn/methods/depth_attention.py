@@ -100,6 +100,13 @@ class DepthAttention(AttentionMixer):
         "it is processed: k and mixed v of its source layers (|S| KV-head vector pairs)."
     )
     switchable_fields = ("depth_impl",)
+    switch_values = {"depth_impl": ("reference", "compiled", "auto")}  # "triton" needs a GPU, "cpu" a compiler
+    checked_variants = {
+        "bias_kv_window": {"depth_score_bias": True, "depth_mix_states": "kv", "depth_stride": 2, "depth_window": 1},
+        "static_k_every": {"depth_mix": "uniform", "depth_score_bias": True, "depth_mix_states": "k",
+                           "depth_stride": 1},
+        "linear_every": {"depth_mix": "linear", "depth_stride": 1},
+    }
     maps_depth_weights = True
 
     @classmethod

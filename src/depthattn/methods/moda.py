@@ -54,6 +54,14 @@ class MoDA(AttentionMixer):
     vllm_refusal = ("its depth keys and values join each attention's softmax beside the cached sequence, which "
                     "vLLM's paged-attention kernels cannot take")
     switchable_fields = ("moda_impl",)
+    switch_values = {"moda_impl": tuple(MODA_IMPLS)}
+    checked_variants = {"merged": {"moda_impl": "merged"}}
+
+    @classmethod
+    def check_tensor_parallel(cls, config, ranks: int):
+        if ranks > 1:
+            raise ValueError("MoDA's MLP-slot projections give every KV head's depth keys and values, not split "
+                             "across tensor-parallel ranks; run it with tensor_parallel_size=1")
 
     @classmethod
     def check_config(cls, config):

@@ -41,6 +41,7 @@ class ValueEmbeddings(AttentionMixer):
             'for none (e.g. "012..012"); `None` means the speedrun\'s pattern scaled to the depth (three tables on the '
             "first three and the last three steps).")),
     }
+    checked_variants = {"pattern": {"value_embedding_pattern": ".0.1"}}  # steps without a table, two tables
     inference_state = (
         "Across tokens: none; the KV cache has vanilla's size (mixed values in the value slots). Per token while "
         "it is processed: nothing beyond its id; each chosen step looks up its table row (Hkv x head_dim)."
