@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from depthattn.methods import attnres
-from tests.helpers import tiny_config
+from tests.methods.parity import D, attnres_away_from_init, paper_block_attnres, run_sublayers
 
 fla = pytest.importorskip("fla", reason="fla-core (the dev extra) is not installed")
 # fla.ops' __init__ imports every Triton kernel; the reference path needs only torch and einops, so load its file
@@ -29,54 +29,26 @@ _spec = importlib.util.spec_from_file_location("fla_attnres_naive", Path(fla.__f
 naive = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(naive)
 
-D = 32       # tiny_config's hidden size
-BLOCK = 2    # sublayers per block: three blocks over three layers
 TOL = 2e-6   # float32, of each tensor's largest entry
 ACCOUNTED = dict(prefix_sums=True, recency_bias=0.0)
 
 
-def ours(recency_bias):
-    torch.manual_seed(0)
-    method = attnres.AttnRes(tiny_config(cross_layer="attnres", attnres_block_size=BLOCK, num_hidden_layers=3))
-    with torch.no_grad():  # away from the zero-query init (trained values), so that every term matters
-        method.query.normal_(0, D ** -0.5)
-        method.gain.uniform_(0.5, 1.5)
-        method.recency_bias.fill_(recency_bias)
-    return method
-
-
-def our_pass(method, embeds, weights):
-    stream = method.init(embeds)
-    for s, weight in enumerate(weights):
-        stream = method.write(stream, s, method.read(stream, s) @ weight)
-    return method.final(stream)
-
-
 def their_pass(method, embeds, weights, prefix_sums):
-    """The paper's Block AttnRes with fla's aggregator; aggregator a (before sublayer a + 1, the last before the final
-    norm) uses our pseudo-query w_a and key-norm gain g_a."""
-    def aggregate(a, blocks, partial):
-        sources = blocks + ([] if partial is None else [partial])
+    """The paper's Block AttnRes with fla's aggregator, which uses our pseudo-query w_a and key-norm gain g_a."""
+    def aggregate(a, sources):
         if prefix_sums:
             sources = list(torch.stack(sources).cumsum(0))
         return naive.naive_attnres(method.query[a], sources, method.gain[a], rms_eps=method.eps)
-
-    blocks, partial = [embeds], None  # completed blocks (the embedding first) and the current block's partial sum
-    for s, weight in enumerate(weights):
-        out = (embeds if s == 0 else aggregate(s - 1, blocks, partial)) @ weight
-        partial = out if partial is None else partial + out
-        if (s + 1) % BLOCK == 0 and s + 1 < len(weights):
-            blocks, partial = blocks + [partial], None
-    return aggregate(len(weights) - 1, blocks, partial)
+    return paper_block_attnres(aggregate, embeds, weights)
 
 
 def both(prefix_sums, recency_bias):
     """Our and their final hidden state and its gradients (embeddings, sublayers, query, gain), same weights."""
-    method = ours(recency_bias)
+    method = attnres_away_from_init(recency_bias)
     weights = [(torch.randn(D, D) / D ** 0.5).requires_grad_() for _ in range(method.num_sublayers)]
     embeds = torch.randn(2, 7, D, requires_grad=True)
     leaves, probe = [embeds, *weights, method.query, method.gain], torch.randn(2, 7, D)
-    outs = our_pass(method, embeds, weights), their_pass(method, embeds, weights, prefix_sums)
+    outs = method.final(run_sublayers(method, embeds, weights)), their_pass(method, embeds, weights, prefix_sums)
     return [[out, *torch.autograd.grad((out * probe).sum(), leaves)] for out in outs]
 
 

@@ -20,29 +20,16 @@ from torch import nn
 from torch.func import functional_call
 
 from depthattn.methods import mhc
-from tests.helpers import tiny_config
+from tests.methods.parity import D, mhc_away_from_init, run_sublayers
 
 deepseek_v4 = pytest.importorskip("transformers.models.deepseek_v4.modeling_deepseek_v4",
                                   reason="this transformers has no DeepSeek-V4 (5.24 and 5.25 have it)")
 
 N = 4       # streams: DeepSeek-V4's hc_mult and the paper's n
-D = 32      # tiny_config's hidden size
 TOL = 2e-6  # float32, of each tensor's largest entry (seen: 1e-6 for final_logits' gradient, a softmax's difference
             # of near-equal sums; 2.4e-7 for the rest)
 ACCOUNTED = dict(transpose=True, order=True, hc_eps=0.0, token_head=False)
 SINKHORN = mhc.sinkhorn
-
-
-def ours(iterations):
-    torch.manual_seed(0)
-    config = tiny_config(cross_layer="mhc", mhc_streams=N, mhc_sinkhorn_iters=iterations, num_hidden_layers=1)
-    method = mhc.MHC(config)  # sublayers 0 and 1: one decoder layer's attention and MLP
-    with torch.no_grad():  # away from the near-residual init (trained values), so that every term matters
-        method.phi.normal_(0, method.phi.shape[-1] ** -0.5)
-        method.bias.normal_(0, 0.5)
-        method.alpha.uniform_(0.5, 1.5)
-        method.final_logits.normal_()
-    return method
 
 
 class Block(nn.Module):
@@ -88,7 +75,7 @@ def their_parameters(method, transpose, token_head):
 
 def both(iterations, transpose, order, hc_eps, token_head):
     """Our and their final hidden state and its gradients (embeddings, blocks, our parameters), same weights."""
-    method = ours(iterations)
+    method = mhc_away_from_init(iterations, N)
     weights = [torch.randn(D, D) / D ** 0.5 for _ in range(2)]
     embeds = torch.randn(2, 7, D)
     leaves = [embeds, *weights, method.phi, method.bias, method.alpha, method.final_logits]
@@ -99,10 +86,7 @@ def both(iterations, transpose, order, hc_eps, token_head):
     with pytest.MonkeyPatch.context() as patch:
         if order:  # their normalisation order: our Sinkhorn on the transposed logits, transposed back
             patch.setattr(mhc, "sinkhorn", lambda logits, iterations: SINKHORN(logits.mT, iterations).mT)
-        stream = method.init(embeds)
-        for s, weight in enumerate(weights):
-            stream = method.write(stream, s, method.read(stream, s) @ weight)
-        mine = method.final(stream)
+        mine = method.final(run_sublayers(method, embeds, weights))
 
     layer, head = theirs(method, weights, hc_eps)
     layer_parameters, head_parameters = their_parameters(method, transpose, token_head)
