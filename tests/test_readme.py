@@ -54,9 +54,10 @@ def section(text: str, start: str, end: str) -> str:
 def test_readme_study_tables_are_the_generated_ones():
     """The study tables of README.md and docs/results.md are the generated ones, pasted by docs/paste_results.py
     under their markers (in the README the Wikipedia sweep's calibrated multipliers; in docs/results.md the budget
-    sweep's multipliers, the index table of every setting and the budget sweep's gains), with the progress line docs/results/study.md counts; every other table
-    row of docs/results.md's study section is a row of docs/results/study.md, which `depthattn study` writes from
-    the committed cells. After `make study-report` (which pastes) nothing here may differ."""
+    sweep's multipliers, the index table of every setting and the budget sweep's gains), with the progress line
+    docs/results/study.md counts; every other table row of docs/results.md's study section is a row of
+    docs/results/study.md, which `depthattn study` writes from the committed cells. After `make study-report`
+    (which pastes) nothing here may differ."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("paste_results", ROOT / "docs" / "paste_results.py")
