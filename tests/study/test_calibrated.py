@@ -7,15 +7,9 @@ import numpy as np
 import pytest
 
 from depthattn.study.calibrated import holm, jackknife_p, jackknife_t, log_jackknife_t
-from depthattn.study.multiplier import (
-    BaselineCurve,
-    data_multipliers,
-    leave_one_out,
-    log_log_fit,
-    percentile_interval,
-    power_law,
-    resampled_multipliers,
-)
+from depthattn.study.curve import BaselineCurve, power_law
+from depthattn.study.fits import log_log_fit, percentile_interval
+from depthattn.study.sweep import data_multipliers, leave_one_out, resampled_multipliers
 from tests.study.test_multiplier import fewer_resamples  # noqa: F401 (a fixture: fewer seed resamples)
 
 X = np.array([0.5, 1.0, 2.0, 5.0, 10.0, 20.0])  # tokens per parameter: the methods' budgets, and vanilla's to 20
@@ -96,8 +90,9 @@ def test_holm_adjusts_a_family_step_down():
 def test_where_cells_store_their_documents_losses_the_interval_adds_the_documents_variance(tiny_data, tmp_path):
     from depthattn.study import Study
     from depthattn.study.calibrated import jackknife_se
-    from depthattn.study.multiplier import DOCUMENT_GROUPS, multipliers, seed_bootstrap
+    from depthattn.study.multiplier import multipliers
     from depthattn.study.records import CellResult
+    from depthattn.study.sweep import DOCUMENT_GROUPS, Sweep
     from tests.study.test_multiplier import BUDGETS, planted_results
     from tests.study.test_study import WSD_BUDGETS, write_study
 
@@ -116,17 +111,17 @@ def test_where_cells_store_their_documents_losses_the_interval_adds_the_document
 
     documented = [with_documents(r) for r in plain]
     without, within = multipliers(study, plain), multipliers(study, documented)
-    assert not without["documents"] and within["documents"]
-    for bare, both in zip(without["rows"][0]["points"], within["rows"][0]["points"]):
-        assert bare["multiplier"] == both["multiplier"]  # the same estimate, a wider interval
-        assert both["t_low"] <= bare["t_low"] and both["t_high"] >= bare["t_high"]
-        assert (both["t_high"] - both["t_low"]) > 1.05 * (bare["t_high"] - bare["t_low"]) or bare["t_low"] is None
-    sample = seed_bootstrap(study, documented)
+    assert not without.documents and within.documents
+    for bare, both in zip(without.rows[0].points, within.rows[0].points):
+        assert bare.multiplier == both.multiplier  # the same estimate, a wider interval
+        assert both.t_low <= bare.t_low and both.t_high >= bare.t_high
+        assert (both.t_high - both.t_low) > 1.05 * (bare.t_high - bare.t_low) or bare.t_low is None
+    sample = Sweep(study, tuple(documented)).bootstrap
     i = len(sample.labels) // 2
     k, seeds = sample.k["depth_attention"][i], sample.loo["depth_attention"][:, i]
     groups = sample.documents["depth_attention"][:, i]
     assert groups.shape == (DOCUMENT_GROUPS,)
-    point = next(p for p in within["rows"][0]["points"] if p["label"] == sample.labels[i])
+    point = next(p for p in within.rows[0].points if p.label == sample.labels[i])
     se = math.sqrt(jackknife_se(np.log(seeds)) ** 2 + jackknife_se(np.log(groups)) ** 2)
-    half = math.log(point["t_high"]) - math.log(k)
+    half = math.log(point.t_high) - math.log(k)
     assert half == pytest.approx(se * 2.776445, rel=1e-4)  # Student's t at 4 degrees of freedom

@@ -3,18 +3,12 @@
 import pytest
 
 from depthattn.study import Study
-from depthattn.study.depth_axis import DepthAxis, depth_trend, format_depth_axis, surface_at, sweep_depth
+from depthattn.study.depth_axis import DepthAxis, depth_trend, format_depth_axis
+from depthattn.study.sweep import sweep_depth
 from tests.study.test_multiplier import BUDGETS, fewer_resamples, planted_results  # noqa: F401 (a fixture)
 from tests.study.test_study import BASE, WSD_BUDGETS, write_study
 
 DEPTHS = (2, 4, 8)
-
-
-@pytest.fixture(autouse=True)
-def fewer_depth_resamples(monkeypatch):
-    from depthattn.study import depth_axis
-
-    monkeypatch.setattr(depth_axis, "RESAMPLES", 400)
 
 
 def write_axis(tmp_path, data, depths=DEPTHS, seeds=range(5)):
@@ -44,22 +38,23 @@ def test_a_multiplier_growing_with_depth_is_recovered_and_called_growing(tiny_da
     assert [sweep_depth(s) for s in axis.sweeps] == list(DEPTHS)
     plant(monkeypatch, lambda x, depth: 1.1 * depth ** 0.2)
     trend = depth_trend(axis)
-    entry = trend["methods"]["depth_attention"]
-    inside = [row for row in entry["budgets"] if 2 <= row["x"] <= 200]  # read within every sweep's curve
+    entry = trend.methods["depth_attention"]
+    inside = [row.delta for row in entry.budgets if 2 <= row.x <= 200]  # read within every sweep's curve
     assert inside
-    for row in inside:
-        assert row["delta"] == pytest.approx(0.2, abs=0.03)
-        assert row["low"] <= row["delta"] <= row["high"] and row["verdict"] == "grows"
-    surface = entry["surface"]
-    assert surface["coefficients"][2] == pytest.approx(0.2, abs=0.03)
-    assert surface["coefficients"][1] == pytest.approx(0.0, abs=0.03)  # constant in the budget
-    assert surface["verdict"] == "grows"
-    at = surface_at(surface, 20.0, 16)
-    assert at["low"] <= at["multiplier"] <= at["high"]
-    assert at["multiplier"] == pytest.approx(1.1 * 16 ** 0.2, rel=0.05)
-    for row in inside:  # the calibrated interval (grouped jackknife t) finds the same slope
-        assert row["t_low"] <= row["delta"] <= row["t_high"] and row["t_verdict"] == "grows"
-    assert surface["t_low"] <= surface["coefficients"][2] <= surface["t_high"] and surface["t_verdict"] == "grows"
+    for delta in inside:
+        assert delta.value == pytest.approx(0.2, abs=0.03)
+        assert delta.low <= delta.value <= delta.high and delta.verdict == "grows"
+    surface = entry.surface
+    assert surface.coefficients[2] == pytest.approx(0.2, abs=0.03)
+    assert surface.coefficients[1] == pytest.approx(0.0, abs=0.03)  # constant in the budget
+    assert surface.delta.verdict == "grows"
+    multiplier, low, high = surface.at(20.0, 16)
+    assert low <= multiplier <= high
+    assert multiplier == pytest.approx(1.1 * 16 ** 0.2, rel=0.05)
+    for delta in inside:  # the calibrated interval (grouped jackknife t) finds the same slope
+        assert delta.t_low <= delta.value <= delta.t_high and delta.t_verdict == "grows"
+    d = surface.delta
+    assert d.t_low <= surface.coefficients[2] <= d.t_high and d.t_verdict == "grows"
     text = format_depth_axis(axis, trend)
     assert "## depth_attention" in text and "**grows** with depth" in text
     assert "; calibrated [" in text and "delta [calibrated 95%]" in text
@@ -68,9 +63,9 @@ def test_a_multiplier_growing_with_depth_is_recovered_and_called_growing(tiny_da
 def test_a_multiplier_constant_in_depth_holds(tiny_data, tmp_path, monkeypatch):
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
     plant(monkeypatch, lambda x, depth: 1.3)
-    surface = depth_trend(axis)["methods"]["depth_attention"]["surface"]
-    assert surface["coefficients"][2] == pytest.approx(0.0, abs=0.03)
-    assert surface["verdict"] == "holds" and surface["t_verdict"] == "holds"
+    surface = depth_trend(axis).methods["depth_attention"].surface
+    assert surface.coefficients[2] == pytest.approx(0.0, abs=0.03)
+    assert surface.delta.verdict == "holds" and surface.delta.t_verdict == "holds"
 
 
 def test_multipliers_read_past_the_baselines_budgets_or_two_epochs_are_marked(tiny_data, tmp_path, monkeypatch):
@@ -88,10 +83,11 @@ def test_three_seeds_give_slopes_but_no_intervals_or_verdicts(tiny_data, tmp_pat
 
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data, seeds=range(3)))
     plant(monkeypatch, lambda x, depth: 1.1 * depth ** 0.2, seeds=range(3))
-    entry = depth_trend(axis)["methods"]["depth_attention"]
-    assert all(row["low"] is None and row["verdict"] is None and row["t_low"] is None for row in entry["budgets"])
-    assert entry["surface"]["verdict"] is None and entry["surface"]["t_verdict"] is None
-    assert surface_at(entry["surface"], 20.0, 16)["low"] is None
+    entry = depth_trend(axis).methods["depth_attention"]
+    assert all(row.delta.low is None and row.delta.verdict is None and row.delta.t_low is None
+               for row in entry.budgets)
+    assert entry.surface.delta.verdict is None and entry.surface.delta.t_verdict is None
+    assert entry.surface.at(20.0, 16)[1] is None
     target = Study.load(write_study(tmp_path, tiny_data, name="rungs.toml", axes=RUNGS, seeds=range(5)))
     with pytest.raises(ValueError, match=r"waiting for: seeds: 3 at 2 layers, 3 at 4 layers, 3 at 8 layers\)"):
         predict_with_depth(axis, target, "2026-11-29", "nothing")
@@ -102,8 +98,8 @@ def test_a_sweep_without_cells_is_named_and_nothing_is_fitted(tiny_data, tmp_pat
     monkeypatch.setattr(Study, "read_results", lambda self: [] if sweep_depth(self) == 8 else planted_results(
         self, lambda x: 1.2, noise=0.005))
     trend = depth_trend(axis)
-    assert trend["methods"] == {} and list(trend["missing"]) == [axis.sweeps[2].config_file]
-    assert trend["missing"][axis.sweeps[2].config_file] == "no cells yet"
+    assert trend.methods == {} and list(trend.missing) == [axis.sweeps[2].config_file]
+    assert trend.missing[axis.sweeps[2].config_file] == "no cells yet"
     assert "Waiting for cells" in format_depth_axis(axis, trend)
 
 
@@ -116,7 +112,7 @@ def test_a_sweep_waiting_for_its_first_seed_names_the_cells_it_lacks(tiny_data, 
         if sweep_depth(self) != 8 or r.method != "depth_attention" or r.setting["budget"] not in ("e", "f")])
     trend = depth_trend(axis)
     lacks = "seed 0 lacks depth_attention at e, f"
-    assert trend["missing"] == {axis.sweeps[2].config_file: lacks}
+    assert trend.missing == {axis.sweeps[2].config_file: lacks}
     assert f"`{axis.sweeps[2].config_file}`: {lacks}" in format_depth_axis(axis, trend)
     target = Study.load(write_study(tmp_path, tiny_data, name="rungs.toml", axes=RUNGS, seeds=range(5)))
     with pytest.raises(ValueError, match=lacks):
@@ -150,7 +146,7 @@ def test_a_depth_informed_prediction_reads_the_surface_at_each_rungs_depth(tiny_
     assert entry["paper"]["depth"] == 48 and entry["paper"]["extrapolated"]  # 6x past the deepest sweep
     planted = planted_target(target, 1.1 * 2 ** 0.2)  # the rungs' own cells, as planted at their depth
     monkeypatch.setattr(Study, "read_results", lambda self: planted)
-    assert {row["verdict"] for row in score(prediction, target)} == {"agrees"}
+    assert {row.verdict for row in score(prediction, target)} == {"agrees"}
 
 
 def test_the_command_writes_the_depth_axis_report(tiny_data, tmp_path, monkeypatch, capsys):
@@ -167,18 +163,21 @@ def test_the_command_writes_the_depth_axis_report(tiny_data, tmp_path, monkeypat
 def test_each_sweeps_seeds_are_resampled_independently_of_the_others():
     import numpy as np
 
-    from depthattn.study.depth_axis import SweepMultipliers, independent_resamples
+    from depthattn.study.curve import BaselineCurve
+    from depthattn.study.depth_axis import AtDepth, independent_resamples
+    from depthattn.study.sweep import SeedBootstrap
 
     picks = np.random.default_rng(0).normal(size=(400, 3))  # what every sweep's generator draws alike
-    sweeps = [SweepMultipliers(depth, ["a", "b", "c"], np.array([1.0, 2.0, 5.0]), np.ones(3, bool), list(range(5)),
-                               {"m": np.ones(3)}, {"m": picks.copy()}, {"m": np.array([1.0, 2.0, 5.0])}, None)
+    x = np.array([1.0, 2.0, 5.0])
+    sweeps = [AtDepth(depth, SeedBootstrap(["a", "b", "c"], x, list(range(5)), {}, None, BaselineCurve(x, x),
+                                           {"m": np.ones(3)}, {"m": x}, {"m": picks.copy()}, None, {}))
               for depth in DEPTHS]
-    out = independent_resamples(sweeps)
-    assert np.array_equal(out[0].draws["m"], picks)  # the first keeps its order
-    for sweep in out[1:]:  # the others keep their own resamples, in an order of their own
-        assert np.array_equal(np.sort(sweep.draws["m"], axis=0), np.sort(picks, axis=0))
-        assert abs(np.corrcoef(sweep.draws["m"][:, 0], picks[:, 0])[0, 1]) < 0.2
-    assert abs(np.corrcoef(out[1].draws["m"][:, 0], out[2].draws["m"][:, 0])[0, 1]) < 0.2
+    out = [sweep.sample.boot["m"] for sweep in independent_resamples(sweeps)]
+    assert np.array_equal(out[0], picks)  # the first keeps its order
+    for draws in out[1:]:  # the others keep their own resamples, in an order of their own
+        assert np.array_equal(np.sort(draws, axis=0), np.sort(picks, axis=0))
+        assert abs(np.corrcoef(draws[:, 0], picks[:, 0])[0, 1]) < 0.2
+    assert abs(np.corrcoef(out[1][:, 0], out[2][:, 0])[0, 1]) < 0.2
 
 
 def test_a_gain_from_depth_that_shrinks_with_the_budget_is_an_interaction(tiny_data, tmp_path, monkeypatch):
@@ -187,13 +186,13 @@ def test_a_gain_from_depth_that_shrinks_with_the_budget_is_an_interaction(tiny_d
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
     plant(monkeypatch, lambda x, depth: 1.1 * depth ** (0.2 - 0.05 * math.log(x)))  # delta 0.2, eta -0.05
     trend = depth_trend(axis)
-    found = trend["methods"]["depth_attention"]["interaction"]
-    a, gamma, delta, eta = found["coefficients"]
+    found = trend.methods["depth_attention"].interaction
+    a, gamma, delta, eta = found.coefficients
     assert eta == pytest.approx(-0.05, abs=0.015) and delta == pytest.approx(0.2, abs=0.04)
-    assert found["eta_low"] <= eta <= found["eta_high"] and found["eta_verdict"] == "fades"
-    assert found["delta_at"][20.0]["delta"] == pytest.approx(0.2 - 0.05 * math.log(20), abs=0.03)
+    assert found.eta.t_low <= eta <= found.eta.t_high and found.eta.t_verdict == "fades"
+    assert found.delta_at[20.0].value == pytest.approx(0.2 - 0.05 * math.log(20), abs=0.03)
     text = format_depth_axis(axis, trend)
     assert "With a budget x depth term" in text and "the gain from depth **fades** with the budget" in text
     plant(monkeypatch, lambda x, depth: 1.1 * depth ** 0.2)
-    trend_of = depth_trend(axis)["methods"]["depth_attention"]["interaction"]
-    assert trend_of["coefficients"][3] == pytest.approx(0.0, abs=0.015) and trend_of["eta_verdict"] == "holds"
+    trend_of = depth_trend(axis).methods["depth_attention"].interaction
+    assert trend_of.coefficients[3] == pytest.approx(0.0, abs=0.015) and trend_of.eta.t_verdict == "holds"

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from depthattn.study import CellResult, Study
-from depthattn.study.multiplier import BaselineCurve, format_multiplier, multipliers
+from depthattn.study.curve import BaselineCurve
+from depthattn.study.fits import Slope
+from depthattn.study.multiplier import BudgetTrend, MethodMultipliers, MultiplierPoint, format_multiplier, multipliers
 from depthattn.study.report import markdown_report
 from tests.study.test_study import WSD_BUDGETS, write_study
 
@@ -40,9 +42,9 @@ def planted_results(study, multiplier_of, seeds=range(5), noise=0.0, epochs_per_
 @pytest.fixture(autouse=True)
 def fewer_resamples(monkeypatch):  # also used by test_predictions and test_depth_axis
     """Fewer seed resamples than the rule's 2,000 (and 400 joint fits): enough for the planted values' intervals."""
-    from depthattn.study import multiplier
+    from depthattn.study import multiplier, sweep
 
-    monkeypatch.setattr(multiplier, "RESAMPLES", 400)
+    monkeypatch.setattr(sweep, "RESAMPLES", 400)
     monkeypatch.setattr(multiplier, "FIT_RESAMPLES", 50)
 
 
@@ -53,41 +55,41 @@ def study(tiny_data, tmp_path):
 
 def test_a_constant_multiplier_is_recovered_at_every_budget_and_holds(study):
     found = multipliers(study, planted_results(study, lambda x: 1.3, noise=0.005))
-    row = found["rows"][0]
-    inside = [p for p in row["points"] if not p["extrapolated"]]
+    row = found.rows[0]
+    inside = [p for p in row.points if not p.extrapolated]
     assert len(inside) >= 4
     for p in inside:  # the monotone cubic in log x follows the power law between budgets
-        assert p["multiplier"] == pytest.approx(1.3, rel=0.02)
-        assert p["low"] <= p["multiplier"] <= p["high"]
-    assert row["trend"]["verdict"] == "holds"
-    assert found["fit"]["methods"]["depth_attention"]["k"] == pytest.approx(1.3, rel=0.02)
-    assert found["fit"]["beta"] == pytest.approx(BETA, rel=0.05)
+        assert p.multiplier == pytest.approx(1.3, rel=0.02)
+        assert p.low <= p.multiplier <= p.high
+    assert row.trend.gamma.verdict == "holds"
+    assert found.fit.methods["depth_attention"].k == pytest.approx(1.3, rel=0.02)
+    assert found.fit.beta == pytest.approx(BETA, rel=0.05)
 
 
 def test_a_growing_multiplier_is_called_growing_and_a_fading_one_fading(study):
     grows = multipliers(study, planted_results(study, lambda x: 1.1 * x ** 0.1, noise=0.005))
-    assert grows["rows"][0]["trend"]["verdict"] == "grows"
-    assert grows["rows"][0]["trend"]["gamma"] == pytest.approx(0.1, abs=0.02)
-    assert grows["fit"]["methods"]["depth_attention"]["gamma"] == pytest.approx(0.1, abs=0.02)
+    assert grows.rows[0].trend.gamma.verdict == "grows"
+    assert grows.rows[0].trend.gamma.value == pytest.approx(0.1, abs=0.02)
+    assert grows.fit.methods["depth_attention"].gamma.value == pytest.approx(0.1, abs=0.02)
     fades = multipliers(study, planted_results(study, lambda x: 2.0 * x ** -0.1, noise=0.005))
-    assert fades["rows"][0]["trend"]["verdict"] == "fades"
+    assert fades.rows[0].trend.gamma.verdict == "fades"
 
 
 def test_reading_past_the_curve_is_marked_and_far_past_it_is_a_bound(study):
     found = multipliers(study, planted_results(study, lambda x: 1.5, epochs_per_x=0.005))
-    last = found["rows"][0]["points"][-1]  # at 500 tokens per parameter: vanilla's curve ends there
-    assert last["extrapolated"] and last["printable"] and format_multiplier(last).endswith("†‡")
-    assert last["multiplier"] == pytest.approx(1.5, rel=0.05)  # the anchored power law is the planted one
-    assert last["read_epochs"] > 2 and "‡" in format_multiplier(last)
-    far = multipliers(study, planted_results(study, lambda x: 4.0))["rows"][0]["points"][-1]
-    assert not far["printable"] and format_multiplier(far) == "> 2.00x†"
+    last = found.rows[0].points[-1]  # at 500 tokens per parameter: vanilla's curve ends there
+    assert last.extrapolated and last.printable and format_multiplier(last).endswith("†‡")
+    assert last.multiplier == pytest.approx(1.5, rel=0.05)  # the anchored power law is the planted one
+    assert last.read_epochs > 2 and "‡" in format_multiplier(last)
+    far = multipliers(study, planted_results(study, lambda x: 4.0)).rows[0].points[-1]
+    assert not far.printable and format_multiplier(far) == "> 2.00x†"
 
 
 def test_three_seeds_give_points_but_no_intervals_or_verdicts(study):
     found = multipliers(study, planted_results(study, lambda x: 1.3, seeds=range(3)))
-    row = found["rows"][0]
-    assert all(p["low"] is None for p in row["points"]) and row["trend"]["verdict"] is None
-    assert found["fit"]["methods"]["depth_attention"]["verdict"] is None
+    row = found.rows[0]
+    assert all(p.low is None for p in row.points) and row.trend.gamma.verdict is None
+    assert found.fit.methods["depth_attention"].gamma.verdict is None
     text = markdown_report(study, planted_results(study, lambda x: 1.3, seeds=range(3)))
     assert "too few seeds (3)" in text and "| data multiplier |" in text and "1.30x" in text
 
@@ -127,11 +129,11 @@ def test_budgets_only_the_baseline_trains_extend_its_curve_and_get_no_column(tin
     results = [r for r in planted_results(study, lambda x: 1.3, noise=0.005)
                if r.method == "vanilla" or r.setting["budget"] != "f"]
     found = multipliers(study, results)
-    assert found["labels"] == ["a", "b", "c", "d", "e"] and found["seeds"] == [0, 1, 2, 3, 4]
-    points = found["rows"][0]["points"]
-    assert [p["label"] for p in points] == found["labels"]
-    assert not points[-1]["extrapolated"]  # the method's best loss is read inside vanilla's longer curve
-    assert points[-1]["multiplier"] == pytest.approx(1.3, rel=0.03)
+    assert found.labels == ["a", "b", "c", "d", "e"] and found.seeds == [0, 1, 2, 3, 4]
+    points = found.rows[0].points
+    assert [p.label for p in points] == found.labels
+    assert not points[-1].extrapolated  # the method's best loss is read inside vanilla's longer curve
+    assert points[-1].multiplier == pytest.approx(1.3, rel=0.03)
     report = markdown_report(study, results)
     table = ("| data multiplier |" + report.split("| data multiplier |")[1]).split("\n\n")[0].splitlines()
     assert len({line.count("|") for line in table}) == 1  # every row has the header's columns
@@ -146,9 +148,9 @@ def test_a_budget_only_the_baseline_trains_waits_for_every_seed_and_costs_none(t
     results = [r for r in planted_results(study, lambda x: 1.3, noise=0.005)
                if r.setting["budget"] != "f" or (r.method == "vanilla" and r.seed < 2)]  # 2 of 5 seeds reached f
     found = multipliers(study, results)
-    assert found["labels"] == ["a", "b", "c", "d", "e"] and found["seeds"] == [0, 1, 2, 3, 4]
-    last = found["rows"][0]["points"][-1]
-    assert last["extrapolated"] and last["low"] <= last["multiplier"] <= last["high"]  # vanilla's curve ends at e
+    assert found.labels == ["a", "b", "c", "d", "e"] and found.seeds == [0, 1, 2, 3, 4]
+    last = found.rows[0].points[-1]
+    assert last.extrapolated and last.low <= last.multiplier <= last.high  # vanilla's curve ends at e
 
 
 def test_a_budget_past_two_epochs_waits_for_every_seed_and_costs_none(study):
@@ -157,13 +159,13 @@ def test_a_budget_past_two_epochs_waits_for_every_seed_and_costs_none(study):
     planted = planted_results(study, lambda x: 1.3, noise=0.005)
     results = [r for r in planted if not (r.method == "depth_attention" and r.setting["budget"] == "f" and r.seed > 2)]
     found = multipliers(study, results)
-    assert found["seeds"] == [0, 1, 2, 3, 4] and found["rows"][0]["trend"]["verdict"] == "holds"
-    points = found["rows"][0]["points"]
-    assert [p["label"] for p in points] == ["a", "b", "c", "d", "e"]
-    assert not points[-1]["extrapolated"]  # e is read on vanilla's curve up to f
-    assert [p["label"] for p in multipliers(study, planted)["rows"][0]["points"]][-1] == "f"  # once they are in
+    assert found.seeds == [0, 1, 2, 3, 4] and found.rows[0].trend.gamma.verdict == "holds"
+    points = found.rows[0].points
+    assert [p.label for p in points] == ["a", "b", "c", "d", "e"]
+    assert not points[-1].extrapolated  # e is read on vanilla's curve up to f
+    assert [p.label for p in multipliers(study, planted).rows[0].points][-1] == "f"  # once they are in
     results = [r for r in planted if not (r.method == "depth_attention" and r.setting["budget"] == "c" and r.seed == 4)]
-    assert multipliers(study, results)["seeds"] == [0, 1, 2, 3]
+    assert multipliers(study, results).seeds == [0, 1, 2, 3]
 
 
 def test_the_difference_figure_leaves_out_budgets_only_the_baseline_trains(tiny_data, tmp_path, monkeypatch):
@@ -209,9 +211,9 @@ def test_the_fitted_multiplier_is_not_stated_far_past_the_fitted_budgets(study, 
     from depthattn.study import multiplier
 
     results = planted_results(study, lambda x: 1.3)
-    assert multipliers(study, results)["fit"]["at_printable"]  # 20 lies inside 10-500 tokens per parameter
+    assert multipliers(study, results).fit.at_printable  # 20 lies inside 10-500 tokens per parameter
     monkeypatch.setattr(multiplier, "FIT_AT", 5000.0)  # 10 x past the largest fitted budget
-    assert not multipliers(study, results)["fit"]["at_printable"]
+    assert not multipliers(study, results).fit.at_printable
     text = markdown_report(study, results)
     assert "— (past 2 x the fitted budgets)" in text
 
@@ -223,7 +225,7 @@ def test_the_multiplier_figure_names_every_method(study, monkeypatch, tmp_path, 
     from depthattn.study import plots, report
 
     results = planted_results(study, lambda x: 1.3, noise=0.005, epochs_per_x=epochs_per_x)
-    assert math.isnan(report.budget_multipliers(study, results)[""]["rows"][0]["trend"]["gamma"]) == (
+    assert math.isnan(report.budget_multipliers(study, results)[""].rows[0].trend.gamma.value) == (
         epochs_per_x == 1.0)
     figures = []
     monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or path)
@@ -234,7 +236,7 @@ def test_the_multiplier_figure_names_every_method(study, monkeypatch, tmp_path, 
 
 def test_no_joint_fit_where_too_few_budgets_pass_over_the_data_at_most_twice(study):
     results = planted_results(study, lambda x: 1.3, epochs_per_x=1.0)  # 10 epochs and more at every budget
-    assert multipliers(study, results)["fit"] is None
+    assert multipliers(study, results).fit is None
     assert "No joint fit: it needs 3 budgets that pass over the data at most 2 times (here: 0)." in \
         markdown_report(study, results)
 
@@ -254,8 +256,9 @@ def test_the_multiplier_figure_names_a_method_whose_every_multiplier_is_a_bound(
 
     from depthattn.study import plots
 
-    found = {"rows": [{"method": "depth_attention", "points": [{"printable": False}],
-                       "trend": {"gamma": math.nan, "log_c": math.nan, "verdict": None}}]}
+    bound = MultiplierPoint("a", 10.0, 30.0, 300.0, True, False, None, 10.0, 50.0)
+    found = type("Found", (), {"rows": [MethodMultipliers("depth_attention", None, (bound,),
+                                                          BudgetTrend(Slope(math.nan), math.nan))]})
     figures = []
     monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or path)
     with warnings.catch_warnings():
@@ -269,11 +272,11 @@ def test_a_joint_fit_parameter_on_its_bound_is_flagged(study):
     """A curve that flattens towards a negative floor: the fit's E cannot go below 0 and sits there."""
     results = planted_results(study, lambda x: 1.3, seeds=range(3), noise=0.005,
                               curve=lambda x: -0.1 + 3 * x ** -0.4)
-    fit = multipliers(study, results)["fit"]
-    assert fit["E"] == pytest.approx(0, abs=1e-6) and fit["at_bounds"] == ["E = 0 (its lower bound)"]
+    fit = multipliers(study, results).fit
+    assert fit.E == pytest.approx(0, abs=1e-6) and fit.at_bounds == ["E = 0 (its lower bound)"]
     text = markdown_report(study, results)
     assert "E = 0.000," in text and "**at a bound of the fit**: E = 0 (its lower bound)" in text
     # the planted L(x) = 1 + 2 x^-0.4 places every parameter inside its bounds: no flag
     results = planted_results(study, lambda x: 1.3, seeds=range(3), noise=0.005)
-    assert multipliers(study, results)["fit"]["at_bounds"] == []
+    assert multipliers(study, results).fit.at_bounds == []
     assert "at a bound of the fit" not in markdown_report(study, results)

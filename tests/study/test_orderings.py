@@ -10,13 +10,6 @@ from tests.study.test_study import WSD_BUDGETS, write_study
 METHODS = ("vanilla", "depth_attention", "value_residual")
 
 
-@pytest.fixture(autouse=True)
-def fewer_depth_resamples(monkeypatch):
-    from depthattn.study import depth_axis
-
-    monkeypatch.setattr(depth_axis, "RESAMPLES", 400)
-
-
 def write_orderings(tmp_path, data, seeds=range(5)):
     axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS)
     for name in ("a.toml", "b.toml"):
@@ -47,16 +40,16 @@ def test_the_same_order_agrees_and_a_clear_swap_is_named_and_separated(tiny_data
     same = {"depth_attention": 1.3, "value_residual": 1.1}
     monkeypatch.setattr(Study, "read_results", lambda self: planted(self, same))
     found = compare(orderings)
-    assert found["budgets"] and all(row["same"] and not row["swaps"] for row in found["budgets"])
+    assert found.budgets and all(row.same and not row.swaps for row in found.budgets)
     swapped = {"depth_attention": 1.1, "value_residual": 1.3}
     monkeypatch.setattr(Study, "read_results", lambda self: planted(self, same if self.name == "a" else swapped))
     found = compare(orderings)
-    inside = [row for row in found["budgets"] if 20 <= row["x"] <= 200]
-    assert inside and all(not row["same"] for row in inside)
+    inside = [row for row in found.budgets if 20 <= row.x <= 200]
+    assert inside and all(not row.same for row in inside)
     for row in inside:
-        assert row["orders"][0][0] == "depth_attention" and row["orders"][1][0] == "value_residual"
-        assert [s["pair"] for s in row["swaps"]] == [("depth_attention", "value_residual")]
-        assert row["swaps"][0]["separated"] == [True, True] == row["swaps"][0]["separated_calibrated"]
+        assert row.orders[0][0] == "depth_attention" and row.orders[1][0] == "value_residual"
+        assert [s.pair for s in row.swaps] == [("depth_attention", "value_residual")]
+        assert row.swaps[0].separated == (True, True) == row.swaps[0].separated_calibrated
     assert "depth_attention / value_residual (separated, separated; calibrated: separated, separated)" in \
         format_orderings(orderings, found)
 
@@ -67,7 +60,7 @@ def test_a_sweep_without_every_method_waits(tiny_data, tmp_path, monkeypatch):
         r for r in planted(self, {"depth_attention": 1.2}) if self.name == "a" or r.method != "value_residual"])
     found = compare(orderings)
     lacks = "seed 0 lacks value_residual at " + ", ".join(orderings.sweeps[1].branch_axis.values)
-    assert found["missing"] == {orderings.sweeps[1].config_file: lacks}
+    assert found.missing == {orderings.sweeps[1].config_file: lacks}
     assert f"`{orderings.sweeps[1].config_file}`: {lacks}" in format_orderings(orderings, found)
 
 

@@ -72,7 +72,7 @@ def test_scoring_says_whether_the_measured_multiplier_agrees(studies, monkeypatc
     for planted, verdict in ((1.3, "agrees"), (2.0, "above"), (1.0, "below")):
         monkeypatch.setattr(Study, "read_results", lambda self, m=planted: planted_target(self, m))
         rows = score(prediction, target)
-        assert rows and {row["verdict"] for row in rows} == {verdict}
+        assert rows and {row.verdict for row in rows} == {verdict}
         assert verdict in format_score(prediction, rows)
 
 

@@ -589,14 +589,14 @@ def synthetic_budget_results(study, gain_of, seeds=(0, 1, 2), noise=0.0):
 
 
 def test_the_budget_trend_fits_the_gain_and_finds_where_it_reaches_zero(tiny_data, tmp_path, monkeypatch):
-    from depthattn.study import multiplier
+    from depthattn.study import multiplier, sweep
     from depthattn.study import trend as trends
     from depthattn.study.report import markdown_report
     from depthattn.study.trend import describe_zero, trend
 
     # the rule's 2,000 resamples (and 400 joint fits) are not needed for these margins
     monkeypatch.setattr(trends, "RESAMPLES", 400)
-    monkeypatch.setattr(multiplier, "RESAMPLES", 400)
+    monkeypatch.setattr(sweep, "RESAMPLES", 400)
     monkeypatch.setattr(multiplier, "FIT_RESAMPLES", 50)
 
     axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", '{ a = 1, b = 10, c = 100, d = 1000 }')
@@ -605,29 +605,29 @@ def test_the_budget_trend_fits_the_gain_and_finds_where_it_reaches_zero(tiny_dat
     five = (0, 1, 2, 3, 4)  # a band needs five seeds
     results = synthetic_budget_results(study, lambda x: -0.1 + 0.025 * math.log10(x), seeds=five, noise=0.002)
     fit = trend(study, results, "depth_attention", "vanilla")
-    assert fit["fit"]["slope_per_decade"] == pytest.approx(0.025, abs=1e-9)
-    assert fit["fit"]["intercept"] == pytest.approx(-0.1, abs=1e-9)
-    assert fit["fit"]["slope_low"] - 1e-9 <= 0.025 <= fit["fit"]["slope_high"] + 1e-9
-    assert 5000 < fit["zero_at"] <= 10000 and not fit["zero_is_extrapolated"] and not fit["zero_from_the_start"]
-    assert [p["tokens_per_parameter"] for p in fit["points"]] == [10, 100, 1000, 10000]
-    assert all(p["diff_high"] < 0 for p in fit["points"][:2])
+    assert fit.slope_per_decade == pytest.approx(0.025, abs=1e-9)
+    assert fit.intercept == pytest.approx(-0.1, abs=1e-9)
+    assert fit.slope_low - 1e-9 <= 0.025 <= fit.slope_high + 1e-9
+    assert 5000 < fit.zero_at <= 10000 and not fit.zero_is_extrapolated and not fit.zero_from_the_start
+    assert [p.tokens_per_parameter for p in fit.points] == [10, 100, 1000, 10000]
+    assert all(p.difference.diff_high < 0 for p in fit.points[:2])
     # a gain that does not change with the budget: the band never holds zero
     flat = trend(study, synthetic_budget_results(study, lambda x: -0.05, seeds=five, noise=0.001), "depth_attention",
                  "vanilla")
-    assert flat["zero_at"] is None and flat["fit"]["slope_per_decade"] == pytest.approx(0, abs=1e-9)
+    assert flat.zero_at is None and flat.slope_per_decade == pytest.approx(0, abs=1e-9)
     # no gain at all: the band holds zero from the smallest budget
     none = trend(study, synthetic_budget_results(study, lambda x: 0.0, seeds=five, noise=0.01), "depth_attention",
                  "vanilla")
-    assert none["zero_from_the_start"]
+    assert none.zero_from_the_start
     assert trend(study, results[:10], "depth_attention", "vanilla") is None  # one budget: nothing to fit
     # a gain that reaches zero far past the data: a bound, not an extrapolated number
     short = Study.load(write_study(tmp_path, tiny_data, name="short.toml", axes=axes.replace(", d = 1000", "")))
     far = trend(short, synthetic_budget_results(short, lambda x: -0.1 + 0.027 * math.log10(x), seeds=five,
                                                 noise=0.001), "depth_attention", "vanilla")
-    assert far["zero_at"] is None and far["zero_beyond"] == 2000 and "beyond 2e+03" in describe_zero(far)
+    assert far.zero_at is None and far.zero_beyond == 2000 and "beyond 2e+03" in describe_zero(far)
     # three seeds cannot carry a band: none, and the report says why
     few = trend(study, synthetic_budget_results(study, lambda x: -0.05, noise=0.001), "depth_attention", "vanilla")
-    assert few["band"] is None and few["fit"]["slope_low"] is None and few["zero_at"] is None
+    assert few.band is None and few.slope_low is None and few.zero_at is None
     assert "no band: 3 seeds" in describe_zero(few)
     text = markdown_report(study, results)
     assert "| depth_attention − vanilla |" in text and "+0.0250 [" in text and "Epochs over the training data" in text

@@ -89,3 +89,10 @@ def verdict(low: float | None, high: float | None) -> str | None:
     if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
         return None
     return "grows" if low > 0 else "fades" if high < 0 else "holds"
+
+
+def holm_verdict(p_holm: float, estimate: float) -> str | None:
+    """grows / holds / fades by a Holm-adjusted p-value and the estimate's sign (None without a p-value)."""
+    if math.isnan(p_holm):
+        return None
+    return "holds" if p_holm >= 1 - CONFIDENCE else "grows" if estimate > 0 else "fades"

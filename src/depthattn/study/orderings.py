@@ -3,7 +3,7 @@ whether an ordering is about the method or about the text (configs/analysis/wiki
 budget_sweep_wiki.toml pre-registered before its cells ran).
 
 At every budget both sweeps measure, each sweep's methods are ranked by their data multiplier over the baseline
-(`depthattn.study.depth_axis.sweep_multipliers`: the same multipliers and seed resamples as the sweeps' own reports).
+(`depthattn.study.sweep.Sweep`: the same multipliers and seed resamples as the sweeps' own reports).
 The orders agree or not; each pair of methods that swaps is named, with whether each sweep separates the two (the
 95% seed-bootstrap interval of their multipliers' ratio excludes 1; none below MIN_SEEDS seeds): a swap that
 neither sweep separates is within the seeds' noise.
@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from .calibrated import jackknife_t
-from .depth_axis import SweepMultipliers, read_sweeps, sweep_multipliers
-from .multiplier import first_seed_gaps, percentile_interval
+from .fits import percentile_interval
 from .spec import Study
 from .stats import MIN_SEEDS
+from .sweep import SeedBootstrap, one_model, read_sweeps
 
 
 @dataclass
@@ -39,16 +39,49 @@ class Orderings:
         return cls(title, sweeps, str(path))
 
 
-def _separated(found: SweepMultipliers, a: str, b: str, i: int) -> bool | None:
+@dataclass(frozen=True)
+class Swap:
+    """A pair of methods the two sweeps order differently, and whether each sweep separates them: by the bootstrap
+    interval, by the calibrated one (None without resamples)."""
+
+    pair: tuple[str, str]
+    separated: tuple[bool | None, bool | None]
+    separated_calibrated: tuple[bool | None, bool | None]
+
+
+@dataclass(frozen=True)
+class BudgetOrders:
+    """At one budget: each sweep's order of the methods (highest multiplier first), their multipliers, whether the
+    orders agree and the pairs that swap."""
+
+    label: str
+    x: float
+    orders: tuple[list[str], list[str]]
+    k: tuple[dict[str, float], dict[str, float]]
+    same: bool
+    swaps: list[Swap]
+
+
+@dataclass(frozen=True)
+class OrderingsFound:
+    """Per common budget its `BudgetOrders`, with each sweep's seed count; `missing`: the sweeps without cells yet,
+    each with what its first seed lacks."""
+
+    missing: dict[str, str]
+    budgets: list[BudgetOrders]
+    seeds: list[int] | None = None
+
+
+def _separated(found: SeedBootstrap, a: str, b: str, i: int) -> bool | None:
     """Whether the sweep's resamples put the ratio of a's and b's multipliers at budget i away from 1 (None without
     resamples)."""
-    if found.draws is None:
+    if found.boot is None:
         return None
-    low, high = percentile_interval(np.log(found.draws[a][:, i]) - np.log(found.draws[b][:, i]))
+    low, high = percentile_interval(np.log(found.boot[a][:, i]) - np.log(found.boot[b][:, i]))
     return bool(low > 0 or high < 0)
 
 
-def _separated_calibrated(found: SweepMultipliers, a: str, b: str, i: int) -> bool | None:
+def _separated_calibrated(found: SeedBootstrap, a: str, b: str, i: int) -> bool | None:
     """The same with the calibrated interval (study/calibrated.py) of the log ratio (None below MIN_SEEDS seeds)."""
     if found.loo is None:
         return None
@@ -57,60 +90,55 @@ def _separated_calibrated(found: SweepMultipliers, a: str, b: str, i: int) -> bo
     return bool(low > 0 or high < 0)
 
 
-def compare(orderings: Orderings) -> dict:
-    """Per common budget: each sweep's order of the methods (highest multiplier first), whether the orders agree,
-    and the pairs that swap with whether each sweep separates them; `missing`: the sweeps without cells yet, each
-    with what its first seed lacks."""
-    found = [sweep_multipliers(sweep) for sweep in orderings.sweeps]
-    missing = {sweep.config_file: first_seed_gaps(sweep, sweep.read_results())
-               for sweep, f in zip(orderings.sweeps, found)
-               if f is None or set(f.k) != set(sweep.methods) - {sweep.baseline}}  # an order of every method
+def compare(orderings: Orderings) -> OrderingsFound:
+    """Per common budget: each sweep's order of the methods, whether the orders agree, and the pairs that swap."""
+    loaded = [(study, *one_model(study)) for study in orderings.sweeps]
+    missing = {study.config_file: sweep.first_seed_gaps() for study, sweep, f in loaded
+               if f is None or set(f.k) != set(study.methods) - {study.baseline}}  # an order of every method
     if missing:
-        return {"missing": missing, "budgets": []}
+        return OrderingsFound(missing, [])
+    found = [f for _, _, f in loaded]
     first, second = found
     methods = [m for m in first.k if m in second.k]
     budgets = []
     for label in (label for label in first.labels if label in second.labels):
         at = [f.labels.index(label) for f in found]
-        ks = [{m: float(f.k[m][i]) for m in methods} for f, i in zip(found, at)]
+        ks = tuple({m: float(f.k[m][i]) for m in methods} for f, i in zip(found, at))
         if any(np.isnan(k).any() for k in (np.array(list(k.values())) for k in ks)):
             continue  # a budget only the baseline trains
-        orders = [sorted(methods, key=k.get, reverse=True) for k in ks]
-        swaps = []
-        for a, b in itertools.combinations(methods, 2):
-            if (ks[0][a] > ks[0][b]) != (ks[1][a] > ks[1][b]):
-                swaps.append({"pair": (a, b), "separated": [_separated(f, a, b, i) for f, i in zip(found, at)],
-                              "separated_calibrated": [_separated_calibrated(f, a, b, i) for f, i in zip(found, at)]})
-        budgets.append({"label": label, "x": float(first.x[at[0]]), "orders": orders, "k": ks,
-                        "same": orders[0] == orders[1], "swaps": swaps})
-    return {"missing": {}, "budgets": budgets, "seeds": [len(f.seeds) for f in found]}
+        orders = tuple(sorted(methods, key=k.get, reverse=True) for k in ks)
+        swaps = [Swap((a, b), tuple(_separated(f, a, b, i) for f, i in zip(found, at)),
+                      tuple(_separated_calibrated(f, a, b, i) for f, i in zip(found, at)))
+                 for a, b in itertools.combinations(methods, 2) if (ks[0][a] > ks[0][b]) != (ks[1][a] > ks[1][b])]
+        budgets.append(BudgetOrders(label, float(first.x[at[0]]), orders, ks, orders[0] == orders[1], swaps))
+    return OrderingsFound({}, budgets, [len(f.seeds) for f in found])
 
 
 def _separation(value: bool | None) -> str:
     return "no resamples" if value is None else "separated" if value else "within noise"
 
 
-def format_orderings(orderings: Orderings, found: dict) -> str:
+def format_orderings(orderings: Orderings, found: OrderingsFound) -> str:
     names = [f"`{s.config_file}`" for s in orderings.sweeps]
     lines = [f"# {orderings.title}", "", f"Config: `{orderings.config_file}`; sweeps: {names[0]} and {names[1]}.", ""]
-    if found["missing"]:
+    if found.missing:
         lines += ["Waiting for cells (every method at three budgets, with one seed that every method has at each, "
                   "at least; `depthattn study` on a sweep runs what it lacks):", ""]
-        lines += [f"- `{sweep}`: {gaps}" for sweep, gaps in found["missing"].items()]
+        lines += [f"- `{sweep}`: {gaps}" for sweep, gaps in found.missing.items()]
         return "\n".join(lines) + "\n"
-    lines += [f"Methods by data multiplier over the baseline, highest first (seeds: {found['seeds'][0]} and "
-              f"{found['seeds'][1]}); a swapped pair is separated in a sweep when the 95% seed-bootstrap interval "
+    lines += [f"Methods by data multiplier over the baseline, highest first (seeds: {found.seeds[0]} and "
+              f"{found.seeds[1]}); a swapped pair is separated in a sweep when the 95% seed-bootstrap interval "
               "of its multipliers' ratio excludes 1, said for the first sweep, then the second (no resamples below "
               f"{MIN_SEEDS} seeds), then the same with the calibrated interval (the jackknife t over "
               "leave-one-seed-out values, study/calibrated.py), which holds its coverage where the bootstrap's "
               "percentiles do not: read it where the two disagree.", "",
               f"| tokens per parameter | {names[0]} | {names[1]} | same order | pairs that swap |",
               "|---|---|---|---|---|"]
-    for row in found["budgets"]:
-        orders = [" > ".join(f"{m} {k[m]:.2f}x" for m in order) for order, k in zip(row["orders"], row["k"])]
+    for row in found.budgets:
+        orders = [" > ".join(f"{m} {k[m]:.2f}x" for m in order) for order, k in zip(row.orders, row.k)]
         swaps = "; ".join(f"{a} / {b} ({_separation(s1)}, {_separation(s2)}; calibrated: {_separation(t1)}, "
                           f"{_separation(t2)})"
-                          for (a, b), (s1, s2), (t1, t2) in ((s["pair"], s["separated"], s["separated_calibrated"])
-                                                             for s in row["swaps"])) or "—"
-        lines.append(f"| {row['label']} | {orders[0]} | {orders[1]} | {'yes' if row['same'] else 'no'} | {swaps} |")
+                          for (a, b), (s1, s2), (t1, t2) in ((s.pair, s.separated, s.separated_calibrated)
+                                                             for s in row.swaps)) or "—"
+        lines.append(f"| {row.label} | {orders[0]} | {orders[1]} | {'yes' if row.same else 'no'} | {swaps} |")
     return "\n".join(lines) + "\n"

@@ -8,10 +8,11 @@ import textwrap
 from pathlib import Path
 
 from ..evaluate.plots import save_figure
-from .multiplier import EXTRAPOLATION_LIMIT
+from .multiplier import EXTRAPOLATION_LIMIT, Multipliers
 from .records import CellResult
 from .spec import Study, setting_label
 from .stats import summarize
+from .trend import GainTrend
 
 
 def _wrapped(title: str, fig) -> str:
@@ -126,7 +127,7 @@ def plot_overview(entries: list, columns: list[str], out_png: Path, title: str) 
     return save_figure(fig, out_png)
 
 
-def plot_trend(study: Study, fits: list[dict], out_png: Path) -> Path:
+def plot_trend(study: Study, fits: list[GainTrend], out_png: Path) -> Path:
     """Gains against tokens per parameter (log x): per pair the paired means with 95% intervals, the fitted
     log-linear trend and its bootstrap band shaded; one panel per reference method (the baseline, then each
     contrast's)."""
@@ -135,29 +136,30 @@ def plot_trend(study: Study, fits: list[dict], out_png: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    references = list(dict.fromkeys(fit["against"] for fit in fits))
+    references = list(dict.fromkeys(fit.against for fit in fits))
     fig, axes = plt.subplots(1, len(references), figsize=(6.5 * len(references), 4.5), squeeze=False)
     colours = {m: f"C{i}" for i, m in enumerate(study.methods)}
     for ax, against in zip(axes[0], references):
-        for fit in (f for f in fits if f["against"] == against):
-            colour = colours[fit["method"]]
-            xs = [p["tokens_per_parameter"] for p in fit["points"]]
-            means = [p["diff_mean"] for p in fit["points"]]
-            low = [m - (p["diff_low"] if not math.isnan(p["diff_low"]) else m) for m, p in zip(means, fit["points"])]
-            high = [(p["diff_high"] if not math.isnan(p["diff_high"]) else m) - m for m, p in zip(means, fit["points"])]
+        for fit in (f for f in fits if f.against == against):
+            colour = colours[fit.method]
+            xs = [p.tokens_per_parameter for p in fit.points]
+            gains = [p.difference for p in fit.points]
+            means = [d.diff_mean for d in gains]
+            low = [m - (d.diff_low if not math.isnan(d.diff_low) else m) for m, d in zip(means, gains)]
+            high = [(d.diff_high if not math.isnan(d.diff_high) else m) - m for m, d in zip(means, gains)]
             ax.errorbar(xs, means, yerr=[low, high], fmt="o", capsize=3, color=colour,
-                        label=f"{fit['method']} ({len(fit['seeds'])} seeds)")
-            band = fit["band"]
-            grid = band["x"] if band else [min(xs), max(xs)]
-            line = [fit["fit"]["intercept"] + fit["fit"]["slope_per_decade"] * math.log10(x) for x in grid]
+                        label=f"{fit.method} ({len(fit.seeds)} seeds)")
+            band = fit.band
+            grid = band.x.tolist() if band else [min(xs), max(xs)]
+            line = [fit.intercept + fit.slope_per_decade * math.log10(x) for x in grid]
             ax.plot(grid, line, "-", color=colour, lw=1)
             if band:  # none where the seeds cannot carry one
-                ax.fill_between(band["x"], band["low"], band["high"], color=colour, alpha=0.12)
-            if fit["zero_at"] and not fit["zero_from_the_start"]:
-                ax.axvline(fit["zero_at"], color=colour, ls=":", lw=1)
+                ax.fill_between(band.x, band.low, band.high, color=colour, alpha=0.12)
+            if fit.zero_at and not fit.zero_from_the_start:
+                ax.axvline(fit.zero_at, color=colour, ls=":", lw=1)
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xscale("log")
-        measured = [p["tokens_per_parameter"] for fit in fits for p in fit["points"]]
+        measured = [p.tokens_per_parameter for fit in fits for p in fit.points]
         ax.set_xlim(min(measured) / 2, min(1e4, max(1000, 20 * max(measured))))
         ax.set_xlabel("training tokens per parameter (log); dotted: fitted band reaches zero")
         ax.set_ylabel(f"Δ val loss vs {against} (nats); below 0: better")
@@ -169,7 +171,7 @@ def plot_trend(study: Study, fits: list[dict], out_png: Path) -> Path:
     return save_figure(fig, out_png)
 
 
-def plot_multipliers(study: Study, found: dict, out_png: Path) -> Path:
+def plot_multipliers(study: Study, found: Multipliers, out_png: Path) -> Path:
     """Each method's data multiplier over the baseline against tokens per parameter (log-log): points with their
     95% intervals (none below five seeds), open where read beyond the baseline's measured curve, and the line
     k x^gamma of the slope that gives the verdict."""
@@ -183,22 +185,22 @@ def plot_multipliers(study: Study, found: dict, out_png: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     colours = {m: f"C{i}" for i, m in enumerate(study.methods)}
     pointless = []
-    for row in found["rows"]:
-        points = [p for p in row["points"] if p["printable"]]
-        colour = colours[row["method"]]
-        trend = row["trend"]
+    for row in found.rows:
+        points = [p for p in row.points if p.printable]
+        colour = colours[row.method]
+        trend, gamma = row.trend, row.trend.gamma
         # the method's name on its first point, so that it is in the legend also where no line is drawn
-        label = row["method"] + (f" (slope {trend['gamma']:+.3f}: {trend['verdict']})" if trend["verdict"] else "")
+        label = row.method + (f" (slope {gamma.value:+.3f}: {gamma.verdict})" if gamma.verdict else "")
         for i, p in enumerate(points):
-            k = p["multiplier"]
-            yerr = [[k - p["low"]], [p["high"] - k]] if p["low"] is not None and math.isfinite(p["high"]) else None
-            ax.errorbar(p["tokens_per_parameter"], k, yerr=yerr, fmt="o", capsize=3, color=colour,
-                        mfc="white" if p["extrapolated"] else colour, label=label if i == 0 else None)
+            k = p.multiplier
+            yerr = [[k - p.low], [p.high - k]] if p.low is not None and math.isfinite(p.high) else None
+            ax.errorbar(p.tokens_per_parameter, k, yerr=yerr, fmt="o", capsize=3, color=colour,
+                        mfc="white" if p.extrapolated else colour, label=label if i == 0 else None)
         if not points:  # every multiplier a bound: the legend still names the method (below)
-            pointless.append(row["method"])
-        xs = [p["tokens_per_parameter"] for p in points if math.isfinite(p["multiplier"])]
-        if xs and math.isfinite(trend["gamma"]):
-            ax.plot(xs, [math.exp(trend["log_c"]) * x ** trend["gamma"] for x in xs], "-", color=colour, lw=1)
+            pointless.append(row.method)
+        xs = [p.tokens_per_parameter for p in points if math.isfinite(p.multiplier)]
+        if xs and math.isfinite(gamma.value):
+            ax.plot(xs, [math.exp(trend.log_c) * x ** gamma.value for x in xs], "-", color=colour, lw=1)
     ax.axhline(1, color="black", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from ..files import atomic_write_json
 from ..train.config import MODEL_PRESETS
-from .depth_axis import EXTRAPOLATION_LIMIT, DepthAxis, depth_trend, model_depth, surface_at
-from .multiplier import MIN_BUDGETS, groups, loss_table, multipliers, percentile_interval
+from .depth_axis import DepthAxis, depth_trend
+from .fits import exp_linear
+from .multiplier import EXTRAPOLATION_LIMIT, BudgetTrend, MultiplierPoint, sweep_multipliers
 from .pricing import cell_flops
 from .spec import Study, setting_label
 from .stats import MIN_SEEDS
+from .sweep import MIN_BUDGETS, Sweep, model_depth
 
 FORMAT = "depthattn-multiplier-prediction"
 PAPER_SHAPE = {"label": "paper 1.5B shape", "tokens_per_parameter": 20.0,
@@ -59,11 +60,9 @@ def unscorable(target: Study) -> str:
             f"can never score a prediction: give axes.{axis.name} {MIN_BUDGETS} values or more")
 
 
-def _at(trend: dict, x: float) -> dict:
-    draws = trend["draws"]
-    values = np.exp(draws[:, 1] + draws[:, 0] * math.log(x))
-    low, high = percentile_interval(values)
-    return {"multiplier": math.exp(trend["log_c"] + trend["gamma"] * math.log(x)), "low": low, "high": high}
+def _at(trend: BudgetTrend, x: float) -> dict:
+    multiplier, low, high = exp_linear((trend.log_c, trend.gamma.value), (1.0, math.log(x)), trend.draws[:, ::-1])
+    return {"multiplier": multiplier, "low": low, "high": high}
 
 
 def predict(source: Study, target: Study, date: str, assumes: str) -> dict:
@@ -74,33 +73,34 @@ def predict(source: Study, target: Study, date: str, assumes: str) -> dict:
                          "need a branched budget axis")
     if why := unscorable(target):
         raise ValueError(f"no prediction for {target.name}: {why}")
-    found_groups = groups(source, source.read_results())
-    if len(found_groups) != 1:
-        raise ValueError(f"{source.name} has {len(found_groups)} settings besides its budgets; predict from a sweep "
+    models = Sweep.load(source).models()
+    if len(models) != 1:
+        raise ValueError(f"{source.name} has {len(models)} settings besides its budgets; predict from a sweep "
                          "of one model")
-    found = multipliers(source, next(iter(found_groups.values())))
-    if found is None or any(row["trend"]["draws"] is None for row in found["rows"]):
+    found = sweep_multipliers(next(iter(models.values())))
+    if found is None or any(row.trend.draws is None for row in found.rows):
         raise ValueError(f"{source.name} needs every method at five seeds or more at three budgets or more before it "
                          "can predict (`depthattn study` runs what is missing)")
     budgets = target_budgets(target)
     depth = model_depth(source, source.settings()[0])
-    x_of = dict(zip(found["labels"], found["x"]))
-    fitted = [x_of[label] for label in found["fit_budgets"]] or found["x"]
+    x_of = dict(zip(found.labels, found.x))
+    fitted = [x_of[label] for label in found.fit_budgets] or found.x
     reach = {"depths": [depth], "fit_tokens_per_parameter": [min(fitted), max(fitted)]}
 
     def at(trend, budget):
         return {**budget, **_at(trend, budget["tokens_per_parameter"]), "extrapolated": bool(far_past(reach, budget))}
 
     methods = {}
-    for row in found["rows"]:
-        if row["method"] not in target.methods:
+    for row in found.rows:
+        if row.method not in target.methods:
             continue
-        methods[row["method"]] = {
-            "trend": {"gamma": row["trend"]["gamma"], "gamma_low": row["trend"]["low"],
-                      "gamma_high": row["trend"]["high"], "c": math.exp(row["trend"]["log_c"])},
-            "at": [at(row["trend"], budget) for budget in budgets], "paper": at(row["trend"], PAPER_SHAPE)}
+        gamma = row.trend.gamma
+        methods[row.method] = {
+            "trend": {"gamma": gamma.value, "gamma_low": gamma.low, "gamma_high": gamma.high,
+                      "c": math.exp(row.trend.log_c)},
+            "at": [at(row.trend, budget) for budget in budgets], "paper": at(row.trend, PAPER_SHAPE)}
     return {"format": FORMAT, "date": date, "source": source.config_file, "target": target.config_file,
-            "seeds": found["seeds"], "fit_budgets": found["fit_budgets"], **reach, "baseline": source.baseline,
+            "seeds": found.seeds, "fit_budgets": found.fit_budgets, **reach, "baseline": source.baseline,
             "assumes": assumes, "rule": __doc__.split("\n\n")[1].replace("\n", " "), "methods": methods}
 
 
@@ -145,31 +145,32 @@ def predict_with_depth(axis: DepthAxis, target: Study, date: str, assumes: str) 
     if why := unscorable(target):
         raise ValueError(f"no prediction for {target.name}: {why}")
     trend = depth_trend(axis)
-    if trend["missing"] or any(entry["surface"]["draws"] is None for entry in trend["methods"].values()):
-        few = ", ".join(f"{n} at {depth} layers" for n, depth in zip(trend.get("seeds", []), trend.get("depths", []))
+    if trend.missing or any(entry.surface.draws is None for entry in trend.methods.values()):
+        few = ", ".join(f"{n} at {depth} layers" for n, depth in zip(trend.seeds or [], trend.depths or [])
                         if n < MIN_SEEDS)
         raise ValueError(f"{axis.config_file}: every sweep needs every method at {MIN_SEEDS} seeds or more at three "
                          f"budgets or more before it can predict (waiting for: "
-                         f"{'; '.join(f'{s}: {g}' for s, g in trend['missing'].items()) or f'seeds: {few}'})")
-    low, high = min(trend["depths"]), max(trend["depths"])
+                         f"{'; '.join(f'{s}: {g}' for s, g in trend.missing.items()) or f'seeds: {few}'})")
+    low, high = min(trend.depths), max(trend.depths)
 
     def at(surface, budget):
         outside = max(budget["depth"] / high, low / budget["depth"])
-        return {**budget, **surface_at(surface, budget["tokens_per_parameter"], budget["depth"]),
+        multiplier, low_k, high_k = surface.at(budget["tokens_per_parameter"], budget["depth"])
+        return {**budget, "multiplier": multiplier, "low": low_k, "high": high_k,
                 "extrapolated": outside > EXTRAPOLATION_LIMIT}
 
     budgets = target_budgets(target)
     methods = {}
-    for method, entry in trend["methods"].items():
+    for method, entry in trend.methods.items():
         if method not in target.methods:
             continue
-        surface = entry["surface"]
-        a, gamma, delta = surface["coefficients"]
-        methods[method] = {"trend": {"a": a, "gamma": gamma, "delta": delta, "delta_low": surface["low"],
-                                     "delta_high": surface["high"]},
+        surface = entry.surface
+        a, gamma, delta = surface.coefficients
+        methods[method] = {"trend": {"a": a, "gamma": gamma, "delta": delta, "delta_low": surface.delta.low,
+                                     "delta_high": surface.delta.high},
                            "at": [at(surface, budget) for budget in budgets], "paper": at(surface, PAPER_SHAPE)}
     return {"format": FORMAT, "date": date, "source": axis.config_file, "target": target.config_file,
-            "depths": trend["depths"], "seeds": trend["seeds"], "baseline": target.baseline, "assumes": assumes,
+            "depths": trend.depths, "seeds": trend.seeds, "baseline": target.baseline, "assumes": assumes,
             "rule": DEPTH_RULE, "methods": methods}
 
 
@@ -197,26 +198,37 @@ def read_prediction(path: str | Path) -> dict:
     return data
 
 
-def score(prediction: dict, target: Study) -> list[dict]:
-    """Each predicted budget of `target` that its finished cells measure: predicted and measured multipliers and
-    whether they agree."""
+@dataclass(frozen=True)
+class Score:
+    """A predicted budget that the target's finished cells measure: the prediction file's entry (`predicted`), the
+    measured multiplier and whether the measurement agrees with the prediction or lies above or below it."""
+
+    method: str
+    group: str
+    budget: str
+    predicted: dict
+    measured: MultiplierPoint
+    verdict: str
+
+
+def score(prediction: dict, target: Study) -> list[Score]:
+    """Each predicted budget of `target` that its finished cells measure, scored."""
     measured = {}
-    for label, group in groups(target, target.read_results()).items():
-        found = multipliers(target, group)
-        for row in found["rows"] if found else []:
-            for point in row["points"]:
-                measured[row["method"], label, point["label"]] = point
+    for label, sweep in Sweep.load(target).models().items():
+        found = sweep_multipliers(sweep)
+        for row in found.rows if found else []:
+            for point in row.points:
+                measured[row.method, label, point.label] = point
     rows = []
     for method, entry in prediction["methods"].items():
         for at in entry["at"]:
             point = measured.get((method, at["group"], at["budget"]))
-            if point is None or not point["printable"]:
+            if point is None or not point.printable:
                 continue
-            low, high = (point["low"], point["high"]) if point["low"] is not None else (point["multiplier"],) * 2
+            low, high = (point.low, point.high) if point.low is not None else (point.multiplier,) * 2
             agrees = "agrees" if low <= at["high"] and at["low"] <= high else (
                 "above" if low > at["high"] else "below")
-            rows.append({"method": method, "group": at["group"], "budget": at["budget"], "predicted": at,
-                         "measured": point, "verdict": agrees})
+            rows.append(Score(method, at["group"], at["budget"], at, point, agrees))
     return rows
 
 
@@ -224,16 +236,17 @@ def why_unscored(prediction: dict, target: Study) -> str:
     """Why no finished cell of `target` measures a budget that `prediction` predicts, in words, with what to do."""
     if why := unscorable(target):
         return why
-    results = target.read_results()
-    if not results:
+    sweep = Sweep.load(target)
+    if not sweep.results:
         return f"{target.config_file} has no finished cells yet (`depthattn study {target.config_file}` trains them)"
-    found = groups(target, results)
+    found = sweep.models()
     axis = target.branch_axis
     reasons = []
     for group in dict.fromkeys(at["group"] for entry in prediction["methods"].values() for at in entry["at"]):
         named = f"{group}: " if group else ""
-        cells = found.get(group, [])
-        labels, _, seeds, _ = loss_table(target, cells) if cells else ([], None, [], None)
+        cells = found[group].results if group in found else ()
+        table = found[group].loss_table if cells else None
+        labels, seeds = (table.labels, table.seeds) if table else ([], [])
         if len(labels) < MIN_BUDGETS or not seeds:
             seed = min((r.seed for r in cells), default=target.seeds[0])
             have = {(r.method, r.setting[axis.name]) for r in cells if r.seed == seed}
@@ -251,18 +264,18 @@ def why_unscored(prediction: dict, target: Study) -> str:
 
 
 def _group(study: Study, setting: dict) -> str:
-    """The label of `setting` without its budget: the group `multiplier.groups` files its cells under."""
+    """The label of `setting` without its budget: the model `Sweep.models` files its cells under."""
     return setting_label({name: label for name, label in setting.items() if name != study.branch_axis.name})
 
 
-def format_score(prediction: dict, rows: list[dict], why: str = "") -> str:
+def format_score(prediction: dict, rows: list[Score], why: str = "") -> str:
     lines = [f"prediction of {prediction['date']} from {prediction['source']} for {prediction['target']}:",
              "| method | setting | budget | predicted [95%] | measured [95%] | verdict |", "|---|---|---|---|---|---|"]
     for row in rows:
-        p, m = row["predicted"], row["measured"]
-        interval = f" [{m['low']:.2f}, {m['high']:.2f}]" if m["low"] is not None else ""
-        lines.append(f"| {row['method']} | {row['group'] or '—'} | {row['budget']} | {p['multiplier']:.2f}x "
-                     f"[{p['low']:.2f}, {p['high']:.2f}] | {m['multiplier']:.2f}x{interval} | {row['verdict']} |")
+        p, m = row.predicted, row.measured
+        interval = f" [{m.low:.2f}, {m.high:.2f}]" if m.low is not None else ""
+        lines.append(f"| {row.method} | {row.group or '—'} | {row.budget} | {p['multiplier']:.2f}x "
+                     f"[{p['low']:.2f}, {p['high']:.2f}] | {m.multiplier:.2f}x{interval} | {row.verdict} |")
     if not rows:
         lines.append(f"(no finished cell of the target measures a predicted budget: {why})" if why else
                      "(no finished cells of the target measure a predicted budget yet)")

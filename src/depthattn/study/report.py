@@ -12,8 +12,15 @@ from pathlib import Path
 from ..files import atomic_write_bytes, atomic_write_json
 from ..presets import METHOD_PRESETS
 from ..train.config import read_toml
-from .multiplier import EXTRAPOLATION_LIMIT, MIN_FIT_BUDGETS, REPEATS_FLAG, format_multiplier, groups, multipliers
-from .multiplier import RESAMPLES as MULTIPLIER_RESAMPLES
+from .multiplier import (
+    EXTRAPOLATION_LIMIT,
+    MIN_FIT_BUDGETS,
+    JointFit,
+    MethodMultipliers,
+    Multipliers,
+    format_multiplier,
+    sweep_multipliers,
+)
 from .picks import search_result
 from .plots import plot_curve_differences, plot_differences, plot_multipliers, plot_overview, plot_trend
 from .pricing import H100_BF16_TFLOPS, cell_flops
@@ -29,13 +36,15 @@ from .stats import (
     summarize,
     verdict,
 )
-from .trend import RESAMPLES, describe_zero, paired_by_budget, tokens_per_parameter, trend
+from .sweep import REPEATS_FLAG, Sweep
+from .sweep import RESAMPLES as MULTIPLIER_RESAMPLES
+from .trend import RESAMPLES, GainTrend, describe_zero, paired_by_budget, trend
 from .tuning import format_tuning, rate_axis, tuned_multipliers
 from .wanted import uncertain_cells
 
 
-def markdown_report(study: Study, results: list[CellResult], found: dict[str, dict | None] | None = None,
-                    trends: dict[str, list[dict | None]] | None = None) -> str:
+def markdown_report(study: Study, results: list[CellResult], found: dict[str, Multipliers | None] | None = None,
+                    trends: dict[str, list[GainTrend | None]] | None = None) -> str:
     """The study's report; `found` and `trends`: its `budget_multipliers` and `budget_trends`, where the caller has
     them already."""
     found = found if found is not None else budget_multipliers(study, results)
@@ -54,9 +63,9 @@ def markdown_report(study: Study, results: list[CellResult], found: dict[str, di
     if study.compare:
         lines += [*_compare_table(study, results), ""]
     if study.branch_axis:
-        for label, group in groups(study, results).items():  # a ladder: per size
+        for label, sweep in Sweep(study, tuple(results)).models().items():  # a ladder: per size
             lines += [f"**{label}**, against the budget:", ""] if label else []
-            lines += [*_trend_table(study, group, trends[label]), ""]
+            lines += [*_trend_table(sweep, trends[label]), ""]
             multiplier = _multiplier_tables(study, found[label])
             lines += [*multiplier, ""] if multiplier else []
         tuned = tuned_multipliers(study, results) if rate_axis(study) else None
@@ -174,18 +183,19 @@ def trend_pairs(study: Study) -> list[tuple[str, str]]:
     return [(m, study.baseline) for m in study.methods if m != study.baseline] + [tuple(c) for c in study.contrasts]
 
 
-def budget_trends(study: Study, results: list[CellResult]) -> dict[str, list[dict | None]]:
+def budget_trends(study: Study, results: list[CellResult]) -> dict[str, list[GainTrend | None]]:
     """A branched study's fitted gains per budget group: for each of its `trend_pairs`, the `trend.trend` fit (None
     where too few budgets or seeds)."""
-    found = groups(study, results) if study.branch_axis else {}
-    return {label: [trend(study, group, *pair) for pair in trend_pairs(study)] for label, group in found.items()}
+    found = Sweep(study, tuple(results)).models() if study.branch_axis else {}
+    return {label: [trend(study, list(sweep.results), *pair) for pair in trend_pairs(study)]
+            for label, sweep in found.items()}
 
 
-def _trend_table(study: Study, results: list[CellResult], fits: list[dict | None]) -> list[str]:
+def _trend_table(sweep: Sweep, fits: list[GainTrend | None]) -> list[str]:
     """Each gain at every budget (paired by seed, 95% interval), its fitted log-linear trend (`fits`, one per pair
     of `trend_pairs`) and where the trend's bootstrap band first holds zero. A budget only the baseline trains has
     no gain: its epochs are stated, it gets no column."""
-    x_of = tokens_per_parameter(study, results)
+    study, results, x_of = sweep.study, list(sweep.results), sweep.tokens_per_parameter
     if not x_of:
         return []
     axis = study.branch_axis
@@ -210,9 +220,8 @@ def _trend_table(study: Study, results: list[CellResult], fits: list[dict | None
             else:
                 cells.append("—")
         if fit:
-            f = fit["fit"]
-            interval = f" [{f['slope_low']:+.4f}, {f['slope_high']:+.4f}]" if f["slope_low"] is not None else ""
-            tail = f"{f['slope_per_decade']:+.4f}{interval} | {describe_zero(fit)} |"
+            interval = f" [{fit.slope_low:+.4f}, {fit.slope_high:+.4f}]" if fit.slope_low is not None else ""
+            tail = f"{fit.slope_per_decade:+.4f}{interval} | {describe_zero(fit)} |"
         else:
             tail = "— | — |"
         lines.append(f"| {method} − {against} | " + " | ".join(cells) + f" | {tail}")
@@ -228,22 +237,22 @@ def flops_ratios(study: Study) -> dict[str, float]:
     return {m: cell_flops(study, setting, m)["flops"] / base for m in study.methods}
 
 
-def budget_multipliers(study: Study, results: list[CellResult]) -> dict[str, dict | None]:
+def budget_multipliers(study: Study, results: list[CellResult]) -> dict[str, Multipliers | None]:
     """A branched study's multipliers (`multiplier.multipliers`, with each method's FLOPs ratio) per budget group."""
-    found = groups(study, results) if study.branch_axis else {}
+    found = Sweep(study, tuple(results)).models() if study.branch_axis else {}
     ratios = flops_ratios(study) if found else None
-    return {label: multipliers(study, group, ratios) for label, group in found.items()}
+    return {label: sweep_multipliers(sweep, ratios) for label, sweep in found.items()}
 
 
-def _multiplier_tables(study: Study, found: dict | None) -> list[str]:
+def _multiplier_tables(study: Study, found: Multipliers | None) -> list[str]:
     """Each method's data and compute multiplier over the baseline at every budget, the slope of the multiplier
     with the budget (the verdict) and the joint fit."""
     if found is None:
         return []
-    x = dict(zip(found["labels"], found["x"]))
-    head = " | ".join(f"{x[label]:.2g} tok/param" for label in found["labels"])
-    n = len(found["seeds"])
-    fit = found["fit"]
+    x = dict(zip(found.labels, found.x))
+    head = " | ".join(f"{x[label]:.2g} tok/param" for label in found.labels)
+    n = len(found.seeds)
+    fit = found.fit
     lines = [f"As multipliers: the tokens {study.baseline} needs to reach each method's mean loss, over the "
              f"method's tokens (data multiplier; divided by the method's training FLOPs per token over "
              f"{study.baseline}'s: compute multiplier), from {study.baseline}'s mean loss curve over the budgets "
@@ -251,27 +260,26 @@ def _multiplier_tables(study: Study, found: dict | None) -> list[str]:
              f"{n} seeds: those every method has at every budget within {REPEATS_FLAG:g} epochs (a longer budget "
              "shows a method once it has every one of them; — until then).", "",
              f"| data multiplier | {head} | gamma: slope of log multiplier per log budget [95% CI] | verdict |",
-             "|---|" + "---|" * (len(found["labels"]) + 2)]
-    for row in found["rows"]:
-        trend = row["trend"]
-        gamma = f"{trend['gamma']:+.3f}" + (f" [{trend['low']:+.3f}, {trend['high']:+.3f}]" if trend["low"] is not
-                                            None else "")
-        if math.isnan(trend["gamma"]):
+             "|---|" + "---|" * (len(found.labels) + 2)]
+    for row in found.rows:
+        slope = row.trend.gamma
+        gamma = f"{slope.value:+.3f}" + (f" [{slope.low:+.3f}, {slope.high:+.3f}]" if slope.low is not None else "")
+        if math.isnan(slope.value):
             gamma = f"— (under two budgets within {REPEATS_FLAG:g} epochs)"
-        lines.append(f"| {row['method']} | " + " | ".join(_at_each(found, row, format_multiplier))
-                     + f" | {gamma} | {trend['verdict'] or f'too few seeds ({n})'} |")
+        lines.append(f"| {row.method} | " + " | ".join(_at_each(found, row, format_multiplier))
+                     + f" | {gamma} | {slope.verdict or f'too few seeds ({n})'} |")
     lines += _calibrated_table(found, head)
     lines += ["", f"| compute multiplier | FLOPs per token over {study.baseline} | {head} |",
-              "|---|---|" + "---|" * len(found["labels"])]
-    for row in found["rows"]:
-        ratio = row["flops_ratio"] or 1.0
-        lines.append(f"| {row['method']} | {ratio:.3f} | "
+              "|---|---|" + "---|" * len(found.labels)]
+    for row in found.rows:
+        ratio = row.flops_ratio or 1.0
+        lines.append(f"| {row.method} | {ratio:.3f} | "
                      + " | ".join(_at_each(found, row, lambda p: format_multiplier(p, ratio))) + " |")
-    epochs = [f"{x[p['label']]:.2g}: {p['read_epochs']:.2f}" for p in found["rows"][0]["points"]
-              if p["read_epochs"] is not None] if found["rows"] else []
+    epochs = [f"{x[p.label]:.2g}: {p.read_epochs:.2f}" for p in found.rows[0].points
+              if p.read_epochs is not None] if found.rows else []
     if fit is None:
         lines += ["", f"No joint fit: it needs {MIN_FIT_BUDGETS} budgets that pass over the data at most "
-                      f"{REPEATS_FLAG:g} times (here: {len(found['fit_budgets'])})."]
+                      f"{REPEATS_FLAG:g} times (here: {len(found.fit_budgets)})."]
     else:
         lines += _joint_fit_table(found, fit, n)
     return [*lines, "", f"Each multiplier: point [95% interval from {MULTIPLIER_RESAMPLES:,} bootstrap resamples of "
@@ -284,60 +292,61 @@ def _multiplier_tables(study: Study, found: dict | None) -> list[str]:
                         "zero: holds."]
 
 
-def _calibrated_table(found: dict, head: str) -> list[str]:
+def _calibrated_table(found: Multipliers, head: str) -> list[str]:
     """The same multipliers and gammas with calibrated intervals (study/calibrated.py), and gamma's verdict with
     Holm's adjustment over the methods: the reading to believe where it differs from the table above."""
-    rows = [row for row in found["rows"] if row["trend"].get("t_low") is not None]
+    rows = [row for row in found.rows if row.trend.gamma.t_low is not None]
     if not rows:
         return []
     lines = ["", "The same with calibrated intervals: the jackknife t-interval over leave-one-seed-out values "
-                 f"(n − 1 = {len(found['seeds']) - 1} degrees of freedom, on the log scale for multipliers), which "
+                 f"(n − 1 = {len(found.seeds) - 1} degrees of freedom, on the log scale for multipliers), which "
                  "holds its 95% coverage at five seeds where the bootstrap percentiles above cover about 85% "
                  "(tests/study/test_calibrated.py); the verdict again, and with Holm's adjustment over the methods "
                  "(p from the same t statistic). Read these where the two disagree."
              + (" The held-out documents' variance is added (every cell stores each document's loss: a jackknife "
-                "leaving out one of 10 groups of documents at a time)." if found.get("documents") else
+                "leaving out one of 10 groups of documents at a time)." if found.documents else
                 " They hold the seeds' variance only, not the held-out documents' (these cells predate storing each "
                 "document's loss)."), "",
              f"| calibrated | {head} | gamma [calibrated 95% CI] | verdict | p (Holm) | verdict (Holm) |",
-             "|---|" + "---|" * (len(found["labels"]) + 4)]
+             "|---|" + "---|" * (len(found.labels) + 4)]
     for row in rows:
-        trend = row["trend"]
-        lines.append(f"| {row['method']} | "
-                     + " | ".join(_at_each(found, row, lambda p: format_multiplier(p, interval="t_")))
-                     + f" | {trend['gamma']:+.3f} [{trend['t_low']:+.3f}, {trend['t_high']:+.3f}] | "
-                       f"{trend['t_verdict']} | {trend['p_holm']:.3f} | {trend['holm_verdict']} |")
+        trend, gamma = row.trend, row.trend.gamma
+        lines.append(f"| {row.method} | "
+                     + " | ".join(_at_each(found, row, lambda p: format_multiplier(p, calibrated=True)))
+                     + f" | {gamma.value:+.3f} [{gamma.t_low:+.3f}, {gamma.t_high:+.3f}] | "
+                       f"{gamma.t_verdict} | {trend.p_holm:.3f} | {trend.holm_verdict} |")
     return lines
 
 
-def _at_each(found: dict, row: dict, write) -> list[str]:
+def _at_each(found: Multipliers, row: MethodMultipliers, write) -> list[str]:
     """`write(point)` of the row's method at each of the table's budgets; "—" where its cells are still to come."""
-    at = {p["label"]: p for p in row["points"]}
-    return [write(at[label]) if label in at else "—" for label in found["labels"]]
+    at = {p.label: p for p in row.points}
+    return [write(at[label]) if label in at else "—" for label in found.labels]
 
 
-def _joint_fit_table(found: dict, fit: dict, n: int) -> list[str]:
-    lines = ["", f"Joint fit over {', '.join(found['fit_budgets'])} tokens per parameter (the budgets that pass "
+def _joint_fit_table(found: Multipliers, fit: JointFit, n: int) -> list[str]:
+    lines = ["", f"Joint fit over {', '.join(found.fit_budgets)} tokens per parameter (the budgets that pass "
                  f"over the data at most {REPEATS_FLAG:g} times): L_m(D) = E + B (k_m D^(1 + gamma_m))^-beta, "
-                 f"E = {fit['E']:.3f}, B = {fit['B']:.3f}, beta = {fit['beta']:.3f}, root-mean-square residual "
-                 f"{fit['rms_residual']:.4f} nats" + _bound_note(fit) + ":", "",
+                 f"E = {fit.E:.3f}, B = {fit.B:.3f}, beta = {fit.beta:.3f}, root-mean-square residual "
+                 f"{fit.rms_residual:.4f} nats" + _bound_note(fit) + ":", "",
              "| method | k (at 1 tok/param) | gamma [95% CI] | multiplier at 20 tok/param [95% CI] | joint fit says |",
              "|---|---|---|---|---|"]
-    for method, row in fit["methods"].items():
-        ci = (lambda lo, hi: f" [{lo:+.3f}, {hi:+.3f}]") if row["gamma_low"] is not None else (lambda lo, hi: "")
-        at = f"{row['at']:.2f}x" + (f" [{row['at_low']:.2f}, {row['at_high']:.2f}]" if row["at_low"] else "")
-        if not fit["at_printable"]:
+    for method, row in fit.methods.items():
+        gamma = row.gamma
+        interval = f" [{gamma.low:+.3f}, {gamma.high:+.3f}]" if gamma.low is not None else ""
+        at = f"{row.at:.2f}x" + (f" [{row.at_low:.2f}, {row.at_high:.2f}]" if row.at_low else "")
+        if not fit.at_printable:
             at = f"— (past {EXTRAPOLATION_LIMIT:g} x the fitted budgets)"
-        lines.append(f"| {method} | {row['k']:.3f} | {row['gamma']:+.4f}{ci(row['gamma_low'], row['gamma_high'])}"
-                     f" | {at} | {row['verdict'] or f'too few seeds ({n})'} |")
+        lines.append(f"| {method} | {row.k:.3f} | {gamma.value:+.4f}{interval}"
+                     f" | {at} | {gamma.verdict or f'too few seeds ({n})'} |")
     return lines
 
 
-def _bound_note(fit: dict) -> str:
+def _bound_note(fit: JointFit) -> str:
     """'; at a bound of the fit: E = 0 (its lower bound), ...' where a parameter sits on one; '' otherwise."""
-    if not fit.get("at_bounds"):
+    if not fit.at_bounds:
         return ""
-    return (f"; **at a bound of the fit**: {', '.join(fit['at_bounds'])}, so the data do not place it and the other "
+    return (f"; **at a bound of the fit**: {', '.join(fit.at_bounds)}, so the data do not place it and the other "
             "parameters absorb the difference: read them with care")
 
 

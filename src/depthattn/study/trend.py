@@ -15,26 +15,64 @@ stated as a bound, not a number.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from .fits import percentile_interval, semi_log_fit
 from .records import CellResult
 from .spec import Study
-from .stats import MIN_SEEDS, paired_difference
+from .stats import MIN_SEEDS, Difference, paired_difference
+from .sweep import Sweep
 
 RESAMPLES = 2000
 GRID = np.logspace(-1, 4, 501)  # 0.1 to 10,000 tokens per parameter
 ZERO_LIMIT = 2.0
 
 
+@dataclass(frozen=True)
+class GainPoint:
+    """The paired gain at one budget, over every seed that has both cells there."""
+
+    label: str
+    tokens_per_parameter: float
+    difference: Difference
+
+
+@dataclass(frozen=True)
+class Band:
+    """The fitted gain's 95% bootstrap band over the grid `x` of tokens per parameter."""
+
+    x: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+@dataclass(frozen=True)
+class GainTrend:
+    """gain(x) = intercept + slope_per_decade log10(x) of `method` over `against` through the mean gains at each
+    budget (`points`; the fit over `seeds`, those common to every budget), with the slope's bootstrap interval and
+    band, and where the band first holds zero: `zero_at` (None past ZERO_LIMIT x the largest budget, then
+    `zero_beyond`, or where it never does), whether past the largest budget, whether already at the smallest."""
+
+    method: str
+    against: str
+    seeds: list[int]
+    points: list[GainPoint]
+    intercept: float
+    slope_per_decade: float
+    slope_low: float | None = None
+    slope_high: float | None = None
+    band: Band | None = None
+    zero_at: float | None = None
+    zero_is_extrapolated: bool = False
+    zero_from_the_start: bool = False
+    zero_beyond: float | None = None
+
+
 def tokens_per_parameter(study: Study, results: list[CellResult]) -> dict[str, float]:
     """Per budget label of the branched (or first) axis: training tokens per parameter of the baseline model."""
-    axis = study.branch_axis or study.axes[0]
-    out = {}
-    for label in axis.values:
-        base = [r for r in results if r.setting[axis.name] == label and r.method == study.baseline]
-        if base:
-            out[label] = base[0].train_tokens / base[0].params_total
-    return out
+    return Sweep(study, tuple(results)).tokens_per_parameter
 
 
 def paired_by_budget(study: Study, results: list[CellResult], method: str, against: str) -> dict[str, dict]:
@@ -50,13 +88,7 @@ def paired_by_budget(study: Study, results: list[CellResult], method: str, again
     return out
 
 
-def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Least squares y = a + b log10(x): (a, b)."""
-    b, a = np.polyfit(np.log10(x), y, 1)
-    return float(a), float(b)
-
-
-def trend(study: Study, results: list[CellResult], method: str, against: str, seed: int = 0) -> dict | None:
+def trend(study: Study, results: list[CellResult], method: str, against: str, seed: int = 0) -> GainTrend | None:
     """The paired gain of `method` over `against` at each budget, its fitted log-linear trend with a bootstrap
     band, and where the band first holds zero; None with fewer than three budgets or two common seeds."""
     x_of = tokens_per_parameter(study, results)
@@ -67,46 +99,39 @@ def trend(study: Study, results: list[CellResult], method: str, against: str, se
     labels = sorted(pairs, key=x_of.get)
     x = np.array([x_of[label] for label in labels])
     table = np.array([[pairs[label][s][0] - pairs[label][s][1] for s in seeds] for label in labels])  # (budgets, seeds)
-    a, b = fit_line(x, table.mean(axis=1))
+    a, b = semi_log_fit(x, table.mean(axis=1))
     points = []  # at each budget every seed that has both cells, not only the seeds common to all budgets
     for label in labels:
         values, baseline = zip(*pairs[label].values())
-        points.append({"label": label, "tokens_per_parameter": x_of[label],
-                       **paired_difference(values, baseline).to_dict()})
-    out = {"method": method, "against": against, "seeds": seeds, "points": points,
-           "fit": {"intercept": a, "slope_per_decade": b, "slope_low": None, "slope_high": None},
-           "band": None, "zero_at": None, "zero_is_extrapolated": False, "zero_from_the_start": False,
-           "zero_beyond": None}
+        points.append(GainPoint(label, x_of[label], paired_difference(values, baseline)))
     if len(seeds) < MIN_SEEDS:
-        return out
+        return GainTrend(method, against, seeds, points, a, b)
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(seeds), size=(RESAMPLES, len(seeds)))
-    fits = np.array([fit_line(x, table[:, draw].mean(axis=1)) for draw in draws])  # (RESAMPLES, 2)
+    fits = np.array([semi_log_fit(x, table[:, draw].mean(axis=1)) for draw in draws])  # (RESAMPLES, 2)
     curves = fits[:, :1] + fits[:, 1:] * np.log10(GRID)[None, :]  # (RESAMPLES, grid)
-    low, high = np.percentile(curves, [2.5, 97.5], axis=0)
+    low, high = percentile_interval(curves, interpolate=True, axis=0)
     holds_zero = (low <= 0) & (high >= 0) & (GRID >= x.min())
     zero = float(GRID[np.argmax(holds_zero)]) if holds_zero.any() else None
     beyond = zero is not None and zero > ZERO_LIMIT * x.max()
-    slope_low, slope_high = np.percentile(fits[:, 1], [2.5, 97.5])
-    out["fit"].update(slope_low=float(slope_low), slope_high=float(slope_high))
-    out.update(band={"x": GRID.tolist(), "low": low.tolist(), "high": high.tolist()},
-               zero_at=None if beyond else zero, zero_is_extrapolated=zero is not None and zero > x.max(),
-               zero_from_the_start=zero is not None and zero <= GRID[np.searchsorted(GRID, x.min())],
-               zero_beyond=float(ZERO_LIMIT * x.max()) if beyond else None)
-    return out
+    slope_low, slope_high = percentile_interval(fits[:, 1], interpolate=True)
+    return GainTrend(method, against, seeds, points, a, b, slope_low, slope_high, Band(GRID, low, high),
+                     None if beyond else zero, zero is not None and zero > x.max(),
+                     zero is not None and zero <= GRID[np.searchsorted(GRID, x.min())],
+                     float(ZERO_LIMIT * x.max()) if beyond else None)
 
 
-def describe_zero(fit: dict) -> str:
+def describe_zero(fit: GainTrend) -> str:
     """Where the fitted gain's 95% band first holds zero, in words."""
-    if fit["band"] is None:
-        return f"no band: {len(fit['seeds'])} seeds, fewer than the {MIN_SEEDS} a seed bootstrap needs"
-    if fit["zero_beyond"] is not None:
-        return (f"beyond {fit['zero_beyond']:,.3g} tokens per parameter ({ZERO_LIMIT:g} x the largest budget; "
+    if fit.band is None:
+        return f"no band: {len(fit.seeds)} seeds, fewer than the {MIN_SEEDS} a seed bootstrap needs"
+    if fit.zero_beyond is not None:
+        return (f"beyond {fit.zero_beyond:,.3g} tokens per parameter ({ZERO_LIMIT:g} x the largest budget; "
                 "further is not extrapolated)")
-    if fit["zero_from_the_start"]:
+    if fit.zero_from_the_start:
         return "its band holds zero already at the smallest budget"
-    if fit["zero_at"] is None:
+    if fit.zero_at is None:
         return f"its band excludes zero up to {GRID[-1]:,.0f} tokens per parameter"
-    where = f"{fit['zero_at']:,.3g} tokens per parameter"
-    return f"{where} (extrapolated)" if fit["zero_is_extrapolated"] else where
+    where = f"{fit.zero_at:,.3g} tokens per parameter"
+    return f"{where} (extrapolated)" if fit.zero_is_extrapolated else where
 

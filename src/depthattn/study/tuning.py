@@ -2,7 +2,7 @@
 whose rule was written before its cells ran) read against the baseline at its best rate.
 
 - The baseline's envelope: at every budget, its rate with the lowest mean loss over the seeds; the envelope is those
-  means, made non-increasing (the curve of `multiplier.BaselineCurve`). Choosing the rate on the same held-out data
+  means, made non-increasing (the curve of `curve.BaselineCurve`). Choosing the rate on the same held-out data
   that scores the methods biases the envelope low, in the baseline's favour: the comparison is conservative.
 - Each method at its own best rate per budget (chosen the same way), and at the reference rate, as data
   multipliers on that envelope.
@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .calibrated import holm, jackknife_p, log_jackknife_t, t_quantile
-from .multiplier import BaselineCurve, groups, loss_table
+from .curve import BaselineCurve
 from .records import CellResult
 from .spec import Study
 from .stats import CONFIDENCE, MIN_SEEDS
+from .sweep import Sweep
 
 RATE_KEY = "optim.lr"
 
@@ -112,12 +113,12 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     if axis is None or study.branch_axis is None:
         return None
     by_rate = {}
-    for group in groups(study, results).values():
-        rate = group[0].setting[axis.name]
-        group_labels, group_x, group_seeds, table = loss_table(study, group)
-        if study.baseline not in table:
+    for sweep in Sweep(study, tuple(results)).models().values():
+        rate = sweep.results[0].setting[axis.name]
+        found = sweep.loss_table
+        if study.baseline not in found.losses:
             return None
-        by_rate[rate] = (group_labels, group_x, group_seeds, table)
+        by_rate[rate] = (found.labels, found.x, found.seeds, found.losses)
     if reference not in by_rate or len(by_rate) < 2:
         return None
     labels = [label for label in by_rate[reference][0] if all(label in v[0] for v in by_rate.values())]
