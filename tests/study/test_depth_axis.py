@@ -139,10 +139,14 @@ def test_a_depth_informed_prediction_reads_the_surface_at_each_rungs_depth(tiny_
     prediction = predict_with_depth(axis, target, "2026-11-29", "width does not matter")
     entry = prediction["methods"]["depth_attention"]
     assert entry["trend"]["delta"] == pytest.approx(0.2, abs=0.03)
-    for at in entry["at"]:  # the rungs: 2 layers, inside the sweeps' depths
-        assert at["depth"] == 2 and not at["extrapolated"]
+    assert entry["trend"]["eta"] == pytest.approx(0.0, abs=0.03)  # the primary surface has the budget x depth term
+    for at in entry["at"]:  # the rungs: 2 layers, inside the sweeps' depths, far below their budgets
+        assert at["depth"] == 2 and at["extrapolated"]
         assert at["low"] <= at["multiplier"] <= at["high"]
         assert at["multiplier"] == pytest.approx(1.1 * 2 ** 0.2, rel=0.05)
+        shapes = at["shapes"].values()  # the interval spans every shape's calibrated interval
+        assert at["low"] == min(s["low"] for s in shapes if s["low"] is not None)
+        assert at["high"] == max(s["high"] for s in shapes if s["high"] is not None)
     assert entry["paper"]["depth"] == 48 and entry["paper"]["extrapolated"]  # 6x past the deepest sweep
     planted = planted_target(target, 1.1 * 2 ** 0.2)  # the rungs' own cells, as planted at their depth
     monkeypatch.setattr(Study, "read_results", lambda self: planted)
@@ -196,3 +200,25 @@ def test_a_gain_from_depth_that_shrinks_with_the_budget_is_an_interaction(tiny_d
     plant(monkeypatch, lambda x, depth: 1.1 * depth ** 0.2)
     trend_of = depth_trend(axis).methods["depth_attention"].interaction
     assert trend_of.coefficients[3] == pytest.approx(0.0, abs=0.015) and trend_of.eta.t_verdict == "holds"
+
+
+def test_a_depth_informed_prediction_reads_tokens_per_non_embedding_parameter(tiny_data, tmp_path, monkeypatch):
+    """A multiplier planted in tokens per non-embedding parameter (embeddings are 25% to 57% of these sweeps'
+    parameters) is recovered at a rung's count in that unit, which the file states beside the other count."""
+    from depthattn.study.predictions import _non_embedding_scale, predict_with_depth
+    from depthattn.study.pricing import cell_flops
+
+    axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
+    scale = {sweep_depth(s): _non_embedding_scale(s) for s in axis.sweeps}
+    assert all(1.3 < s < 2.5 for s in scale.values())
+    plant(monkeypatch, lambda x, depth: 1.1 * (x * scale[depth]) ** 0.1 * depth ** 0.2)
+    target = Study.load(write_study(tmp_path, tiny_data, name="rungs.toml", axes=RUNGS, seeds=range(5)))
+    prediction = predict_with_depth(axis, target, "2026-12-05", "nothing")
+    assert prediction["unit"] == "tokens per non-embedding parameter"
+    entry = prediction["methods"]["depth_attention"]
+    assert entry["trend"]["gamma"] == pytest.approx(0.1, abs=0.03)
+    for at in entry["at"]:
+        cost = cell_flops(target, {"budget": at["budget"]}, target.baseline)
+        assert at["tokens_per_parameter"] == pytest.approx(cost["tokens"] / cost["params_non_embedding"])
+        assert at["tokens_per_parameter_counting_embeddings"] == pytest.approx(cost["tokens"] / cost["params"])
+        assert at["multiplier"] == pytest.approx(1.1 * at["tokens_per_parameter"] ** 0.1 * 2 ** 0.2, rel=0.05)

@@ -1,6 +1,8 @@
 """Predictions from a finished sweep for another study's budgets, written once, scored on the target's cells."""
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
@@ -91,6 +93,11 @@ def test_the_study_command_writes_a_prediction_and_scores_it_on_written_cells(st
     assert main(["study", target.config_file, "--score-predictions", written, "--results", target.results]) == 0
     table = capsys.readouterr().out
     assert table.count("| depth_attention |") == 6 and "above" in table and "agrees" not in table
+    assert "superseded" not in table
+    # a later prediction supersedes it: the file stays as it is, its folder's superseded.json says why
+    (Path(written).parent / "superseded.json").write_text(json.dumps({Path(written).name: "read the wrong unit"}))
+    assert main(["study", target.config_file, "--score-predictions", written, "--results", target.results]) == 0
+    assert capsys.readouterr().out.startswith("superseded: read the wrong unit\n")
 
 
 def test_a_target_of_two_budgets_is_refused_up_front_and_scoring_says_why_it_cannot_score(studies, tmp_path,

@@ -185,7 +185,7 @@ def duration(seconds: float) -> str:
 
 def predictions(studies: list[Study], args: argparse.Namespace) -> int:
     from ..study import Study
-    from ..study.predictions import format_score, predict, read_prediction, score, why_unscored
+    from ..study.predictions import format_score, predict, read_prediction, score, superseded, why_unscored
 
     for study in studies:
         if args.predict_for:
@@ -194,6 +194,8 @@ def predictions(studies: list[Study], args: argparse.Namespace) -> int:
                                 args.assumes), args)
         else:
             prediction = read_prediction(args.score_predictions)
+            if why := superseded(args.score_predictions):
+                print(f"superseded: {why}")
             rows = score(prediction, study)
             print(format_score(prediction, rows, "" if rows else why_unscored(prediction, study)))
     return 0

@@ -26,7 +26,7 @@ from .fits import Slope, exp_linear, log_log_fit, log_surface_fit, percentile_in
 from .multiplier import EXTRAPOLATION_LIMIT, MultiplierPoint, format_multiplier, point
 from .spec import Study
 from .stats import MIN_SEEDS
-from .sweep import REPEATS_FLAG, SeedBootstrap, one_model, read_sweeps, sweep_depth
+from .sweep import REPEATS_FLAG, SeedBootstrap, one_model, read_sweeps, sweep_depth, within_repeats
 
 
 @dataclass
@@ -49,10 +49,12 @@ class DepthAxis:
 
 @dataclass(frozen=True)
 class AtDepth:
-    """One sweep's multipliers and their resamples, at its depth."""
+    """One sweep's multipliers and their resamples, at its depth; `x_scale` turns its budgets' tokens per parameter
+    into the unit a fit reads them in (1: as the sweep counts them)."""
 
     depth: int
     sample: SeedBootstrap
+    x_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -152,12 +154,9 @@ def _calibrated(value: float, leave_one_out: np.ndarray) -> tuple[None, None, fl
 def depth_trend(axis: DepthAxis) -> DepthTrend:
     """Per method: its multiplier at each common budget and depth, delta per budget with intervals, and the
     surface."""
-    found = [(study, *one_model(study)) for study in axis.sweeps]
-    missing = {study.config_file: sweep.first_seed_gaps() for study, sweep, sample in found if sample is None}
+    missing, sweeps = _at_depths(axis)
     if missing:
         return DepthTrend(missing, {})
-    sweeps = independent_resamples(sorted((AtDepth(sweep.depth, sample) for _, sweep, sample in found),
-                                          key=lambda s: s.depth))
     depths = np.array([s.depth for s in sweeps], dtype=float)
     labels = [label for label in sweeps[0].sample.labels if all(label in s.sample.labels for s in sweeps)]
     methods = [m for m in sweeps[0].sample.k if all(m in s.sample.k for s in sweeps)]
@@ -202,16 +201,102 @@ def _surface(sweeps: list[AtDepth], method: str, resampled: bool, groups: int | 
                         Slope(float(coefficients[2]), low, high, t_low, t_high))
 
 
-def _surface_points(sweeps: list[AtDepth], method: str, resample: int | None = None, left_out: int | None = None):
-    """(x, depth, k) of every sweep's budgets read within REPEATS_FLAG epochs: the estimates, or those of bootstrap
-    resample `resample`, or those with seed `left_out` (its position) left out of every sweep."""
+def _at_depths(axis: DepthAxis, x_scales: dict[str, float] | None = None) -> tuple[dict[str, str], list[AtDepth]]:
+    """The axis's sweeps read once, shallowest first, with independent resamples (and each sweep's `x_scale` from
+    `x_scales`, by config file); or, where some lack cells, what each of those lacks."""
+    found = [(study, *one_model(study)) for study in axis.sweeps]
+    missing = {study.config_file: sweep.first_seed_gaps() for study, sweep, sample in found if sample is None}
+    if missing:
+        return missing, []
+    scales = x_scales or {}
+    return {}, independent_resamples(sorted((AtDepth(sweep.depth, sample, scales.get(study.config_file, 1.0))
+                                             for study, sweep, sample in found), key=lambda s: s.depth))
+
+
+def _surface_points(sweeps: list[AtDepth], method: str, resample: int | None = None, left_out: int | None = None,
+                    epochs: float = REPEATS_FLAG):
+    """(x, depth, k) of every sweep's budgets read within `epochs` passes over its data: the estimates, or those of
+    bootstrap resample `resample`, or those with seed `left_out` (its position) left out of every sweep."""
     def k(s: SeedBootstrap, i):
         if resample is not None:
             return s.boot[method][resample, i]
         return s.k[method][i] if left_out is None else s.loo[method][left_out, i]
 
-    return [(float(s.sample.x[i]), s.depth, float(k(s.sample, i))) for s in sweeps
-            for i in np.flatnonzero(s.sample.in_fit)]
+    return [(float(s.sample.x[i] * s.x_scale), s.depth, float(k(s.sample, i))) for s in sweeps
+            for i in np.flatnonzero(within_repeats(s.sample.x, s.sample.epochs_per_x, epochs))]
+
+
+@dataclass(frozen=True)
+class CurveShape:
+    """A shape of the depth surface: with or without the budget x depth term, fitted over the budgets read within
+    `epochs` passes over the data."""
+
+    name: str
+    interaction: bool
+    epochs: float
+
+
+# The shapes a depth-informed prediction reads (configs/analysis/depth_axis.toml, the rule of 2026-12-05): the first
+# is the primary surface, whose value is the prediction; the interval spans all three.
+PREDICTION_SHAPES = (CurveShape("with the budget x depth term", True, REPEATS_FLAG),
+                     CurveShape("without the budget x depth term", False, REPEATS_FLAG),
+                     CurveShape("with the budget x depth term, budgets read within one epoch", True, 1.0))
+
+
+@dataclass(frozen=True)
+class ShapeFit:
+    """One method's surface of one shape: its coefficients (a, gamma, delta[, eta]) and theirs with each seed
+    position left out of every sweep (`left_out`, (groups, coefficients); None below MIN_SEEDS seeds)."""
+
+    shape: CurveShape
+    coefficients: tuple[float, ...]
+    left_out: np.ndarray | None
+
+    def at(self, x: float, depth: float) -> tuple[float, float | None, float | None]:
+        """The multiplier at x (in the unit the surface was fitted in) and `depth` layers, with its calibrated 95%
+        interval (the grouped jackknife t on the log scale); nan where this shape could not be fitted."""
+        features = np.array([1.0, math.log(x), math.log(depth)]
+                            + ([math.log(x) * math.log(depth)] if self.shape.interaction else []))
+        log_k = float(np.dot(self.coefficients, features))
+        if self.left_out is None:
+            return math.exp(log_k), None, None
+        low, high = jackknife_t(np.array(log_k), self.left_out @ features)
+        return math.exp(log_k), math.exp(low), math.exp(high)
+
+
+@dataclass(frozen=True)
+class PredictionSurfaces:
+    """Per method, its surface in every shape of PREDICTION_SHAPES, fitted with the budgets in one unit; the sweeps'
+    depths and seed counts, the fitted budgets' range in that unit, and `missing` as `DepthTrend`'s."""
+
+    missing: dict[str, str]
+    methods: dict[str, list[ShapeFit]]
+    depths: list[int] | None = None
+    seeds: list[int] | None = None
+    fitted_x: tuple[float, float] | None = None
+
+
+def prediction_surfaces(axis: DepthAxis, x_scales: dict[str, float]) -> PredictionSurfaces:
+    """Every method's surface in each of PREDICTION_SHAPES, each sweep's budgets multiplied by its `x_scales` entry
+    (by config file) into the unit the prediction reads."""
+    missing, sweeps = _at_depths(axis, x_scales)
+    if missing:
+        return PredictionSurfaces(missing, {})
+    groups = _grouped_loo(sweeps)
+    methods = [m for m in sweeps[0].sample.k if all(m in s.sample.k for s in sweeps)]
+    out = {}
+    for method in methods:
+        fits = []
+        for shape in PREDICTION_SHAPES:
+            def fit(left_out=None, shape=shape):
+                return log_surface_fit(_surface_points(sweeps, method, left_out=left_out, epochs=shape.epochs),
+                                       interaction=shape.interaction)
+            left_out = np.array([fit(j) for j in range(groups)]) if groups else None
+            fits.append(ShapeFit(shape, tuple(map(float, fit())), left_out))
+        out[method] = fits
+    x = [x for x, _, _ in _surface_points(sweeps, methods[0])] if methods else [math.nan]
+    return PredictionSurfaces({}, out, [s.depth for s in sweeps], [len(s.sample.seeds) for s in sweeps],
+                              (min(x), max(x)))
 
 
 def _grouped_loo(sweeps: list[AtDepth]) -> int | None:

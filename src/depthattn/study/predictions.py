@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..files import atomic_write_json
 from ..train.config import MODEL_PRESETS
-from .depth_axis import DepthAxis, depth_trend
+from .depth_axis import DepthAxis, ShapeFit, prediction_surfaces
 from .fits import exp_linear
 from .multiplier import EXTRAPOLATION_LIMIT, BudgetTrend, MultiplierPoint, sweep_multipliers
 from .pricing import cell_flops
@@ -44,7 +44,9 @@ def target_budgets(target: Study) -> list[dict]:
         cost = cell_flops(target, setting, target.baseline)
         rest = {name: label for name, label in setting.items() if name != target.branch_axis.name}
         out.append({"group": setting_label(rest), "budget": setting[target.branch_axis.name],
-                    "tokens_per_parameter": cost["tokens"] / cost["params"], "depth": model_depth(target, setting)})
+                    "tokens_per_parameter": cost["tokens"] / cost["params"],
+                    "tokens_per_non_embedding_parameter": cost["tokens"] / cost["params_non_embedding"],
+                    "depth": model_depth(target, setting)})
     return out
 
 
@@ -137,46 +139,70 @@ def extrapolations(prediction: dict) -> list[str]:
 
 
 def predict_with_depth(axis: DepthAxis, target: Study, date: str, assumes: str) -> dict:
-    """The depth-informed prediction for every budget of `target` and the paper's shape: the depth axis's surface
-    (depthattn.study.depth_axis) read at each budget's tokens per parameter and depth; a depth more than
-    EXTRAPOLATION_LIMIT times past the sweeps' is marked `extrapolated`."""
+    """The depth-informed prediction for every budget of `target` and the paper's shape, by the rule of
+    configs/analysis/depth_axis.toml of 2026-12-05 (DEPTH_RULE): budgets in tokens per non-embedding parameter, the
+    value of the surface with the budget x depth term, the interval spanning the calibrated intervals of every shape
+    in PREDICTION_SHAPES; a budget read more than EXTRAPOLATION_LIMIT times past the sweeps' depths or fitted budgets
+    is marked `extrapolated`."""
     if target.branch_axis is None:
         raise ValueError(f"{target.name} has no branched budget axis to predict")
     if why := unscorable(target):
         raise ValueError(f"no prediction for {target.name}: {why}")
-    trend = depth_trend(axis)
-    if trend.missing or any(entry.surface.draws is None for entry in trend.methods.values()):
-        few = ", ".join(f"{n} at {depth} layers" for n, depth in zip(trend.seeds or [], trend.depths or [])
-                        if n < MIN_SEEDS)
+    found = prediction_surfaces(axis, {sweep.config_file: _non_embedding_scale(sweep) for sweep in axis.sweeps})
+    few = ", ".join(f"{n} at {depth} layers" for n, depth in zip(found.seeds or [], found.depths or [])
+                    if n < MIN_SEEDS)
+    if found.missing or few:
         raise ValueError(f"{axis.config_file}: every sweep needs every method at {MIN_SEEDS} seeds or more at three "
                          f"budgets or more before it can predict (waiting for: "
-                         f"{'; '.join(f'{s}: {g}' for s, g in trend.missing.items()) or f'seeds: {few}'})")
-    low, high = min(trend.depths), max(trend.depths)
+                         f"{'; '.join(f'{s}: {g}' for s, g in found.missing.items()) or f'seeds: {few}'})")
+    if any(fit.left_out is None for fits in found.methods.values() for fit in fits):
+        raise ValueError(f"{axis.config_file}: a calibrated interval leaves one seed position out of every sweep at "
+                         f"once, so every sweep needs the same seeds (they have {found.seeds})")
+    reach = {"depths": found.depths, "fit_tokens_per_parameter": list(found.fitted_x)}
 
-    def at(surface, budget):
-        outside = max(budget["depth"] / high, low / budget["depth"])
-        multiplier, low_k, high_k = surface.at(budget["tokens_per_parameter"], budget["depth"])
-        return {**budget, "multiplier": multiplier, "low": low_k, "high": high_k,
-                "extrapolated": outside > EXTRAPOLATION_LIMIT}
+    def at(fits: list[ShapeFit], budget: dict) -> dict:
+        shapes = {fit.shape.name: fit.at(budget["tokens_per_parameter"], budget["depth"]) for fit in fits}
+        shapes = {name: [None if math.isnan(v) else v for v in read] for name, read in shapes.items()}
+        fitted = [(low, high) for _, low, high in shapes.values() if low is not None]  # a shape too few budgets fit
+        return {**budget, "multiplier": shapes[fits[0].shape.name][0],
+                "low": min((low for low, _ in fitted), default=None),
+                "high": max((high for _, high in fitted), default=None),
+                "shapes": {name: dict(zip(("multiplier", "low", "high"), read)) for name, read in shapes.items()},
+                "extrapolated": bool(far_past(reach, budget))}
 
-    budgets = target_budgets(target)
     methods = {}
-    for method, entry in trend.methods.items():
+    for method, fits in found.methods.items():
         if method not in target.methods:
             continue
-        surface = entry.surface
-        a, gamma, delta = surface.coefficients
-        methods[method] = {"trend": {"a": a, "gamma": gamma, "delta": delta, "delta_low": surface.delta.low,
-                                     "delta_high": surface.delta.high},
-                           "at": [at(surface, budget) for budget in budgets], "paper": at(surface, PAPER_SHAPE)}
+        trend = {fit.shape.name: dict(zip(("a", "gamma", "delta", "eta"), fit.coefficients)) for fit in fits}
+        methods[method] = {"trend": {**trend[fits[0].shape.name], "shapes": trend},
+                           "at": [at(fits, _in_the_fields_unit(budget)) for budget in target_budgets(target)],
+                           "paper": at(fits, PAPER_SHAPE)}
     return {"format": FORMAT, "date": date, "source": axis.config_file, "target": target.config_file,
-            "depths": trend.depths, "seeds": trend.seeds, "baseline": target.baseline, "assumes": assumes,
-            "rule": DEPTH_RULE, "methods": methods}
+            "unit": "tokens per non-embedding parameter", **reach, "seeds": found.seeds, "baseline": target.baseline,
+            "assumes": assumes, "rule": DEPTH_RULE, "methods": methods}
 
 
-DEPTH_RULE = ("The surface log k = a + gamma log x + delta log L (x tokens per parameter, L layers) fitted to the "
-              "depth axis's sweeps over their budgets within two epochs, read at each target budget's x and depth, "
-              "with the 95% interval of the sweeps' seed-bootstrap resamples (seed uncertainty only).")
+def _in_the_fields_unit(budget: dict) -> dict:
+    """A target budget read in tokens per non-embedding parameter, the count with embeddings beside it."""
+    rest = {key: value for key, value in budget.items() if key != "tokens_per_non_embedding_parameter"}
+    return {**rest, "tokens_per_parameter": budget["tokens_per_non_embedding_parameter"],
+            "tokens_per_parameter_counting_embeddings": budget["tokens_per_parameter"]}
+
+
+def _non_embedding_scale(sweep: Study) -> float:
+    """Tokens per non-embedding parameter over tokens per parameter in `sweep`'s baseline model."""
+    cost = cell_flops(sweep, sweep.settings()[0], sweep.baseline)
+    return cost["params"] / cost["params_non_embedding"]
+
+
+DEPTH_RULE = ("configs/analysis/depth_axis.toml's rule of 2026-12-05. Budgets in tokens per non-embedding parameter "
+              "(x), in the sweeps and the target alike. The surface log k = a + gamma log x + delta log L + eta log x "
+              "log L (L layers), fitted to the depth axis's sweeps over their budgets within two epochs, read at "
+              "each target budget's x and depth, is the prediction; its 95% interval spans the calibrated intervals "
+              "(grouped jackknife t, seeds) of three curve shapes: that surface, the surface without eta, and the "
+              "surface with eta over the budgets within one epoch. The paper's shape is read at 20 tokens per "
+              "non-embedding parameter. Neither holds the step to another width, tokenizer or corpus.")
 
 
 def write_prediction(prediction: dict, folder: Path) -> Path:
@@ -188,6 +214,16 @@ def write_prediction(prediction: dict, folder: Path) -> Path:
                               "--prediction-date YYYY-MM-DD, or write it into another --predictions folder")
     atomic_write_json(path, prediction)
     return path
+
+
+SUPERSEDED = "superseded.json"  # beside the prediction files: {file name: why a later prediction replaces it}
+
+
+def superseded(path: str | Path) -> str:
+    """Why the prediction file at `path` is superseded, from SUPERSEDED in its folder; '' where it is not. A
+    prediction file is never changed, so this is how one is marked."""
+    index = Path(path).parent / SUPERSEDED
+    return json.loads(index.read_text()).get(Path(path).name, "") if index.exists() else ""
 
 
 def read_prediction(path: str | Path) -> dict:

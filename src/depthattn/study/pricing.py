@@ -28,7 +28,8 @@ def _vocab_size(study: Study, data_path: str) -> int:
 
 
 def cell_flops(study: Study, setting: dict, method: str) -> dict:
-    """Training tokens, parameters and FLOPs of one cell (any seed)."""
+    """Training tokens, parameters (`params` every one, `params_non_embedding` without the input embedding and the
+    output head: the field's count) and FLOPs of one cell (any seed)."""
     cfg = study.cell_config(Cell(setting, method, study.seeds[0]))
     config = build_model_config(cfg, _vocab_size(study, cfg.data.path), None)
     costs = method_costs(config)
@@ -38,7 +39,9 @@ def cell_flops(study: Study, setting: dict, method: str) -> dict:
     attention = 2 * L * T * config.num_attention_heads * config.head_dim
     forward = 2 * weights + attention + costs["extra_flops_per_token"]
     tokens = cfg.train.steps * cfg.train.batch_size * cfg.train.grad_accum * T
-    return {"tokens": tokens, "params": costs["params_total"], "flops": 3 * forward * tokens}
+    tables = embeddings * (1 if config.tie_word_embeddings else 2)
+    return {"tokens": tokens, "params": costs["params_total"], "params_non_embedding": costs["params_total"] - tables,
+            "flops": 3 * forward * tokens}
 
 
 def run_flops(study: Study, setting: dict, method: str) -> dict:

@@ -230,10 +230,10 @@ def one_model(study: Study) -> tuple[Sweep, SeedBootstrap | None]:
     return sweep, next(iter(models.values())).bootstrap if len(models) == 1 else None
 
 
-def within_repeats(x: float | np.ndarray, epochs_per_x: float | None) -> np.ndarray:
-    """Whether budgets `x` (tokens per parameter) pass over the data at most REPEATS_FLAG times; all do when the
-    cells do not say how many epochs they trained."""
-    return np.asarray(x) * (epochs_per_x or 0) <= REPEATS_FLAG
+def within_repeats(x: float | np.ndarray, epochs_per_x: float | None, epochs: float = REPEATS_FLAG) -> np.ndarray:
+    """Whether budgets `x` (tokens per parameter) pass over the data at most `epochs` times; all do when the cells
+    do not say how many epochs they trained."""
+    return np.asarray(x) * (epochs_per_x or 0) <= epochs
 
 
 def data_multipliers(x: np.ndarray, curve: BaselineCurve, method: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
