@@ -128,3 +128,21 @@ def test_a_build_is_loaded_again_without_compiling_until_its_source_changes(monk
     monkeypatch.setattr(cpu, "_SOURCE", changed)
     with pytest.raises(RuntimeError, match="needs a C\\+\\+ compiler"):
         cpu.load_cpu_kernel()
+
+
+def test_a_finished_build_is_found_however_torch_locks_its_folder(monkeypatch, tmp_path):
+    """torch up to 2.14 marks a build in progress by its lock file's existence; torch 2.15 by an OS advisory lock on
+    a file that stays after the build: there a finished build beside that file is loaded, one whose lock is held is
+    not (until 2.15 every later process rebuilt, and without a compiler failed)."""
+    from filelock import FileLock
+
+    folder = tmp_path / "build"
+    folder.mkdir()
+    assert not cpu._being_built(folder)
+    (folder / "lock").touch()
+    monkeypatch.setattr(cpp_extension, "FileLock", FileLock, raising=False)  # torch 2.15's way
+    assert not cpu._being_built(folder)
+    with FileLock(str(folder / "lock")):
+        assert cpu._being_built(folder)
+    monkeypatch.delattr(cpp_extension, "FileLock", raising=False)  # torch 2.14's way
+    assert cpu._being_built(folder)

@@ -42,7 +42,7 @@ def _build_folder() -> Path:
 def _load_built(folder: Path):
     """The module built earlier in `folder` (by any checkout), or None: none there, or one still being built."""
     built = folder / f"{folder.name}.so"
-    if not built.is_file() or (folder / "lock").exists():
+    if not built.is_file() or _being_built(folder):
         return None
     spec = importlib.util.spec_from_file_location(folder.name, built)
     module = importlib.util.module_from_spec(spec)
@@ -51,6 +51,25 @@ def _load_built(folder: Path):
     except ImportError:  # not loadable here after all: build it again
         return None
     return module
+
+
+def _being_built(folder: Path) -> bool:
+    """Whether a build holds `folder`'s lock: torch up to 2.14 holds it by the lock file's existence (FileBaton),
+    torch 2.15 by an OS advisory lock on that file (filelock), which stays after the build."""
+    from torch.utils import cpp_extension
+
+    lock = folder / "lock"
+    if not lock.exists():
+        return False
+    if not hasattr(cpp_extension, "FileLock"):  # torch <= 2.14
+        return True
+    from filelock import FileLock, Timeout
+
+    try:
+        with FileLock(str(lock), timeout=0):
+            return False
+    except Timeout:
+        return True
 
 
 @functools.cache
