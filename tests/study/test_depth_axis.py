@@ -3,7 +3,8 @@
 import pytest
 
 from depthattn.study import Study
-from depthattn.study.depth_axis import DepthAxis, depth_trend, format_depth_axis
+from depthattn.study.depth_axis import DepthAxis, depth_trend
+from depthattn.study.render.analyses import format_depth_axis
 from depthattn.study.sweep import sweep_depth
 from tests.study.test_multiplier import BUDGETS, fewer_resamples, planted_results  # noqa: F401 (a fixture)
 from tests.study.test_study import BASE, WSD_BUDGETS, write_study

@@ -8,7 +8,8 @@ import pytest
 from depthattn.study import CellResult, Study
 from depthattn.study.curve import BaselineCurve
 from depthattn.study.fits import Slope
-from depthattn.study.multiplier import BudgetTrend, MethodMultipliers, MultiplierPoint, format_multiplier, multipliers
+from depthattn.study.multiplier import BudgetTrend, MethodMultipliers, MultiplierPoint, multipliers
+from depthattn.study.render.numbers import format_multiplier
 from depthattn.study.report import markdown_report
 from tests.study.test_study import WSD_BUDGETS, write_study
 
@@ -169,7 +170,7 @@ def test_a_budget_past_two_epochs_waits_for_every_seed_and_costs_none(study):
 
 
 def test_the_difference_figure_leaves_out_budgets_only_the_baseline_trains(tiny_data, tmp_path, monkeypatch):
-    from depthattn.study import plots
+    from depthattn.study.render import figures as plots
 
     axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS).replace(
         "branches = true", 'branches = true\nbaseline_only = ["f"]')
@@ -184,7 +185,8 @@ def test_the_difference_figure_leaves_out_budgets_only_the_baseline_trains(tiny_
 
 
 def test_every_study_figure_keeps_a_long_title_inside_the_figure(tiny_data, tmp_path, monkeypatch):
-    from depthattn.study import plots, report
+    from depthattn.study import report
+    from depthattn.study.render import figures as plots
 
     title = "Budget sweep at many layers: 0.5 to 20 tokens per parameter, vanilla alone to 30 (bytes, 16 layers x 64)"
     axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS)
@@ -222,7 +224,8 @@ def test_the_fitted_multiplier_is_not_stated_far_past_the_fitted_budgets(study, 
 def test_the_multiplier_figure_names_every_method(study, monkeypatch, tmp_path, epochs_per_x):
     """Where every budget reads the baseline's curve past 2 epochs there is no slope and no line; the legend
     still says whose points are whose."""
-    from depthattn.study import plots, report
+    from depthattn.study import report
+    from depthattn.study.render import figures as plots
 
     results = planted_results(study, lambda x: 1.3, noise=0.005, epochs_per_x=epochs_per_x)
     assert math.isnan(report.budget_multipliers(study, results)[""].rows[0].trend.gamma.value) == (
@@ -254,7 +257,7 @@ def test_a_shallow_fitted_curve_read_far_past_its_end_is_infinite_without_an_ove
 def test_the_multiplier_figure_names_a_method_whose_every_multiplier_is_a_bound(study, monkeypatch, tmp_path):
     import warnings
 
-    from depthattn.study import plots
+    from depthattn.study.render import figures as plots
 
     bound = MultiplierPoint("a", 10.0, 30.0, 300.0, True, False, None, 10.0, 50.0)
     found = type("Found", (), {"rows": [MethodMultipliers("depth_attention", None, (bound,),

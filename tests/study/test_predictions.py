@@ -8,13 +8,13 @@ import pytest
 
 from depthattn.study import Study
 from depthattn.study.predictions import (
-    format_score,
     predict,
     read_prediction,
     score,
     why_unscored,
     write_prediction,
 )
+from depthattn.study.render.analyses import format_score
 from tests.study.test_multiplier import BUDGETS, fewer_resamples, planted_results  # noqa: F401 (a fixture)
 from tests.study.test_study import WSD_BUDGETS, write_study
 

@@ -591,8 +591,9 @@ def synthetic_budget_results(study, gain_of, seeds=(0, 1, 2), noise=0.0):
 def test_the_budget_trend_fits_the_gain_and_finds_where_it_reaches_zero(tiny_data, tmp_path, monkeypatch):
     from depthattn.study import multiplier, sweep
     from depthattn.study import trend as trends
+    from depthattn.study.render.numbers import describe_zero
     from depthattn.study.report import markdown_report
-    from depthattn.study.trend import describe_zero, trend
+    from depthattn.study.trend import trend
 
     # the rule's 2,000 resamples (and 400 joint fits) are not needed for these margins
     monkeypatch.setattr(trends, "RESAMPLES", 400)

@@ -185,7 +185,8 @@ def duration(seconds: float) -> str:
 
 def predictions(studies: list[Study], args: argparse.Namespace) -> int:
     from ..study import Study
-    from ..study.predictions import format_score, predict, read_prediction, score, superseded, why_unscored
+    from ..study.predictions import predict, read_prediction, score, superseded, why_unscored
+    from ..study.render.analyses import format_score
 
     for study in studies:
         if args.predict_for:
@@ -203,7 +204,7 @@ def predictions(studies: list[Study], args: argparse.Namespace) -> int:
 
 def write_dated(prediction: dict, args: argparse.Namespace) -> None:
     """Write a prediction file; say where, and which of its budgets read the source far past what it measured."""
-    from ..study.depth_axis import EXTRAPOLATION_LIMIT
+    from ..study.multiplier import EXTRAPOLATION_LIMIT
     from ..study.predictions import extrapolations, write_prediction
 
     print(f"prediction: {write_prediction(prediction, Path(args.predictions))}")
@@ -216,9 +217,10 @@ def write_dated(prediction: dict, args: argparse.Namespace) -> None:
 def analyses(args: argparse.Namespace) -> int:
     from ..files import atomic_write_bytes
     from ..study import Study
-    from ..study.depth_axis import DepthAxis, depth_trend, format_depth_axis
-    from ..study.orderings import Orderings, compare, format_orderings
+    from ..study.depth_axis import DepthAxis, depth_trend
+    from ..study.orderings import Orderings, compare
     from ..study.predictions import predict_with_depth
+    from ..study.render.analyses import format_depth_axis, format_orderings
     from ..train.config import config_path, read_toml
 
     if args.configs:

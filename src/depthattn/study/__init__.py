@@ -46,9 +46,10 @@ study/index.toml.
 from ..lazy import lazy_names
 from .picks import with_picks
 from .records import Cell, CellResult
+from .render.numbers import format_interval
 from .report import IndexPage, markdown_report, report_study, setting_differences, write_index, write_report
 from .spec import Axis, Search, Study, cell_key, setting_label
-from .stats import format_interval, paired_difference, summarize, verdict
+from .stats import paired_difference, summarize, verdict
 from .store import CellStore
 from .wanted import pending_cells, uncertain_cells
 

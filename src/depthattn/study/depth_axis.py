@@ -23,9 +23,8 @@ import numpy as np
 
 from .calibrated import jackknife_t
 from .fits import Slope, exp_linear, log_log_fit, log_surface_fit, percentile_interval
-from .multiplier import EXTRAPOLATION_LIMIT, MultiplierPoint, format_multiplier, point
+from .multiplier import MultiplierPoint, point
 from .spec import Study
-from .stats import MIN_SEEDS
 from .sweep import REPEATS_FLAG, SeedBootstrap, one_model, read_sweeps, sweep_depth, within_repeats
 
 
@@ -308,66 +307,3 @@ def _grouped_loo(sweeps: list[AtDepth]) -> int | None:
     return counts.pop()
 
 
-def _interval(low, high) -> str:
-    return f" [{low:+.3f}, {high:+.3f}]" if low is not None else ""
-
-
-def _interaction_lines(found: InteractionSurface) -> list[str]:
-    """The surface with a budget x depth term, as the analysis config's rule states it."""
-    a, gamma, delta, eta = found.coefficients
-    if math.isnan(eta):
-        return []
-    at = "; ".join(f"{x:g}: {slope.value:+.3f}{_interval(slope.t_low, slope.t_high)}"
-                   + (f" **{slope.t_verdict}**" if slope.t_verdict else "") for x, slope in found.delta_at.items())
-    eta_text = f"eta {eta:+.3f}{_interval(found.eta.t_low, found.eta.t_high)}"
-    if found.eta.t_verdict:
-        eta_text += f" (calibrated): the gain from depth **{found.eta.t_verdict}** with the budget"
-    return [f"With a budget x depth term (the primary surface since 2026-12-05): log k = {a:+.3f} {gamma:+.3f} "
-            f"log x {delta:+.3f} log L {eta:+.3f} log x log L; {eta_text}. Slope in depth, delta + eta log x "
-            f"[calibrated], at tokens per parameter {at}.", ""]
-
-
-def format_depth_axis(axis: DepthAxis, trend: DepthTrend) -> str:
-    """The depth axis as Markdown: per method, the multiplier at each depth and budget, delta with its interval and
-    verdict, then the surface."""
-    lines = [f"# {axis.title}", "", f"Config: `{axis.config_file}`; sweeps: "
-             + ", ".join(f"`{s.config_file}`" for s in axis.sweeps) + ".", ""]
-    if trend.missing:
-        lines += ["Waiting for cells (three budgets and one seed that every method has at each, at least; "
-                  "`depthattn study` on a sweep runs what it lacks):", ""]
-        lines += [f"- `{sweep}`: {gaps}" for sweep, gaps in trend.missing.items()]
-        return "\n".join(lines) + "\n"
-    depths = trend.depths
-    seeds = ", ".join(f"{n} at {d} layers" for n, d in zip(trend.seeds, depths))
-    baseline = axis.sweeps[0].baseline
-    lines += [f"Data multiplier over {baseline} at each depth (seeds: {seeds}), as each sweep's own report states "
-              f"it: † read on {baseline}'s fitted curve beyond that sweep's measured budgets (more than "
-              f"{EXTRAPOLATION_LIMIT:g}x beyond: a bound instead), ‡ read on it past {REPEATS_FLAG:g} epochs; "
-              "delta: the slope of log multiplier against log depth, with its 95% seed-bootstrap interval (none below "
-              f"{MIN_SEEDS} seeds in every sweep).", ""]
-    for method, entry in trend.methods.items():
-        s = entry.surface.delta
-        calibrated = s.t_low is not None
-        lines += [f"## {method}", "", "| tokens per parameter | " + " | ".join(f"{d} layers" for d in depths)
-                  + " | delta [95%] | with depth |" + (" delta [calibrated 95%] | with depth |" if calibrated else ""),
-                  "|---" * (len(depths) + 3 + 2 * calibrated) + "|"]
-        for row in entry.budgets:
-            cells = [format_multiplier(point) for point in row.points]
-            d = row.delta
-            lines.append(f"| {row.label} | " + " | ".join(cells) + f" | {d.value:+.3f}"
-                         f"{_interval(d.low, d.high)} | {d.verdict or '—'} |"
-                         + (f" {d.value:+.3f}{_interval(d.t_low, d.t_high)} | {d.t_verdict} |" if calibrated else ""))
-        a, gamma, delta = entry.surface.coefficients
-        lines += ["", f"Surface over the budgets read within {REPEATS_FLAG:g} epochs: log k = {a:+.3f} "
-                  f"{gamma:+.3f} log x {delta:+.3f} log L; delta{_interval(s.low, s.high)}: "
-                  f"**{s.verdict or 'no verdict (too few seeds)'}** with depth"
-                  + (f"; calibrated{_interval(s.t_low, s.t_high)}: **{s.t_verdict}**" if calibrated else "")
-                  + ".", ""]
-        lines += _interaction_lines(entry.interaction)
-    if any(entry.surface.delta.t_low is not None for entry in trend.methods.values()):
-        lines += ["Calibrated: the jackknife t-interval (study/calibrated.py), each leave-one-out fit leaving one seed "
-                  "position out of every sweep at once (a seed's runs at each depth share its data order); the "
-                  "bootstrap percentiles beside it under-cover at five seeds. Read these where the two disagree.", ""]
-    lines.append(f"A prediction read more than {EXTRAPOLATION_LIMIT:g}x past the measured depths ({depths[0]} to "
-                 f"{depths[-1]} layers) is marked as an extrapolation.")
-    return "\n".join(lines) + "\n"

@@ -42,7 +42,7 @@ from .curve import power_law
 from .fits import Slope, exp_linear, log_log_fit, percentile_interval
 from .records import CellResult
 from .spec import Study
-from .sweep import REPEATS_FLAG, SeedBootstrap, Sweep
+from .sweep import SeedBootstrap, Sweep
 
 FIT_RESAMPLES = 400  # the joint fit is a nonlinear least squares: fewer resamples, each warm-started
 EXTRAPOLATION_LIMIT = 2.0
@@ -284,22 +284,3 @@ def joint_fit(x: np.ndarray, table: dict[str, np.ndarray], baseline: str, rng: n
                     bool(FIT_AT <= EXTRAPOLATION_LIMIT * float(np.max(x))))
 
 
-def format_multiplier(point: MultiplierPoint, flops_ratio: float = 1.0, calibrated: bool = False) -> str:
-    """'1.23x [1.10, 1.41]' with † for an extrapolation and ‡ where the baseline's curve is read past
-    REPEATS_FLAG epochs; the limit where it reads too far past the measured budgets. The interval: the percentile
-    bootstrap's, or the calibrated one's."""
-    if not point.printable:  # a bound instead: the limit of the curve that may be read
-        if math.isnan(point.read_at):
-            return "—"
-        x, read, limit = point.tokens_per_parameter, point.read_at, EXTRAPOLATION_LIMIT
-        bound = point.curve_high * limit if read > x else point.curve_low / limit
-        return f"{'>' if read > x else '<'} {bound / x / flops_ratio:.2f}x†"
-    text = f"{point.multiplier / flops_ratio:.2f}x"
-    low, high = (point.t_low, point.t_high) if calibrated else (point.low, point.high)
-    if low is not None:
-        text += f" [{low / flops_ratio:.2f}, {high / flops_ratio:.2f}]"
-    if point.extrapolated:
-        text += "†"
-    if point.read_epochs is not None and point.read_epochs > REPEATS_FLAG:
-        text += "‡"
-    return text

@@ -20,7 +20,6 @@ import numpy as np
 from .calibrated import jackknife_t
 from .fits import percentile_interval
 from .spec import Study
-from .stats import MIN_SEEDS
 from .sweep import SeedBootstrap, one_model, read_sweeps
 
 
@@ -114,31 +113,3 @@ def compare(orderings: Orderings) -> OrderingsFound:
     return OrderingsFound({}, budgets, [len(f.seeds) for f in found])
 
 
-def _separation(value: bool | None) -> str:
-    return "no resamples" if value is None else "separated" if value else "within noise"
-
-
-def format_orderings(orderings: Orderings, found: OrderingsFound) -> str:
-    names = [f"`{s.config_file}`" for s in orderings.sweeps]
-    lines = [f"# {orderings.title}", "", f"Config: `{orderings.config_file}`; sweeps: {names[0]} and {names[1]}.", ""]
-    if found.missing:
-        lines += ["Waiting for cells (every method at three budgets, with one seed that every method has at each, "
-                  "at least; `depthattn study` on a sweep runs what it lacks):", ""]
-        lines += [f"- `{sweep}`: {gaps}" for sweep, gaps in found.missing.items()]
-        return "\n".join(lines) + "\n"
-    lines += [f"Methods by data multiplier over the baseline, highest first (seeds: {found.seeds[0]} and "
-              f"{found.seeds[1]}); a swapped pair is separated in a sweep when the 95% seed-bootstrap interval "
-              "of its multipliers' ratio excludes 1, said for the first sweep, then the second (no resamples below "
-              f"{MIN_SEEDS} seeds), then the same with the calibrated interval (the jackknife t over "
-              "leave-one-seed-out values, study/calibrated.py), which holds its coverage where the bootstrap's "
-              "percentiles do not: read it where the two disagree.", "",
-              f"| tokens per parameter | {names[0]} | {names[1]} | same order | pairs that swap |",
-              "|---|---|---|---|---|"]
-    for row in found.budgets:
-        orders = [" > ".join(f"{m} {k[m]:.2f}x" for m in order) for order, k in zip(row.orders, row.k)]
-        swaps = "; ".join(f"{a} / {b} ({_separation(s1)}, {_separation(s2)}; calibrated: {_separation(t1)}, "
-                          f"{_separation(t2)})"
-                          for (a, b), (s1, s2), (t1, t2) in ((s.pair, s.separated, s.separated_calibrated)
-                                                             for s in row.swaps)) or "—"
-        lines.append(f"| {row.label} | {orders[0]} | {orders[1]} | {'yes' if row.same else 'no'} | {swaps} |")
-    return "\n".join(lines) + "\n"

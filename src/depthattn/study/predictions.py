@@ -304,15 +304,3 @@ def _group(study: Study, setting: dict) -> str:
     return setting_label({name: label for name, label in setting.items() if name != study.branch_axis.name})
 
 
-def format_score(prediction: dict, rows: list[Score], why: str = "") -> str:
-    lines = [f"prediction of {prediction['date']} from {prediction['source']} for {prediction['target']}:",
-             "| method | setting | budget | predicted [95%] | measured [95%] | verdict |", "|---|---|---|---|---|---|"]
-    for row in rows:
-        p, m = row.predicted, row.measured
-        interval = f" [{m.low:.2f}, {m.high:.2f}]" if m.low is not None else ""
-        lines.append(f"| {row.method} | {row.group or '—'} | {row.budget} | {p['multiplier']:.2f}x "
-                     f"[{p['low']:.2f}, {p['high']:.2f}] | {m.multiplier:.2f}x{interval} | {row.verdict} |")
-    if not rows:
-        lines.append(f"(no finished cell of the target measures a predicted budget: {why})" if why else
-                     "(no finished cells of the target measure a predicted budget yet)")
-    return "\n".join(lines)

@@ -18,28 +18,28 @@ from .multiplier import (
     JointFit,
     MethodMultipliers,
     Multipliers,
-    format_multiplier,
     sweep_multipliers,
 )
 from .picks import search_result
-from .plots import plot_curve_differences, plot_differences, plot_multipliers, plot_overview, plot_trend
 from .pricing import H100_BF16_TFLOPS, cell_flops
 from .records import Cell, CellResult
+from .render.analyses import format_tuning
+from .render.figures import plot_curve_differences, plot_differences, plot_multipliers, plot_overview, plot_trend
+from .render.numbers import describe_zero, format_interval, format_multiplier
 from .spec import Study, setting_label
 from .stats import (
     Contrast,
     Difference,
     MethodSummary,
     SettingSummary,
-    format_interval,
     paired_difference,
     summarize,
     verdict,
 )
 from .sweep import REPEATS_FLAG, Sweep
 from .sweep import RESAMPLES as MULTIPLIER_RESAMPLES
-from .trend import RESAMPLES, GainTrend, describe_zero, paired_by_budget, trend
-from .tuning import format_tuning, rate_axis, tuned_multipliers
+from .trend import RESAMPLES, GainTrend, paired_by_budget, trend
+from .tuning import rate_axis, tuned_multipliers
 from .wanted import uncertain_cells
 
 

@@ -126,14 +126,6 @@ def summarize(study: Study, results: list[CellResult], key: str = "val_loss") ->
     return table
 
 
-def format_interval(difference: Difference | None) -> str:
-    if difference is None:
-        return "—"
-    if math.isnan(difference.diff_low):
-        return f"{difference.diff_mean:+.4f} (n={difference.n})"
-    return f"{difference.diff_mean:+.4f} [{difference.diff_low:+.4f}, {difference.diff_high:+.4f}]"
-
-
 def verdict(difference: Difference | None) -> str:
     """'better' / 'worse' when the 95% interval excludes zero, else 'no difference shown'."""
     if difference is None or math.isnan(difference.diff_low):

@@ -121,17 +121,3 @@ def trend(study: Study, results: list[CellResult], method: str, against: str, se
                      float(ZERO_LIMIT * x.max()) if beyond else None)
 
 
-def describe_zero(fit: GainTrend) -> str:
-    """Where the fitted gain's 95% band first holds zero, in words."""
-    if fit.band is None:
-        return f"no band: {len(fit.seeds)} seeds, fewer than the {MIN_SEEDS} a seed bootstrap needs"
-    if fit.zero_beyond is not None:
-        return (f"beyond {fit.zero_beyond:,.3g} tokens per parameter ({ZERO_LIMIT:g} x the largest budget; "
-                "further is not extrapolated)")
-    if fit.zero_from_the_start:
-        return "its band holds zero already at the smallest budget"
-    if fit.zero_at is None:
-        return f"its band excludes zero up to {GRID[-1]:,.0f} tokens per parameter"
-    where = f"{fit.zero_at:,.3g} tokens per parameter"
-    return f"{where} (extrapolated)" if fit.zero_is_extrapolated else where
-

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .calibrated import holm, jackknife_p, log_jackknife_t, t_quantile
+from .calibrated import holm, jackknife_p, log_jackknife_t
 from .curve import BaselineCurve
 from .records import CellResult
 from .spec import Study
@@ -174,27 +174,3 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     return Tuning(rates, reference, labels, x, seeds, baseline_rates, out, verdict_at)
 
 
-def format_tuning(study: Study, tuning: Tuning) -> list[str]:
-    """The tuned reading as Markdown lines."""
-    def cell(point: TunedPoint) -> str:
-        text = f"{point.multiplier:.2f}x" if math.isfinite(point.multiplier) else "—"
-        if point.low is not None and math.isfinite(point.low):
-            text += f" [{point.low:.2f}, {point.high:.2f}]"
-        return text + f" @{point.rate}" + ("ᵉ" if point.at_edge else "")
-
-    n = len(tuning.seeds)
-    head = " | ".join(f"{label} tok/param" for label in tuning.labels)
-    lines = [f"**Tuned**: multipliers against {study.baseline}'s envelope, its best rate at every budget "
-             f"({', '.join(f'{label}: {rate}' for label, rate in zip(tuning.labels, tuning.baseline_rates))}), over "
-             f"the rates {', '.join(tuning.rates)}; {n} seeds every rate has. Each method at its own best rate "
-             f"(@rate), then at {tuning.reference}; intervals calibrated (jackknife t, n − 1 = {n - 1} degrees of "
-             f"freedom, the rate choices redone with each seed left out; none below {MIN_SEEDS} seeds, t quantile "
-             f"{t_quantile(max(n, 2)):.2f}); ᵉ: the best rate is at the grid's edge, so the optimum may lie outside "
-             f"it. Choosing the best rate on the held-out data that scores the methods favours {study.baseline}.",
-             "", f"| method, rate | {head} | verdict at {tuning.verdict_at} (Holm p) |",
-             "|---|" + "---|" * (len(tuning.labels) + 1)]
-    for m in tuning.methods:
-        verdict = f"{m.verdict} ({m.p_holm:.3f})" if m.verdict else "— (too few seeds or budgets)"
-        lines.append(f"| {m.method}, best | " + " | ".join(map(cell, m.best)) + f" | {verdict} |")
-        lines.append(f"| {m.method}, {tuning.reference} | " + " | ".join(map(cell, m.reference)) + " | |")
-    return lines

@@ -7,12 +7,12 @@ import statistics
 import textwrap
 from pathlib import Path
 
-from ..evaluate.plots import save_figure
-from .multiplier import EXTRAPOLATION_LIMIT, Multipliers
-from .records import CellResult
-from .spec import Study, setting_label
-from .stats import summarize
-from .trend import GainTrend
+from ...evaluate.plots import save_figure
+from ..multiplier import EXTRAPOLATION_LIMIT, Multipliers
+from ..records import CellResult
+from ..spec import Study, setting_label
+from ..stats import summarize
+from ..trend import GainTrend
 
 
 def _wrapped(title: str, fig) -> str:

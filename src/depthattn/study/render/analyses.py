@@ -1,0 +1,148 @@
+"""The analyses' pages from their records: the depth axis, the orderings on two corpora, a prediction's score and
+the tuned reading of a learning-rate sweep."""
+
+from __future__ import annotations
+
+import math
+
+from ..calibrated import t_quantile
+from ..depth_axis import DepthAxis, DepthTrend, InteractionSurface
+from ..multiplier import EXTRAPOLATION_LIMIT
+from ..orderings import Orderings, OrderingsFound
+from ..predictions import Score
+from ..spec import Study
+from ..stats import MIN_SEEDS
+from ..sweep import REPEATS_FLAG
+from ..tuning import TunedPoint, Tuning
+from .numbers import bracket, format_multiplier
+
+
+def _interaction_lines(found: InteractionSurface) -> list[str]:
+    """The surface with a budget x depth term, as the analysis config's rule states it."""
+    a, gamma, delta, eta = found.coefficients
+    if math.isnan(eta):
+        return []
+    at = "; ".join(f"{x:g}: {slope.value:+.3f}{bracket(slope.t_low, slope.t_high)}"
+                   + (f" **{slope.t_verdict}**" if slope.t_verdict else "") for x, slope in found.delta_at.items())
+    eta_text = f"eta {eta:+.3f}{bracket(found.eta.t_low, found.eta.t_high)}"
+    if found.eta.t_verdict:
+        eta_text += f" (calibrated): the gain from depth **{found.eta.t_verdict}** with the budget"
+    return [f"With a budget x depth term (the primary surface since 2026-12-05): log k = {a:+.3f} {gamma:+.3f} "
+            f"log x {delta:+.3f} log L {eta:+.3f} log x log L; {eta_text}. Slope in depth, delta + eta log x "
+            f"[calibrated], at tokens per parameter {at}.", ""]
+
+
+def format_depth_axis(axis: DepthAxis, trend: DepthTrend) -> str:
+    """The depth axis as Markdown: per method, the multiplier at each depth and budget, delta with its interval and
+    verdict, then the surface."""
+    lines = [f"# {axis.title}", "", f"Config: `{axis.config_file}`; sweeps: "
+             + ", ".join(f"`{s.config_file}`" for s in axis.sweeps) + ".", ""]
+    if trend.missing:
+        lines += ["Waiting for cells (three budgets and one seed that every method has at each, at least; "
+                  "`depthattn study` on a sweep runs what it lacks):", ""]
+        lines += [f"- `{sweep}`: {gaps}" for sweep, gaps in trend.missing.items()]
+        return "\n".join(lines) + "\n"
+    depths = trend.depths
+    seeds = ", ".join(f"{n} at {d} layers" for n, d in zip(trend.seeds, depths))
+    baseline = axis.sweeps[0].baseline
+    lines += [f"Data multiplier over {baseline} at each depth (seeds: {seeds}), as each sweep's own report states "
+              f"it: † read on {baseline}'s fitted curve beyond that sweep's measured budgets (more than "
+              f"{EXTRAPOLATION_LIMIT:g}x beyond: a bound instead), ‡ read on it past {REPEATS_FLAG:g} epochs; "
+              "delta: the slope of log multiplier against log depth, with its 95% seed-bootstrap interval (none below "
+              f"{MIN_SEEDS} seeds in every sweep).", ""]
+    for method, entry in trend.methods.items():
+        s = entry.surface.delta
+        calibrated = s.t_low is not None
+        lines += [f"## {method}", "", "| tokens per parameter | " + " | ".join(f"{d} layers" for d in depths)
+                  + " | delta [95%] | with depth |" + (" delta [calibrated 95%] | with depth |" if calibrated else ""),
+                  "|---" * (len(depths) + 3 + 2 * calibrated) + "|"]
+        for row in entry.budgets:
+            cells = [format_multiplier(point) for point in row.points]
+            d = row.delta
+            lines.append(f"| {row.label} | " + " | ".join(cells) + f" | {d.value:+.3f}"
+                         f"{bracket(d.low, d.high)} | {d.verdict or '—'} |"
+                         + (f" {d.value:+.3f}{bracket(d.t_low, d.t_high)} | {d.t_verdict} |" if calibrated else ""))
+        a, gamma, delta = entry.surface.coefficients
+        lines += ["", f"Surface over the budgets read within {REPEATS_FLAG:g} epochs: log k = {a:+.3f} "
+                  f"{gamma:+.3f} log x {delta:+.3f} log L; delta{bracket(s.low, s.high)}: "
+                  f"**{s.verdict or 'no verdict (too few seeds)'}** with depth"
+                  + (f"; calibrated{bracket(s.t_low, s.t_high)}: **{s.t_verdict}**" if calibrated else "")
+                  + ".", ""]
+        lines += _interaction_lines(entry.interaction)
+    if any(entry.surface.delta.t_low is not None for entry in trend.methods.values()):
+        lines += ["Calibrated: the jackknife t-interval (study/calibrated.py), each leave-one-out fit leaving one seed "
+                  "position out of every sweep at once (a seed's runs at each depth share its data order); the "
+                  "bootstrap percentiles beside it under-cover at five seeds. Read these where the two disagree.", ""]
+    lines.append(f"A prediction read more than {EXTRAPOLATION_LIMIT:g}x past the measured depths ({depths[0]} to "
+                 f"{depths[-1]} layers) is marked as an extrapolation.")
+    return "\n".join(lines) + "\n"
+
+
+def _separation(value: bool | None) -> str:
+    return "no resamples" if value is None else "separated" if value else "within noise"
+
+
+def format_orderings(orderings: Orderings, found: OrderingsFound) -> str:
+    names = [f"`{s.config_file}`" for s in orderings.sweeps]
+    lines = [f"# {orderings.title}", "", f"Config: `{orderings.config_file}`; sweeps: {names[0]} and {names[1]}.", ""]
+    if found.missing:
+        lines += ["Waiting for cells (every method at three budgets, with one seed that every method has at each, "
+                  "at least; `depthattn study` on a sweep runs what it lacks):", ""]
+        lines += [f"- `{sweep}`: {gaps}" for sweep, gaps in found.missing.items()]
+        return "\n".join(lines) + "\n"
+    lines += [f"Methods by data multiplier over the baseline, highest first (seeds: {found.seeds[0]} and "
+              f"{found.seeds[1]}); a swapped pair is separated in a sweep when the 95% seed-bootstrap interval "
+              "of its multipliers' ratio excludes 1, said for the first sweep, then the second (no resamples below "
+              f"{MIN_SEEDS} seeds), then the same with the calibrated interval (the jackknife t over "
+              "leave-one-seed-out values, study/calibrated.py), which holds its coverage where the bootstrap's "
+              "percentiles do not: read it where the two disagree.", "",
+              f"| tokens per parameter | {names[0]} | {names[1]} | same order | pairs that swap |",
+              "|---|---|---|---|---|"]
+    for row in found.budgets:
+        orders = [" > ".join(f"{m} {k[m]:.2f}x" for m in order) for order, k in zip(row.orders, row.k)]
+        swaps = "; ".join(f"{a} / {b} ({_separation(s1)}, {_separation(s2)}; calibrated: {_separation(t1)}, "
+                          f"{_separation(t2)})"
+                          for (a, b), (s1, s2), (t1, t2) in ((s.pair, s.separated, s.separated_calibrated)
+                                                             for s in row.swaps)) or "—"
+        lines.append(f"| {row.label} | {orders[0]} | {orders[1]} | {'yes' if row.same else 'no'} | {swaps} |")
+    return "\n".join(lines) + "\n"
+
+
+def format_score(prediction: dict, rows: list[Score], why: str = "") -> str:
+    lines = [f"prediction of {prediction['date']} from {prediction['source']} for {prediction['target']}:",
+             "| method | setting | budget | predicted [95%] | measured [95%] | verdict |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        p, m = row.predicted, row.measured
+        interval = f" [{m.low:.2f}, {m.high:.2f}]" if m.low is not None else ""
+        lines.append(f"| {row.method} | {row.group or '—'} | {row.budget} | {p['multiplier']:.2f}x "
+                     f"[{p['low']:.2f}, {p['high']:.2f}] | {m.multiplier:.2f}x{interval} | {row.verdict} |")
+    if not rows:
+        lines.append(f"(no finished cell of the target measures a predicted budget: {why})" if why else
+                     "(no finished cells of the target measure a predicted budget yet)")
+    return "\n".join(lines)
+
+
+def format_tuning(study: Study, tuning: Tuning) -> list[str]:
+    """The tuned reading as Markdown lines."""
+    def cell(point: TunedPoint) -> str:
+        text = f"{point.multiplier:.2f}x" if math.isfinite(point.multiplier) else "—"
+        if point.low is not None and math.isfinite(point.low):
+            text += f" [{point.low:.2f}, {point.high:.2f}]"
+        return text + f" @{point.rate}" + ("ᵉ" if point.at_edge else "")
+
+    n = len(tuning.seeds)
+    head = " | ".join(f"{label} tok/param" for label in tuning.labels)
+    lines = [f"**Tuned**: multipliers against {study.baseline}'s envelope, its best rate at every budget "
+             f"({', '.join(f'{label}: {rate}' for label, rate in zip(tuning.labels, tuning.baseline_rates))}), over "
+             f"the rates {', '.join(tuning.rates)}; {n} seeds every rate has. Each method at its own best rate "
+             f"(@rate), then at {tuning.reference}; intervals calibrated (jackknife t, n − 1 = {n - 1} degrees of "
+             f"freedom, the rate choices redone with each seed left out; none below {MIN_SEEDS} seeds, t quantile "
+             f"{t_quantile(max(n, 2)):.2f}); ᵉ: the best rate is at the grid's edge, so the optimum may lie outside "
+             f"it. Choosing the best rate on the held-out data that scores the methods favours {study.baseline}.",
+             "", f"| method, rate | {head} | verdict at {tuning.verdict_at} (Holm p) |",
+             "|---|" + "---|" * (len(tuning.labels) + 1)]
+    for m in tuning.methods:
+        verdict = f"{m.verdict} ({m.p_holm:.3f})" if m.verdict else "— (too few seeds or budgets)"
+        lines.append(f"| {m.method}, best | " + " | ".join(map(cell, m.best)) + f" | {verdict} |")
+        lines.append(f"| {m.method}, {tuning.reference} | " + " | ".join(map(cell, m.reference)) + " | |")
+    return lines
