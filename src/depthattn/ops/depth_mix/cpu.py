@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import torch
+from filelock import FileLock, Timeout  # a dependency of torch, which locks its builds with it from 2.15
 
 from depthattn.layer_states import DepthState
 
@@ -63,8 +64,6 @@ def _being_built(folder: Path) -> bool:
         return False
     if not hasattr(cpp_extension, "FileLock"):  # torch <= 2.14
         return True
-    from filelock import FileLock, Timeout
-
     try:
         with FileLock(str(lock), timeout=0):
             return False
