@@ -494,7 +494,8 @@ def test_status_says_how_long_the_cells_to_run_train_at_the_speed_of_the_finishe
 
 
 def test_status_states_time_left_under_an_hour_in_minutes(tiny_data, tmp_path, capsys):
-    from depthattn.commands.study import add_arguments, duration, run
+    from depthattn.commands.study import add_arguments, run
+    from depthattn.study.status import duration
 
     path = write_study(tmp_path, tiny_data, axes=WSD_BUDGETS, methods=("vanilla",))
     study = Study.load(path)

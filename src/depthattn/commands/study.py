@@ -1,18 +1,12 @@
 """`depthattn study`: run studies (configs/study/*.toml) on this machine or a Slurm cluster, show where their cells
-stand, estimate what they cost, and write their reports."""
+stand, estimate what they cost, and write their reports: its arguments; what each mode does is in the study
+package (study/actions.py, study/status.py)."""
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
-import sys
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ..study import Cell, Executor, Study
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,142 +75,10 @@ def prediction_date(text: str) -> str:
     return date.isoformat()
 
 
-def make_executor(args: argparse.Namespace, study: Study) -> Executor:
-    from ..study.local import LocalExecutor
-    from ..study.slurm import SlurmExecutor, SlurmSettings
-
-    if args.executor == "local":
-        return LocalExecutor(args.workers, args.threads, args.tasks_per_cell)
-    return SlurmExecutor(SlurmSettings.from_table(study.slurm, args.slurm), study.out_dir, args.poll,
-                         wait=not args.detach)
-
-
-def wanted_cells(study: Study, args: argparse.Namespace) -> list[Cell]:
-    """The cells this command would train now: the study's seeds, then more seeds where intervals span zero."""
-    from ..study.wanted import pending_cells, uncertain_cells
-
-    cells = pending_cells(study, args.seeds, args.methods)
-    return cells if args.seeds or args.methods else cells + uncertain_cells(study)
-
-
-def dry_run(study: Study, args: argparse.Namespace) -> None:
-    from ..study.pricing import H100_BF16_TFLOPS, gpu_hours, run_flops
-    from ..study.slurm import SlurmSettings
-
-    peak = args.peak_tflops or H100_BF16_TFLOPS
-    cells = wanted_cells(study, args)
-    print(f"study {study.name}: {len(cells)} cells would run, {make_executor(args, study).describe()}")
-    if args.executor == "slurm":
-        settings = SlurmSettings.from_table(study.slurm, args.slurm)
-        print("sbatch:", ", ".join(f"{k}={v}" for k, v in settings.submitit_parameters(study.name).items() if v))
-    total_flops = total_hours = separate = 0.0
-    for cell in cells:
-        cost = run_flops(study, cell.setting, cell.method)
-        hours = gpu_hours(cost["flops"], args.mfu, peak)
-        total_flops, total_hours = total_flops + cost["flops"], total_hours + hours
-        separate += cost["separate_flops"]
-        print(f"  {cell.label}: {cost['params'] / 1e6:,.1f}M params, "
-              f"{cost['tokens'] / 1e9:,.3f}B tokens, {cost['flops']:.2e} FLOPs, {hours:,.2f} GPU-h")
-    print(f"study {study.name}: {total_flops:.2e} FLOPs, {total_hours:,.2f} GPU-hours at {args.mfu:.0%} MFU of "
-          f"{peak:g} TFLOP/s")
-    if study.branch_axis and total_flops:
-        print(f"study {study.name}: every budget as a run of its own would cost {separate:.2e} FLOPs, "
-              f"{gpu_hours(separate, args.mfu, peak):,.2f} GPU-hours: {separate / total_flops:.2f} x "
-              "the branched runs")
-
-
-def status(study: Study, args: argparse.Namespace) -> None:
-    from ..study import Cell
-    from ..study.slurm import print_status
-
-    cells = [Cell(setting, method, seed) for seed in study.seeds + study.more_seeds for setting in study.settings()
-             for method in study.methods]
-    if args.executor == "slurm":
-        print_status(study, make_executor(args, study), cells)
-        return
-    wanted = {study.result_path(cell) for cell in wanted_cells(study, args)}
-    done = sum(study.has_result(cell) for cell in cells)
-    resumes = {}  # cell to run -> the step its run resumes at
-    for cell in cells:
-        path = study.result_path(cell)
-        if path.exists() or path in wanted:
-            if not path.exists():
-                resumes[cell] = _resumes_at(study, cell)
-            print(f"{'finished' if path.exists() else 'to run':>13}  {study.cell_path(cell)}" + (
-                f" (resumes at step {resumes[cell]:,} of {study.cell_config(cell).train.steps:,})"
-                if resumes.get(cell) else ""))
-    print(f"study {study.name}: {done} finished, {len(wanted)} to run" + _time_left(study, resumes))
-
-
-def _resumes_at(study, cell) -> int:
-    """The step a cell's run resumes at on this machine: its newest whole checkpoint's, 0 without one."""
-    from ..train.checkpoint import STEP_DIR, newest_good_checkpoint
-
-    checkpoint = newest_good_checkpoint(Path(study.out_dir) / study.cell_path(cell))
-    return 0 if checkpoint is None else int(STEP_DIR.match(checkpoint.name)[1])
-
-
-def _time_left(study, resumes: dict) -> str:
-    """'; about N hours of training left ...' from the training tokens the cells to run have left and each method's
-    median speed (tokens per second) in its cells that finished here; '' before any has."""
-    from ..study.pricing import tokens_left
-
-    speeds: dict[str, list[float]] = {}
-    for result in study.read_results():
-        if (speed := result.record.get("tokens_per_s")) and speed > 0:  # not in files of old releases
-            speeds.setdefault(result.method, []).append(speed)
-    timed = [cell for cell in resumes if cell.method in speeds]
-    if not timed:
-        return ""
-    seconds = sum(tokens_left(study, cell, resumes[cell]) / statistics.median(speeds[cell.method]) for cell in timed)
-    untimed = sorted({cell.method for cell in resumes} - set(speeds))
-    return (f"; about {duration(seconds)} of training left for one worker (--workers N divides it), at the "
-            "median tokens per second of each method's finished cells, evaluations not counted"
-            + (f"; {', '.join(untimed)} not counted: no finished cell to time" if untimed else ""))
-
-
-def duration(seconds: float) -> str:
-    """'1.5 hours' from an hour on, '12 minutes' under one, 'a minute' under a minute and a half."""
-    if seconds >= 3600:
-        return f"{seconds / 3600:,.1f} hours"
-    minutes = round(seconds / 60)
-    return "a minute" if minutes <= 1 else f"{minutes} minutes"
-
-
-def predictions(studies: list[Study], args: argparse.Namespace) -> int:
-    from ..study import Study
-    from ..study.predictions import predict, read_prediction, score, superseded, why_unscored
-    from ..study.render.analyses import format_score
-
-    for study in studies:
-        if args.predict_for:
-            target = Study.load(args.predict_for)
-            write_dated(predict(study, target, args.prediction_date or datetime.date.today().isoformat(),
-                                args.assumes), args)
-        else:
-            prediction = read_prediction(args.score_predictions)
-            if why := superseded(args.score_predictions):
-                print(f"superseded: {why}")
-            rows = score(prediction, study)
-            print(format_score(prediction, rows, "" if rows else why_unscored(prediction, study)))
-    return 0
-
-
-def write_dated(prediction: dict, args: argparse.Namespace) -> None:
-    """Write a prediction file; say where, and which of its budgets read the source far past what it measured."""
-    from ..study.multiplier import EXTRAPOLATION_LIMIT
-    from ..study.predictions import extrapolations, write_prediction
-
-    print(f"prediction: {write_prediction(prediction, Path(args.predictions))}")
-    if far := extrapolations(prediction):
-        print(f"warning: the prediction reads {prediction['source']} more than {EXTRAPOLATION_LIMIT:g} x past what "
-              f"it measured at {len(far)} of its budgets (marked extrapolated in the file): " + "; ".join(far),
-              file=sys.stderr)
-
-
 def analyses(args: argparse.Namespace) -> int:
     from ..files import atomic_write_bytes
     from ..study import Study
+    from ..study.actions import write_dated
     from ..study.depth_axis import DepthAxis, depth_trend
     from ..study.orderings import Orderings, compare
     from ..study.predictions import predict_with_depth
@@ -230,9 +92,8 @@ def analyses(args: argparse.Namespace) -> int:
         if kind == "depth_axis":
             axis = DepthAxis.load(path)
             if args.predict_for:
-                write_dated(predict_with_depth(axis, Study.load(args.predict_for),
-                                               args.prediction_date or datetime.date.today().isoformat(),
-                                               args.assumes), args)
+                write_dated(predict_with_depth(axis, Study.load(args.predict_for), _date(args), args.assumes),
+                            Path(args.predictions))
                 continue
             text, results = format_depth_axis(axis, depth_trend(axis)), axis.sweeps[0].results
         elif kind == "orderings":
@@ -249,8 +110,9 @@ def analyses(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..study import IndexPage, Study, explain, report_study, run_study, with_picks, write_index
-    from ..train import TrainingInterrupted
+    from ..study import actions
+    from ..study.runner import ExecutorOptions
+    from ..study.status import dry_run, status
 
     if args.analysis:
         return analyses(args)
@@ -258,37 +120,24 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give one or more study configs (configs/study/*.toml), or --analysis FILE")
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    studies = [Study.load(path, out_dir=args.out_dir, results=args.results) for path in args.configs]
-    index = IndexPage.load(args.index_config) if args.index_config else None  # a bad one shows before training
-    studies = [with_picks(study) for study in studies]  # a confirmation's picks, as its search stands in these results
-    for study in studies:
-        if study.waiting:
-            print(f"study {study.name}: {study.waiting}")
-    if args.predict_for or args.score_predictions:
-        return predictions(studies, args)
-    if args.status or args.dry_run:
-        for study in studies:
-            status(study, args) if args.status else dry_run(study, args)
-        return 0
-    complete, reports = True, {}
-    for study in studies:
-        if not args.report_only:
-            started = time.perf_counter()
-            try:
-                finished = run_study(study, make_executor(args, study), args.methods, args.seeds)
-            except TrainingInterrupted as stopped:  # Ctrl-C or SIGTERM: one line, the signal's exit status
-                print(f"depthattn study: {stopped}", file=sys.stderr, flush=True)
-                return stopped.exit_status
-            if finished:
-                print(f"study {study.name}: done in {time.perf_counter() - started:.0f} s")
-            else:
-                complete = False
-                print(f"study {study.name}: cells are still out or failed; --status shows them, and the same command "
-                      "submits what has no result yet")
-        reports[study.name] = report_study(study)
-        print(f"report: {reports[study.name].path}")
-        if args.why:
-            print(f"why: {explain(study)}")
-    if args.index:
-        print(f"index: {write_index(studies, Path(args.index), index, reports)}")
-    return 0 if complete or args.detach else 1
+    executor = ExecutorOptions(executor=args.executor, workers=args.workers, threads=args.threads,
+                               tasks_per_cell=args.tasks_per_cell, slurm=tuple(args.slurm), detach=args.detach,
+                               poll=args.poll)
+    studies, index = actions.load_studies(args.configs, args.out_dir, args.results, args.index_config)
+    if args.predict_for:
+        return actions.predict_for(studies, args.predict_for, _date(args), args.assumes, Path(args.predictions))
+    if args.score_predictions:
+        return actions.score_predictions(studies, args.score_predictions)
+    if args.status:
+        status(studies, executor, args.methods, args.seeds)
+    elif args.dry_run:
+        dry_run(studies, executor, args.methods, args.seeds, args.mfu, args.peak_tflops)
+    else:
+        return actions.run_studies(studies, executor, args.methods, args.seeds, args.report_only, args.why,
+                                   args.index, index)
+    return 0
+
+
+def _date(args: argparse.Namespace) -> str:
+    """--prediction-date, by default today."""
+    return args.prediction_date or datetime.date.today().isoformat()

@@ -4,12 +4,14 @@ more seeds where an interval spans zero; a finished cell is never rerun."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .cell import ensure_dataset, train_start
 from .local import LocalExecutor
 from .plan import CellPlan, StartPlan, plan_cell, plan_start
 from .records import Cell
+from .slurm import SlurmExecutor, SlurmSettings
 from .spec import Study
 from .wanted import pending_cells, uncertain_cells
 
@@ -30,6 +32,27 @@ class Executor(Protocol):
         still out (a detached Slurm submission) or failed. `fn(plan, threads)` instead trains something per plan (a
         retrofitting study's starting models: `train_start` of `plan.plan_start`)."""
         ...
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """Where `depthattn study` trains cells, as its flags say: local processes or a Slurm job array."""
+
+    executor: str = "local"  # or "slurm"
+    workers: int = 1  # local: cells at once
+    threads: int | None = None  # local: torch threads per process
+    tasks_per_cell: int = 1  # local: processes per cell
+    slurm: tuple[str, ...] = ()  # KEY=VALUE overrides of the config's [slurm] table
+    detach: bool = False  # slurm: submit and return
+    poll: float = 30.0  # slurm: seconds between queue checks
+
+    def slurm_settings(self, study: Study) -> SlurmSettings:
+        return SlurmSettings.from_table(study.slurm, list(self.slurm))
+
+    def executor_for(self, study: Study) -> Executor:
+        if self.executor == "local":
+            return LocalExecutor(self.workers, self.threads, self.tasks_per_cell)
+        return SlurmExecutor(self.slurm_settings(study), study.out_dir, self.poll, wait=not self.detach)
 
 
 def run_study(study: Study, executor: Executor | None = None, methods=None, seeds=None) -> bool:

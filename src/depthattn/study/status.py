@@ -1,0 +1,113 @@
+"""Where a study's cells stand (`depthattn study --status`) and what the cells still to run would cost
+(`--dry-run`): printed, one line a cell, then the study's totals."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from ..train.checkpoint import STEP_DIR, newest_good_checkpoint
+from .pricing import H100_BF16_TFLOPS, gpu_hours, run_flops, tokens_left
+from .records import Cell
+from .runner import ExecutorOptions
+from .slurm import print_status
+from .spec import Study
+from .wanted import pending_cells, uncertain_cells
+
+
+def wanted_cells(study: Study, methods: list[str] | None = None, seeds: list[int] | None = None) -> list[Cell]:
+    """The cells a run would train now: the study's seeds, then more seeds where intervals span zero (unless
+    `methods` or `seeds` narrow it)."""
+    cells = pending_cells(study, seeds, methods)
+    return cells if seeds or methods else cells + uncertain_cells(study)
+
+
+def dry_run(studies: list[Study], executor: ExecutorOptions, methods: list[str] | None = None,
+            seeds: list[int] | None = None, mfu: float = 0.4, peak_tflops: float | None = None) -> None:
+    """Print, study by study, the cells a run would train now, each with its parameters, tokens, FLOPs and GPU-hours
+    at `mfu` of `peak_tflops` (default an H100's dense bf16 peak), then the study's totals."""
+    for study in studies:
+        _dry_run(study, executor, methods, seeds, mfu, peak_tflops)
+
+
+def _dry_run(study: Study, executor: ExecutorOptions, methods: list[str] | None, seeds: list[int] | None,
+             mfu: float, peak_tflops: float | None) -> None:
+    peak = peak_tflops or H100_BF16_TFLOPS
+    cells = wanted_cells(study, methods, seeds)
+    print(f"study {study.name}: {len(cells)} cells would run, {executor.executor_for(study).describe()}")
+    if executor.executor == "slurm":
+        settings = executor.slurm_settings(study)
+        print("sbatch:", ", ".join(f"{k}={v}" for k, v in settings.submitit_parameters(study.name).items() if v))
+    total_flops = total_hours = separate = 0.0
+    for cell in cells:
+        cost = run_flops(study, cell.setting, cell.method)
+        hours = gpu_hours(cost["flops"], mfu, peak)
+        total_flops, total_hours = total_flops + cost["flops"], total_hours + hours
+        separate += cost["separate_flops"]
+        print(f"  {cell.label}: {cost['params'] / 1e6:,.1f}M params, "
+              f"{cost['tokens'] / 1e9:,.3f}B tokens, {cost['flops']:.2e} FLOPs, {hours:,.2f} GPU-h")
+    print(f"study {study.name}: {total_flops:.2e} FLOPs, {total_hours:,.2f} GPU-hours at {mfu:.0%} MFU of "
+          f"{peak:g} TFLOP/s")
+    if study.branch_axis and total_flops:
+        print(f"study {study.name}: every budget as a run of its own would cost {separate:.2e} FLOPs, "
+              f"{gpu_hours(separate, mfu, peak):,.2f} GPU-hours: {separate / total_flops:.2f} x "
+              "the branched runs")
+
+
+def status(studies: list[Study], executor: ExecutorOptions, methods: list[str] | None = None,
+           seeds: list[int] | None = None) -> None:
+    """Print, study by study, every cell that is finished or would run now (locally: the step it resumes at; with
+    Slurm: its job's state and log), then the counts and, locally, about how long the rest trains."""
+    for study in studies:
+        _status(study, executor, methods, seeds)
+
+
+def _status(study: Study, executor: ExecutorOptions, methods: list[str] | None, seeds: list[int] | None) -> None:
+    cells = [Cell(setting, method, seed) for seed in study.seeds + study.more_seeds for setting in study.settings()
+             for method in study.methods]
+    if executor.executor == "slurm":
+        print_status(study, executor.executor_for(study), cells)
+        return
+    wanted = {study.result_path(cell) for cell in wanted_cells(study, methods, seeds)}
+    done = sum(study.has_result(cell) for cell in cells)
+    resumes = {}  # cell to run -> the step its run resumes at
+    for cell in cells:
+        path = study.result_path(cell)
+        if path.exists() or path in wanted:
+            if not path.exists():
+                resumes[cell] = _resumes_at(study, cell)
+            print(f"{'finished' if path.exists() else 'to run':>13}  {study.cell_path(cell)}" + (
+                f" (resumes at step {resumes[cell]:,} of {study.cell_config(cell).train.steps:,})"
+                if resumes.get(cell) else ""))
+    print(f"study {study.name}: {done} finished, {len(wanted)} to run" + _time_left(study, resumes))
+
+
+def _resumes_at(study: Study, cell: Cell) -> int:
+    """The step a cell's run resumes at on this machine: its newest whole checkpoint's, 0 without one."""
+    checkpoint = newest_good_checkpoint(Path(study.out_dir) / study.cell_path(cell))
+    return 0 if checkpoint is None else int(STEP_DIR.match(checkpoint.name)[1])
+
+
+def _time_left(study: Study, resumes: dict[Cell, int]) -> str:
+    """'; about N hours of training left ...' from the training tokens the cells to run have left and each method's
+    median speed (tokens per second) in its cells that finished here; '' before any has."""
+    speeds: dict[str, list[float]] = {}
+    for result in study.read_results():
+        if (speed := result.record.get("tokens_per_s")) and speed > 0:  # not in files of old releases
+            speeds.setdefault(result.method, []).append(speed)
+    timed = [cell for cell in resumes if cell.method in speeds]
+    if not timed:
+        return ""
+    seconds = sum(tokens_left(study, cell, resumes[cell]) / statistics.median(speeds[cell.method]) for cell in timed)
+    untimed = sorted({cell.method for cell in resumes} - set(speeds))
+    return (f"; about {duration(seconds)} of training left for one worker (--workers N divides it), at the "
+            "median tokens per second of each method's finished cells, evaluations not counted"
+            + (f"; {', '.join(untimed)} not counted: no finished cell to time" if untimed else ""))
+
+
+def duration(seconds: float) -> str:
+    """'1.5 hours' from an hour on, '12 minutes' under one, 'a minute' under a minute and a half."""
+    if seconds >= 3600:
+        return f"{seconds / 3600:,.1f} hours"
+    minutes = round(seconds / 60)
+    return "a minute" if minutes <= 1 else f"{minutes} minutes"
