@@ -18,7 +18,8 @@ import torch
 import transformers
 
 from depthattn.files import atomic_write_bytes, atomic_write_json
-from depthattn.ops import DEPTH_IMPLS, TRITON_AVAILABLE
+from depthattn.loading import parse_method_fields
+from depthattn.ops import TRITON_AVAILABLE
 
 from . import candidates as cand
 from . import measure
@@ -40,10 +41,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument("--quick", action="store_true", help="a tiny model and few repetitions (smoke runs, tests)")
     p.add_argument("--methods", default="all",
-                   help="comma-separated candidates: qwen3, vanilla, depth_attention[:IMPL], and any other "
-                        "cross_layer method; 'all' (default) = " + ",".join(cand.all_candidates("auto")))
-    p.add_argument("--depth-impl", default="auto", choices=DEPTH_IMPLS,
-                   help="depth_mix implementation of the 'depth_attention' candidate (default auto)")
+                   help="comma-separated candidates: qwen3 and any cross_layer method, METHOD:VALUE for a method "
+                        "that computes with VALUE in its switchable field; 'all' (default) = "
+                        + ",".join(cand.all_candidates({})))
+    p.add_argument("--method-field", action="append", default=[], metavar="NAME=VALUE",
+                   help="a field that a method switches (how it computes, not what; e.g. its kernels), for every "
+                        "candidate of that method without a ':VALUE' (repeatable; default: the config's)")
     p.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated subset of {','.join(PHASES)}")
     size = p.add_argument_group("model size (defaults: 12 x 512, GQA 8/2)")
     size.add_argument("--layers", type=int)
@@ -69,7 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                           "--threads 1: more threads add OpenMP spinning to it); GPU runs always use wall")
     run.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
                      help="time training and decoding steps of torch.compile'd models (backend default inductor; "
-                          "decoding then writes a StaticCache; 'depth_attention' takes the compiled depth_mix); "
+                          "decoding then writes a StaticCache; a method's 'auto' kernels take their compiled forms); "
                           "prefill stays eager")
     run.add_argument("--peak-tflops", type=float, help="device peak TFLOP/s for MFU (default: looked up on GPUs)")
     run.add_argument("--seed", type=int, default=0)
@@ -92,7 +95,7 @@ def resolve(args) -> tuple[dict, dict]:
         reps=args.reps or (2 if args.quick else 10), warmup=args.warmup if args.warmup is not None else (
             1 if args.quick else 2),
         device=args.device, dtype=args.dtype or ("float32" if args.device == "cpu" else "bfloat16"),
-        threads=args.threads, depth_impl=args.depth_impl, seed=args.seed,
+        threads=args.threads, method_fields=parse_method_fields(args.method_field), seed=args.seed,
         clock="wall" if args.device != "cpu" else args.clock, compile=args.compile,
     )
     size["max_position_embeddings"] = max(seq, work["context"] + work["decode_tokens"]) + 8
@@ -263,8 +266,7 @@ class Bench:
         for c in self.cands:
             r = results[c.name]
             r["parameters"] = sum(p.numel() for p in c.model.parameters())
-            if c.depth_impl:
-                r["depth_impl"] = c.depth_impl
+            r.update(c.method_fields)
             for phase, samples in self.samples[c.name].items():
                 r[phase] = measure.summary(samples)
             tokens = {"train_step_s": w["batch"] * w["seq"], "prefill_s": w["batch"] * w["seq"],
@@ -294,10 +296,10 @@ def main(argv=None) -> int:
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
 
-    names = cand.all_candidates(args.depth_impl) if args.methods == "all" else [
+    names = cand.all_candidates(work["method_fields"]) if args.methods == "all" else [
         m.strip() for m in args.methods.split(",") if m.strip()]
     for name in names:
-        cand.parse_candidate(name, args.depth_impl)  # fail early on a typo
+        cand.parse_candidate(name, work["method_fields"])  # fail early on a typo
     if "vanilla" not in names:
         names.insert(0, "vanilla")  # every ratio is to vanilla
 
@@ -307,7 +309,7 @@ def main(argv=None) -> int:
         f"({torch.get_num_interop_threads()} inter-op), {work['dtype']}, device {device}")
     log(f"size {size}; workload {work}")
     start = time.perf_counter()
-    cands = cand.build(names, size, args.depth_impl, device, dtype, seed=args.seed, log=log)
+    cands = cand.build(names, size, work["method_fields"], device, dtype, seed=args.seed, log=log)
     if args.compile:
         # one compiled graph per candidate, all from the same forward code: raise dynamo's per-code limit
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 4 * len(cands))

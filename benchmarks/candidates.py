@@ -10,43 +10,59 @@ from transformers import Cache, Qwen3Config, Qwen3ForCausalLM
 
 import depthattn
 from depthattn.convert import config_from_decoder
+from depthattn.loading import parse_method_fields
 from depthattn.methods import METHODS
-from depthattn.ops import DEPTH_IMPLS
 
 QWEN3 = "qwen3"
 VANILLA = "vanilla"
+# the value of a switchable field that computes the written-out form, against which the other forms are checked
+REFERENCE = "reference"
 
 
-def all_candidates(depth_impl: str) -> list[str]:
-    """qwen3, vanilla, Depth-Attention (fast path, then the reference), then every other method of the config."""
-    names = [QWEN3, VANILLA, "depth_attention"]
-    if depth_impl != "reference":
-        names.append("depth_attention:reference")
-    names += [m for m in METHODS if m not in (VANILLA, "depth_attention")]
+def switched(method: str, method_fields: dict) -> dict:
+    """The fields of `method_fields` (`--method-field NAME=VALUE`) that `method` switches."""
+    return {name: value for name, value in method_fields.items() if name in METHODS[method].switchable_fields}
+
+
+def all_candidates(method_fields: dict) -> list[str]:
+    """qwen3, then every method of the config, each also at the reference form of its switchable field where it
+    computes otherwise (the fast path, then the reference)."""
+    names = [QWEN3]
+    for name, method in METHODS.items():
+        names.append(name)
+        if len(method.switchable_fields) == 1:
+            field = method.switchable_fields[0]
+            value = method_fields.get(field, method.config_fields[field].default)
+            if value != REFERENCE and REFERENCE in method.switch_values.get(field, ()):
+                names.append(f"{name}:{REFERENCE}")
     return names
 
 
-def parse_candidate(name: str, depth_impl: str) -> tuple[str, str | None]:
-    """'qwen3' | 'vanilla' | a cross_layer method, optionally 'depth_attention:IMPL' -> (method, depth impl)."""
+def parse_candidate(name: str, method_fields: dict) -> tuple[str, dict]:
+    """'qwen3' | a cross_layer method, optionally 'METHOD:VALUE' for the value of its switchable field -> (method,
+    the switchable fields it computes with: VALUE's, else those of `method_fields` that it switches)."""
     if name == QWEN3:
-        return QWEN3, None
-    method, _, impl = name.partition(":")
+        return QWEN3, {}
+    method, _, value = name.partition(":")
     if method not in METHODS:
         raise ValueError(f"unknown candidate {name!r}; choose among {QWEN3!r}, "
-                         f"{', '.join(repr(m) for m in METHODS)} "
-                         "(and 'depth_attention:IMPL' with IMPL in " + ", ".join(DEPTH_IMPLS) + ")")
-    if impl and method != "depth_attention":
-        raise ValueError(f"only depth_attention takes an implementation suffix, got {name!r}")
-    if impl and impl not in DEPTH_IMPLS:
-        raise ValueError(f"unknown depth implementation {impl!r} in {name!r}; choose among {DEPTH_IMPLS}")
-    return method, (impl or depth_impl) if method == "depth_attention" else None
+                         f"{', '.join(repr(m) for m in METHODS)} (and 'METHOD:VALUE' for a method with a switchable "
+                         "field: " + ", ".join(f"{m} {c.switchable_fields[0]}" for m, c in METHODS.items()
+                                               if len(c.switchable_fields) == 1) + ")")
+    fields = switched(method, method_fields)
+    if value:
+        switchable = METHODS[method].switchable_fields
+        if len(switchable) != 1:
+            raise ValueError(f"only a method with one switchable field takes a ':VALUE' suffix, got {name!r}")
+        fields.update(parse_method_fields([f"{switchable[0]}={value}"]))  # its choices: checked as it is built
+    return method, fields
 
 
 @dataclasses.dataclass
 class Candidate:
     name: str
     model: torch.nn.Module
-    depth_impl: str | None = None  # for Depth-Attention: which depth_mix implementation runs
+    method_fields: dict = dataclasses.field(default_factory=dict)  # the switchable fields it computes with
     optimizer: torch.optim.Optimizer | None = None
     decode_cache: Cache | None = None
     decode_token: torch.Tensor | None = None
@@ -66,7 +82,7 @@ def qwen3_config(size: dict) -> Qwen3Config:
     )
 
 
-def build(names: list[str], size: dict, depth_impl: str, device: torch.device, dtype: torch.dtype,
+def build(names: list[str], size: dict, method_fields: dict, device: torch.device, dtype: torch.dtype,
           seed: int = 0, log: Callable[[str], None] = print) -> list[Candidate]:
     """Every candidate on one set of backbone weights (a transformers Qwen3 model, built once), shared in memory."""
     torch.manual_seed(seed)
@@ -75,14 +91,12 @@ def build(names: list[str], size: dict, depth_impl: str, device: torch.device, d
     weights = qwen3.state_dict()
     out = []
     for name in names:
-        method, impl = parse_candidate(name, depth_impl)
+        method, fields = parse_candidate(name, method_fields)
         if method == QWEN3:
             model = qwen3
         else:
-            settings = dict(cross_layer=method)
-            if impl is not None:
-                settings["depth_impl"] = impl
-            config = config_from_decoder(qwen3.config, **settings)
+            config = config_from_decoder(qwen3.config, cross_layer=method, **fields)
+            fields = {field: getattr(config, field) for field in METHODS[method].switchable_fields}  # resolved
             config._attn_implementation = "sdpa"
             torch.manual_seed(seed + 1)  # a method's own parameters: the same initialisation in every run
             with torch.device(device):
@@ -93,8 +107,8 @@ def build(names: list[str], size: dict, depth_impl: str, device: torch.device, d
             if unexpected or any(not k.startswith("model.cross_layer.") for k in missing):
                 raise RuntimeError(f"{name}: backbone weights do not match Qwen3's: missing {missing}, "
                                    f"unexpected {unexpected}")
-        out.append(Candidate(name=name, model=model, depth_impl=impl, train_forward=model,
+        out.append(Candidate(name=name, model=model, method_fields=fields, train_forward=model,
                              decode_forward=model))
         params = sum(p.numel() for p in model.parameters()) / 1e6
-        log(f"  built {name}: {params:.2f}M parameters" + (f", depth_mix implementation {impl!r}" if impl else ""))
+        log(f"  built {name}: {params:.2f}M parameters" + "".join(f", {f}={v!r}" for f, v in fields.items()))
     return out

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from depthattn import DepthAttentionConfig
 from depthattn.files import atomic_write_bytes, atomic_write_json
 from depthattn.layer_states import DepthState
 from depthattn.ops import depth_mix_compiled, depth_mix_reference, depth_mix_triton, triton_runs_on
@@ -234,9 +235,9 @@ def main(argv=None) -> int:
     device, dtype = torch.device(work["device"]), getattr(torch, work["dtype"])
     torch.set_num_threads(work["threads"])
     names = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods != "all" else \
-        ["vanilla", "depth_attention"]
+        ["vanilla", DepthAttentionConfig.cross_layer]  # the default method
     for name in names:
-        cand.parse_candidate(name, args.depth_impl)
+        cand.parse_candidate(name, work["method_fields"])
     if "vanilla" not in names:
         names.insert(0, "vanilla")  # differences are to vanilla
     out = Path(args.out)
@@ -249,7 +250,7 @@ def main(argv=None) -> int:
     costs = mix_costs(size, work, device, dtype)
     for name, us in costs.items():
         log(f"  {name}: {us:.1f} us a call")
-    cands = cand.build(names, size, args.depth_impl, device, dtype, seed=args.seed, log=log)
+    cands = cand.build(names, size, work["method_fields"], device, dtype, seed=args.seed, log=log)
     bench = Bench(cands, size, work, device, log)
     steps = work["decode_tokens"]
     results = {}

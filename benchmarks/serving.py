@@ -31,13 +31,14 @@ import torch
 from depthattn import DepthAttentionConfig, DepthAttentionForCausalLM
 from depthattn.data.tokenizer import word_level_tokenizer
 from depthattn.files import atomic_write_bytes, atomic_write_json
-from depthattn.ops import DEPTH_IMPLS
+from depthattn.loading import parse_method_fields
 
 from .bench import DEFAULT_SIZE, QUICK_SIZE, machine_info
 from .measure import paired_ratio, summary
 
 GOAL = 0.98  # Depth-Attention / vanilla throughput, at every number of clients
-TWINS = {"depth_attention": dict(cross_layer="depth_attention"), "vanilla": dict(cross_layer="vanilla")}
+METHOD, VANILLA = DepthAttentionConfig.cross_layer, "vanilla"  # the model's default method, against vanilla
+TWINS = {METHOD: dict(cross_layer=METHOD), VANILLA: dict(cross_layer=VANILLA)}
 PAGE_TOKENS = 256  # transformers' ContinuousBatchingConfig.page_size: tokens per paged-cache block
 
 
@@ -70,8 +71,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="serve requests one at a time (default: continuous batching)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="default float32 on CPU, bfloat16 on GPU")
-    p.add_argument("--depth-impl", choices=DEPTH_IMPLS,
-                   help="depth mixing implementation of the served models (default: the saved config's, auto)")
+    p.add_argument("--method-field", action="append", default=[], metavar="NAME=VALUE",
+                   help="a field that the method switches (how it computes, not what; e.g. its kernels) for its "
+                        "server (repeatable; default: the saved config's)")
     p.add_argument("--threads", type=int, default=os.cpu_count(),
                    help="torch threads of each server (default: all cores)")
     p.add_argument("--seed", type=int, default=0)
@@ -208,8 +210,8 @@ def measure(servers: dict[str, Server], clients: int, work: dict, words: list[st
                      "latency_p50_s": percentile(latencies[name], 50),
                      "latency_p99_s": percentile(latencies[name], 99), "requests": len(latencies[name])}
               for name in names}
-    result["ratio"] = paired_ratio(throughput["depth_attention"], throughput["vanilla"])
-    result["cpu_ratio"] = paired_ratio(per_cpu_s["depth_attention"], per_cpu_s["vanilla"])
+    result["ratio"] = paired_ratio(throughput[METHOD], throughput[VANILLA])
+    result["cpu_ratio"] = paired_ratio(per_cpu_s[METHOD], per_cpu_s[VANILLA])
     result["goal_met"] = result["ratio"]["median"] >= GOAL
     return result
 
@@ -246,7 +248,7 @@ def markdown(report: dict) -> str:
              "DA / vanilla per server CPU second | DA p50 / p99 latency | vanilla p50 / p99 latency | goal >= 0.98 |",
              "|---|---|---|---|---|---|---|---|"]
     for clients, r in report["results"].items():
-        da, va, ratio, cpu = r["depth_attention"], r["vanilla"], r["ratio"], r["cpu_ratio"]
+        da, va, ratio, cpu = r[METHOD], r[VANILLA], r["ratio"], r["cpu_ratio"]
         lines.append(
             f"| {clients} | {da['tokens_per_s']['median']:.1f} | {va['tokens_per_s']['median']:.1f} | "
             f"{ratio['median']:.3f} [{ratio['p25']:.3f}, {ratio['p75']:.3f}] | "
@@ -260,7 +262,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     clients, work = workload(args)
     size = dict(QUICK_SIZE if args.quick else DEFAULT_SIZE)
-    work.update(continuous_batching=not args.no_continuous_batching, device=args.device, depth_impl=args.depth_impl,
+    work.update(continuous_batching=not args.no_continuous_batching, device=args.device,
+                method_fields=parse_method_fields(args.method_field),
                 dtype=args.dtype or ("float32" if args.device == "cpu" else "bfloat16"), threads=args.threads)
     request_tokens = work["prompt_tokens"] + work["max_tokens"]
     # room for every client's request at once, twice over (transformers keeps a safety margin of free blocks)
@@ -275,7 +278,7 @@ def main(argv=None) -> int:
         folders = save_twins(Path(root), size, words, request_tokens, getattr(torch, work["dtype"]), args.seed)
         options = ["--device", args.device] + (
             ["--continuous-batching", "--cb-num-blocks", str(cb_blocks)] if cb_blocks else [])
-        switch = {"depth_attention": ["--method-field", f"depth_impl={args.depth_impl}"] if args.depth_impl else []}
+        switch = {METHOD: [part for field in args.method_field for part in ("--method-field", field)]}
         servers = {name: Server(folder, options + switch.get(name, []), out / f"serving-{name}.log", args.threads)
                    for name, folder in folders.items()}
         results = measure_clients(servers, clients, work, words, args.seed)

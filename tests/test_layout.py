@@ -184,7 +184,6 @@ NAMES_METHOD_FIELDS = {
     "depthattn": "exports the function depth_mix of depthattn.ops, which has the name of Depth-Attention's field",
     "depthattn.ops.depth_mix": "Depth-Attention's mixing kernels: their function depth_mix has the field's name",
     "depthattn.convert": "the reference implementation's checkpoints set Depth-Attention's fields",
-    "depthattn.evaluate.depth_map": "the depth map of Depth-Attention records its depth_stride in the JSON it reads",
 }
 
 
@@ -209,22 +208,24 @@ def test_no_module_outside_methods_names_a_method_field():
 
 
 # The tests of what every method must do take their cases from the registry (tests/helpers.py's `method_cases`: each
-# method at its defaults and the variants it declares), so none of them names a method (but vanilla, the reference
-# every method is compared with), a preset or a method's field
-TESTS = Path(__file__).parent
-EVERY_METHOD_TESTS = ("methods/test_conformance.py", "model/test_continuous_batching.py",
-                      "model/test_gradient_checkpointing.py", "model/test_tensor_parallel.py",
-                      "model/tensor_parallel_worker.py", "vllm/test_vllm.py")
+# method at its defaults and the variants it declares), and the benchmarks their candidates (a kernel: a method's
+# switchable field), so none of them names a method (but vanilla, the reference every method is compared with), a
+# preset or a method's field
+ROOT = Path(__file__).parents[1]
+EVERY_METHOD_TESTS = ("tests/methods/test_conformance.py", "tests/model/test_continuous_batching.py",
+                      "tests/model/test_gradient_checkpointing.py", "tests/model/test_tensor_parallel.py",
+                      "tests/model/tensor_parallel_worker.py", "tests/vllm/test_vllm.py",
+                      *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "benchmarks").glob("*.py")))
 
 
 @pytest.mark.parametrize("path", EVERY_METHOD_TESTS)
-def test_the_tests_of_every_method_name_none(path):
+def test_the_tests_of_every_method_and_the_benchmarks_name_none(path):
     from depthattn.methods import METHODS
     from depthattn.presets import METHOD_PRESETS
 
     names = (set(METHODS) | set(METHOD_PRESETS)) - {"vanilla"}
     fields = {name for method in METHODS.values() for name in method.config_fields}
-    tree = ast.parse((TESTS / path).read_text())
+    tree = ast.parse((ROOT / path).read_text())
     docstrings = docstring_ids(tree)
     found = set()
     for node in ast.walk(tree):

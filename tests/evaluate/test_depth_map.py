@@ -8,9 +8,12 @@ import pytest
 import torch
 
 from depthattn.commands import depth_map as depth_map_command
-from depthattn.evaluate.depth_map import compute_depth_map, depth_weight_map, step_sources
+from depthattn.evaluate import depth_map
+from depthattn.evaluate.depth_map import compute_depth_map, depth_weight_map, step_sources, write_depth_map
+from depthattn.methods import register, unregister
 from depthattn.methods.depth_attention import depth_sources, resolved_depth_stride
-from tests.helpers import tiny_model
+from tests.helpers import registered_toy, tiny_model
+from tests.methods.toy_method import ToyValueGain
 
 
 def batches(vocab_size, sizes=((2, 12), (3, 12), (1, 12)), seed=0):
@@ -98,7 +101,43 @@ def test_depth_map_command_writes_json_and_png(trained_model, eval_data, tmp_pat
     assert matrix[3, 1] == 0 and matrix[0, 0] == 1
     assert result["samples"] == 6 and result["seq_len"] == 32 and result["positions_per_layer"] == 6 * 32 * 2
     assert {"depthattn_version", "date", "model", "data", "split"} <= result.keys()
+    assert result["cross_layer"] == "depth_attention" and result["depth_stride"] == 2
     png = (out / "depth_map.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     with pytest.raises(ValueError, match="exceeds the model's max_position_embeddings"):
         compute_depth_map(trained_model, eval_data, samples=1, seq_len=1024)
+
+
+class MappedToy(ToyValueGain):
+    """The toy, weighing its two candidates (layer 0's value, its own) per token: a depth map of its own."""
+
+    config_fields = {}  # the toy's field stays the toy's (registered beside it)
+    maps_depth_weights = True
+    depth_map_title = "Toy gains ({samples} x {seq_len} tokens)"
+
+    def forward(self, attention, query, state, step, states):
+        state, _ = super().forward(attention, query, state, step, states)
+        share = torch.sigmoid(query.mean(1, keepdim=True).sum(-1, keepdim=True))  # (B, 1, T, 1) from the tokens
+        weights = torch.cat([share, 1 - share], -1).expand(*state.value.shape[:3], 2)
+        return state, weights
+
+
+def test_any_method_that_weighs_its_depth_sources_has_a_depth_map_titled_by_it(tmp_path, monkeypatch):
+    titles = []
+    monkeypatch.setattr(depth_map, "plot_depth_map", lambda matrix, path, title, **kwargs: titles.append(title))
+    with registered_toy():
+        register("mapped_toy", MappedToy)
+        try:
+            model = tiny_model(cross_layer="mapped_toy", num_hidden_layers=3)
+            matrix, count = depth_weight_map(model, batches(97))
+            assert step_sources(model) == [[], [0], [0]]
+            assert count == 6 * 12 * 2  # samples x KV heads x tokens, per row
+            result = {"matrix": matrix.tolist(), "sources": {"0": [], "1": [0], "2": [0]}, "num_hidden_layers": 3,
+                      "num_loops": 1, "cross_layer": "mapped_toy", "samples": 6, "seq_len": 12}
+            write_depth_map(result, tmp_path / "toy")
+        finally:
+            unregister("mapped_toy")
+    np.testing.assert_allclose(matrix.sum(1), 1.0, atol=1e-9)
+    assert matrix[1, 2] == matrix[2, 1] == 0 and 0 < matrix[2, 0] < 1
+    write_depth_map({**result, "cross_layer": "depth_attention", "depth_stride": 2}, tmp_path / "depth")
+    assert titles == ["Toy gains (6 x 12 tokens)", "Depth-Attention weights (6 x 12 tokens, stride 2)"]

@@ -14,19 +14,27 @@ from depthattn.methods import METHODS
 
 
 def test_candidates_cover_every_method():
-    names = all_candidates("auto")
+    names = all_candidates({})
     assert names[:2] == ["qwen3", "vanilla"]
-    assert {parse_candidate(n, "auto")[0] for n in names} == {"qwen3", *METHODS}
-    assert parse_candidate("depth_attention:reference", "auto") == ("depth_attention", "reference")
-    assert parse_candidate("depth_attention", "compiled") == ("depth_attention", "compiled")
+    assert {parse_candidate(n, {})[0] for n in names} == {"qwen3", *METHODS}
+    # a method's switchable field: set by the candidate's suffix, else by --method-field, else the config's
+    assert "depth_attention:reference" in names and "depth_attention:reference" not in all_candidates(
+        {"depth_impl": "reference"})
+    assert parse_candidate("depth_attention:reference", {}) == ("depth_attention", {"depth_impl": "reference"})
+    assert parse_candidate("depth_attention", {"depth_impl": "compiled"}) == ("depth_attention",
+                                                                              {"depth_impl": "compiled"})
+    assert parse_candidate("moda:merged", {"depth_impl": "compiled"}) == ("moda", {"moda_impl": "merged"})
+    assert parse_candidate("vanilla", {"depth_impl": "compiled"}) == ("vanilla", {})
+    with pytest.raises(ValueError, match="only a method with one switchable field takes a ':VALUE' suffix"):
+        parse_candidate("vanilla:reference", {})
 
 
 def test_candidates_known_in_a_fresh_process():
     """`python -m benchmarks` imports nothing else first: the registry must be filled by the benchmark's own imports."""
-    code = "from benchmarks.candidates import parse_candidate; print(parse_candidate('vanilla', 'auto'))"
+    code = "from benchmarks.candidates import parse_candidate; print(parse_candidate('vanilla', {}))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "('vanilla', None)" in done.stdout
+    assert "('vanilla', {})" in done.stdout
 
 
 @pytest.mark.slow  # ~15-25 s on 2 busy cores: nine tiny models, three timed phases, profiled memory
@@ -37,7 +45,7 @@ def test_quick_run_writes_json_and_markdown(tmp_path, capsys):
                 "ratios_to_vanilla", "vanilla_to_qwen3", "goals"):
         assert key in report, key
     assert report["machine"]["torch_threads"] >= 1
-    assert set(report["candidates"]) == set(all_candidates("auto"))
+    assert set(report["candidates"]) == set(all_candidates({}))
     for name, result in report["candidates"].items():
         for key, samples in (("train_step_s", 1), ("prefill_s", 4), ("decode_token_s", 2)):
             assert result[key]["median"] > 0 and result[key]["n"] == samples, (name, key)
@@ -60,7 +68,7 @@ def test_candidates_share_the_backbone_tensors():
     from benchmarks.candidates import build
 
     size = {**QUICK_SIZE, "max_position_embeddings": 64}
-    qwen3, vanilla, depth = build(["qwen3", "vanilla", "depth_attention"], size, "auto", torch.device("cpu"),
+    qwen3, vanilla, depth = build(["qwen3", "vanilla", "depth_attention"], size, {}, torch.device("cpu"),
                                   torch.float32, log=lambda message: None)
     reference = dict(qwen3.model.named_parameters())
     for candidate in (vanilla, depth):

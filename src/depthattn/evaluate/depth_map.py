@@ -132,6 +132,7 @@ def compute_depth_map(
         "sources": {str(step): s for step, s in enumerate(sources)},
         "num_hidden_layers": config.num_hidden_layers,
         "num_loops": getattr(config, "num_loops", 1),
+        "cross_layer": config.cross_layer,
         **METHODS[config.cross_layer].settings(config),
         "samples": len(starts),
         "seq_len": seq_len,
@@ -145,7 +146,8 @@ def compute_depth_map(
 
 
 def write_depth_map(result: dict, out_dir: str | os.PathLike, title: str | None = None) -> tuple[Path, Path]:
-    """depth_map.json (atomic) and depth_map.png in `out_dir`."""
+    """depth_map.json (atomic) and depth_map.png in `out_dir`; the figure titled `title`, by default by the map's
+    method (its `depth_map_title`)."""
     out_dir = make_folder(out_dir, "--out")
     json_path = out_dir / "depth_map.json"
     atomic_write_json(json_path, result)
@@ -154,8 +156,7 @@ def write_depth_map(result: dict, out_dir: str | os.PathLike, title: str | None 
     for step, step_sources_ in result["sources"].items():
         present[int(step), step_sources_] = True
     if title is None:
-        title = (f"Depth-Attention weights ({result['samples']} x {result['seq_len']} tokens, "
-                 f"stride {result['depth_stride']})")
+        title = METHODS[result["cross_layer"]].depth_map_title.format(**result)
     png_path = plot_depth_map(matrix, out_dir / "depth_map.png", present=present, title=title,
                               loop_length=result["num_hidden_layers"] if result.get("num_loops", 1) > 1 else None)
     return json_path, png_path

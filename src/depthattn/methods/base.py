@@ -77,6 +77,9 @@ class CrossLayerMethod(nn.Module, metaclass=abc.ABCMeta):
     # what it tells about itself (with the analytic costs below)
     inference_state: str = ""
     maps_depth_weights: bool = False  # `output_depth_weights` weighs each step's sources per token (a depth map)
+    # the title of its depth map (`depthattn depth-map`), formatted with the map's record: `cross_layer`, `samples`,
+    # `seq_len` and the method's `settings`
+    depth_map_title: str = "{cross_layer} depth weights ({samples} x {seq_len} tokens)"
 
     def __init__(self, config):
         super().__init__()

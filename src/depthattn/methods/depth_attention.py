@@ -108,6 +108,7 @@ class DepthAttention(AttentionMixer):
         "linear_every": {"depth_mix": "linear", "depth_stride": 1},
     }
     maps_depth_weights = True
+    depth_map_title = "Depth-Attention weights ({samples} x {seq_len} tokens, stride {depth_stride})"
 
     @classmethod
     def settings(cls, config):
