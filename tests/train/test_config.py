@@ -69,9 +69,7 @@ def test_repository_configs_load():
     from pathlib import Path
 
     from depthattn.study import Study
-    from depthattn.study.depth_axis import DepthAxis
-    from depthattn.study.orderings import Orderings
-    from depthattn.train.config import read_toml
+    from depthattn.study.analyses import analysis_of
 
     root = Path(__file__).parents[2] / "configs"
     runs = sorted(p for p in root.glob("**/*.toml") if p.parent.name not in ("study", "analysis"))
@@ -79,9 +77,8 @@ def test_repository_configs_load():
     assert runs and studies
     for path in runs:
         TrainConfig.load(path)
-    kinds = {"depth_axis": DepthAxis, "orderings": Orderings}
     for path in (root / "analysis").glob("*.toml"):  # analyses across studies: each names its studies
-        assert kinds[next(iter(read_toml(path, "analysis", "")))].load(path).sweeps
+        assert analysis_of(path).load(path).sweeps
     for path in studies:
         study = Study.load(path)  # checks every setting's config
         for method in study.methods:

@@ -76,36 +76,21 @@ def prediction_date(text: str) -> str:
 
 
 def analyses(args: argparse.Namespace) -> int:
-    from ..files import atomic_write_bytes
     from ..study import Study
     from ..study.actions import write_dated
-    from ..study.depth_axis import DepthAxis, depth_trend
-    from ..study.orderings import Orderings, compare
-    from ..study.predictions import predict_with_depth
-    from ..study.render.analyses import format_depth_axis, format_orderings
-    from ..train.config import config_path, read_toml
+    from ..study.analyses import analysis_of
 
     if args.configs:
         raise ValueError("--analysis reads the sweeps its file names; give no study configs beside it")
     for path in args.analysis:
-        kind = next(iter(read_toml(config_path(path), "analysis config", "configs/analysis/")), None)
-        if kind == "depth_axis":
-            axis = DepthAxis.load(path)
-            if args.predict_for:
-                write_dated(predict_with_depth(axis, Study.load(args.predict_for), _date(args), args.assumes),
-                            Path(args.predictions))
-                continue
-            text, results = format_depth_axis(axis, depth_trend(axis)), axis.sweeps[0].results
-        elif kind == "orderings":
-            if args.predict_for:
-                raise ValueError(f"{path}: --predict-for reads a depth axis (configs/analysis/depth_axis.toml)")
-            orderings = Orderings.load(path)
-            text, results = format_orderings(orderings, compare(orderings)), orderings.sweeps[0].results
+        analysis = analysis_of(path)
+        if not args.predict_for:
+            print(f"analysis: {analysis.write(path, args.results)}")
+        elif analysis.predict is None:
+            raise ValueError(f"{path}: --predict-for reads a depth axis (configs/analysis/depth_axis.toml)")
         else:
-            raise ValueError(f"{path}: an analysis config has a [depth_axis] or an [orderings] table, not {kind!r}")
-        out = Path(args.results or results) / f"{Path(path).stem}.md"
-        atomic_write_bytes(out, text.encode())
-        print(f"analysis: {out}")
+            write_dated(analysis.predict(analysis.load(path), Study.load(args.predict_for), _date(args),
+                                         args.assumes), Path(args.predictions))
     return 0
 
 
