@@ -1,5 +1,6 @@
 """Multipliers recover what is planted: a method worth k times the baseline's data, constant or growing."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -99,6 +100,20 @@ def test_the_report_states_data_and_compute_multipliers(study):
     text = markdown_report(study, planted_results(study, lambda x: 1.3, noise=0.005))
     assert "| compute multiplier | FLOPs per token over vanilla |" in text and "| depth_attention | 1.0" in text
     assert "holds |" in text and "Joint fit over" in text
+    assert "The primary reading is the first" in text and "Here they agree." in text  # 1.3 at every budget
+
+
+def test_the_report_says_which_reading_stands_where_the_joint_fit_differs(study, monkeypatch):
+    from depthattn.study import report
+    from depthattn.study.fits import Slope
+
+    results = planted_results(study, lambda x: 1.3, noise=0.005)
+    found = multipliers(study, results)
+    assert found.rows[0].trend.holm_verdict == "holds"
+    fit = found.fit
+    growing = dataclasses.replace(fit.methods["depth_attention"], gamma=Slope(0.05, 0.01, 0.09))
+    text = "\n".join(report._which_reading(found, dataclasses.replace(fit, methods={"depth_attention": growing})))
+    assert "They differ for depth_attention (holds; the joint fit: grows): there the primary reading's" in text
 
 
 def test_the_baseline_curve_is_made_monotone_and_read_in_log_budget():
