@@ -298,3 +298,10 @@ def test_a_joint_fit_parameter_on_its_bound_is_flagged(study):
     results = planted_results(study, lambda x: 1.3, seeds=range(3), noise=0.005)
     assert multipliers(study, results).fit.at_bounds == []
     assert "at a bound of the fit" not in markdown_report(study, results)
+
+
+def test_a_sweep_where_only_the_baseline_has_cells_has_no_multipliers_yet(study):
+    """As a new learning rate's first cells arrive: the report waits instead of failing."""
+    baseline_only = [r for r in planted_results(study, lambda x: 1.3) if r.method == study.baseline]
+    assert baseline_only and multipliers(study, baseline_only) is None
+    assert "| data multiplier |" not in markdown_report(study, baseline_only)

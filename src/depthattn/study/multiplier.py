@@ -154,7 +154,7 @@ def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, 
 def sweep_multipliers(sweep: Sweep, flops_ratio: dict[str, float] | None = None) -> Multipliers | None:
     """`multipliers` of a sweep of one model."""
     sample = sweep.bootstrap
-    if sample is None:
+    if sample is None or not sample.k:  # no method besides the baseline has cells yet
         return None
     labels, x, table = sample.labels, sample.x, sample.table
     fitted = sample.in_fit
