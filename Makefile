@@ -49,7 +49,7 @@ demo: $(VENV)/.installed
 ANALYSES := depth_axis wikipedia_orderings
 STUDIES := core retrofit budget depth tokenization ablations search confirm moda budget_wsd budget_sweep \
            budget_sweep_layers4 budget_sweep_wiki budget_sweep_layers16 lr_sweep_wiki budget_sweep_wiki_seeds10 \
-           budget_sweep_seeds10
+           budget_sweep_seeds10 budget_sweep_linuxdoc
 # studies run on a GPU (benchmarks/gpu.sh): here only their reports
 GPU_STUDIES := ladder_smoke
 study: $(VENV)/.installed
