@@ -104,15 +104,15 @@ def test_the_report_states_data_and_compute_multipliers(study):
 
 
 def test_the_report_says_which_reading_stands_where_the_joint_fit_differs(study, monkeypatch):
-    from depthattn.study import report
     from depthattn.study.fits import Slope
+    from depthattn.study.render.study_page import which_reading
 
     results = planted_results(study, lambda x: 1.3, noise=0.005)
     found = multipliers(study, results)
     assert found.rows[0].trend.holm_verdict == "holds"
     fit = found.fit
     growing = dataclasses.replace(fit.methods["depth_attention"], gamma=Slope(0.05, 0.01, 0.09))
-    text = "\n".join(report._which_reading(found, dataclasses.replace(fit, methods={"depth_attention": growing})))
+    text = "\n".join(which_reading(found, dataclasses.replace(fit, methods={"depth_attention": growing})))
     assert "They differ for depth_attention (holds; the joint fit: grows): there the primary reading's" in text
 
 

@@ -53,3 +53,20 @@ def test_a_fresh_process_writes_the_report(imported):
 def test_writing_a_report_imports_no_trainer(imported):
     _, modules = imported
     assert "depthattn.train.config" in modules and not trainer(modules), sorted(modules)
+
+
+# what computes statistics: a page's Markdown reads records and calls none of it
+STATISTICS = ("statistics", "numpy", "scipy", "depthattn.study.stats.summarize", "depthattn.study.stats.paired_",
+              "depthattn.study.stats.compare_studies", "depthattn.study.stats.last_quarter",
+              "depthattn.study.stats.curve_summary", "depthattn.study.trend.trend", "depthattn.study.trend.gain_table",
+              "depthattn.study.picks.confirmation", "depthattn.study.picks.search_result",
+              "depthattn.study.sweep.Sweep")
+
+
+def test_the_study_page_writes_records_and_computes_nothing():
+    from tests.test_layout import MODULES, imports
+
+    path = MODULES["depthattn.study.render.study_page"]
+    found = imports(path, top_level=True) + imports(path, top_level=False)
+    assert "depthattn.study.stats.Difference" in found  # the check sees the module's imports
+    assert not [name for name in found if name.startswith(STATISTICS)], found

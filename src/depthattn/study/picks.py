@@ -4,11 +4,13 @@ read from the results, so the spec (study/spec.py) stays what its config file sa
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from dataclasses import dataclass
 
 from .records import Cell
 from .spec import Study
+from .stats import Difference, SettingSummary, verdict
 
 
 @dataclass(frozen=True)
@@ -65,3 +67,54 @@ def with_picks(study: Study) -> Study:
         if [method, study.confirm["against"]] not in contrasts:
             contrasts.append([method, study.confirm["against"]])
     return dataclasses.replace(study, methods=methods, contrasts=contrasts, waiting="")
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """A confirmation's method: its paired difference from `against` per setting (None where not run) and the
+    rule's status: "yes" (better in every setting), "no" (worse somewhere, or no difference with every seed in) or
+    "not decided"; `mean_difference`, over the settings it ran in (inf where none), names the closest."""
+
+    method: str
+    differences: tuple[Difference | None, ...]
+    status: str
+    mean_difference: float
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A confirmation study's outcome: `against`, the setting labels with results and each method's `Confirmed`."""
+
+    against: str
+    labels: tuple[str, ...]
+    methods: tuple[Confirmed, ...]
+
+    @property
+    def winners(self) -> list[str]:
+        return [m.method for m in self.methods if m.status == "yes"]
+
+    @property
+    def closest(self) -> Confirmed:
+        return min(self.methods, key=lambda m: m.mean_difference)
+
+
+def confirmation(study: Study, tables: dict[str, SettingSummary]) -> Confirmation:
+    """Each contrast of `study` with its confirm's `against`, setting by setting (`tables`: `stats.summarize`), and
+    the rule's status: a method is out once a setting shows it worse, or shows no difference with every seed in; it
+    is in once every setting shows it better."""
+    against = study.confirm["against"]
+    labels = tuple(label for label, table in tables.items() if table.rows)
+    all_seeds = len(study.seeds) + len(study.more_seeds)
+    methods = []
+    for method in (a for a, b in study.contrasts if b == against):
+        found = tuple(c.difference if (c := tables[label].contrast(method, against)) else None for label in labels)
+        verdicts = [verdict(d) if d else "not run" for d in found]
+        if verdicts and all(v == "better" for v in verdicts):
+            status = "yes"
+        elif any(v == "worse" or (v == "no difference shown" and d.n >= all_seeds) for v, d in zip(verdicts, found)):
+            status = "no"
+        else:
+            status = "not decided"
+        methods.append(Confirmed(method, found, status,
+                                 statistics.fmean([d.diff_mean for d in found if d] or [math.inf])))
+    return Confirmation(against, labels, tuple(methods))

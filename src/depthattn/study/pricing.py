@@ -71,5 +71,13 @@ def tokens_left(study: Study, cell: Cell, resumes_at: int) -> int:
     return steps * cfg.train.batch_size * cfg.train.grad_accum * cfg.data.seq_len
 
 
+def model_flops_utilisation(study: Study, setting: dict, method: str, tokens_per_s: float,
+                            peak_tflops: float = H100_BF16_TFLOPS) -> float:
+    """The share of `peak_tflops` that training `method` in `setting` at `tokens_per_s` reaches, from the cell's
+    FLOPs per token (`cell_flops`)."""
+    flops = cell_flops(study, setting, method)
+    return tokens_per_s * flops["flops"] / flops["tokens"] / (peak_tflops * 1e12)
+
+
 def gpu_hours(flops: float, mfu: float, peak_tflops: float = H100_BF16_TFLOPS) -> float:
     return flops / (mfu * peak_tflops * 1e12) / 3600

@@ -135,3 +135,118 @@ def verdict(difference: Difference | None) -> str:
     if difference.diff_low > 0:
         return "worse"
     return "no difference shown"
+
+
+@dataclass(frozen=True)
+class LastQuarter:
+    """How far `method`'s eval-subset loss (mean over seeds) fell from about three quarters of training (`start`
+    tokens) to its end: how flat the curve is where the budget ends."""
+
+    method: str
+    start: int
+    end: int
+    before: float
+    after: float
+
+
+def last_quarter(method: str, cells: list[CellResult]) -> LastQuarter | None:
+    """`LastQuarter` of `method` over the tokens every one of its curves in `cells` has; None without curves or
+    with a single point."""
+    curves = [r.curve for r in cells if r.method == method and r.curve]
+    if not curves:
+        return None
+    tokens = sorted(set.intersection(*[set(curve) for curve in curves]))
+    end = tokens[-1]
+    start = min(tokens, key=lambda t: abs(t - 0.75 * end))
+    if start == end:
+        return None
+    before, after = (statistics.fmean(curve[t] for curve in curves) for t in (start, end))
+    return LastQuarter(method, start, end, before, after)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The mean and sd of some values (sd None for a single value)."""
+
+    mean: float
+    std: float | None
+
+
+@dataclass(frozen=True)
+class CurveSummary:
+    """Eval-subset val loss along training: per method, its `Spread` over seeds at each of `tokens` (None where no
+    seed has that point)."""
+
+    tokens: tuple[int, ...]
+    methods: dict[str, tuple[Spread | None, ...]]
+
+
+def curve_summary(methods: list[str], cells: list[CellResult]) -> CurveSummary:
+    curves = {m: [r.curve for r in cells if r.method == m] for m in methods}
+    tokens = tuple(sorted({t for runs in curves.values() for run in runs for t in run}))
+
+    def spread(values: list[float]) -> Spread | None:
+        if len(values) > 1:
+            return Spread(statistics.mean(values), statistics.stdev(values))
+        return Spread(values[0], None) if values else None
+
+    return CurveSummary(tokens, {method: tuple(spread([run[t] for run in runs if t in run]) for t in tokens)
+                                 for method, runs in curves.items()})
+
+
+@dataclass(frozen=True)
+class ComparedMethod:
+    """One method in one setting of two studies: its loss shift (this − that, paired by seed), its gain over the
+    baseline in each study, and whether those two gains' intervals overlap (None without both intervals)."""
+
+    setting: str
+    method: str
+    shift: Difference
+    gains: tuple[Difference | None, Difference | None]
+    overlap: bool | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A study against another of the same settings and methods (`other`, its name), with the rule's tolerance:
+    reproduces when every gain's intervals overlap and no mean loss shifts by more than the tolerance."""
+
+    other: str
+    tolerance: float
+    rows: tuple[ComparedMethod, ...]
+
+    @property
+    def worst(self) -> float:
+        """The largest absolute mean loss shift."""
+        return max([0.0, *(abs(row.shift.diff_mean) for row in self.rows)])
+
+    @property
+    def overlaps(self) -> list[bool]:
+        return [row.overlap for row in self.rows if row.overlap is not None]
+
+    @property
+    def reproduces(self) -> bool:
+        return all(self.overlaps) and self.worst <= self.tolerance
+
+
+def compare_studies(study: Study, results: list[CellResult], other: str, theirs: list[CellResult],
+                    tolerance: float) -> Comparison:
+    """`study`'s `results` against `theirs`, another study's of the same settings (`other` names it), setting by
+    setting and method by method."""
+    gains = [summarize(study, runs) for runs in (results, theirs)]
+    rows = []
+    for setting in study.settings():
+        label = setting_label(setting)
+        for method in study.methods:
+            a, b = ({r.seed: r.val_loss for r in runs if r.setting == setting and r.method == method}
+                    for runs in (results, theirs))
+            seeds = sorted(set(a) & set(b))
+            if not seeds:
+                continue
+            shift = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
+            pair = tuple(row.difference if (row := table[label].row(method)) else None for table in gains)
+            overlap = None
+            if all(g and not math.isnan(g.diff_low) for g in pair):
+                overlap = pair[0].diff_low <= pair[1].diff_high and pair[1].diff_low <= pair[0].diff_high
+            rows.append(ComparedMethod(label, method, shift, pair, overlap))
+    return Comparison(other, tolerance, tuple(rows))

@@ -121,3 +121,58 @@ def trend(study: Study, results: list[CellResult], method: str, against: str, se
                      float(ZERO_LIMIT * x.max()) if beyond else None)
 
 
+
+
+def trend_pairs(study: Study) -> list[tuple[str, str]]:
+    """The gains a budget study fits: every method against the baseline, then the study's contrasts."""
+    return [(m, study.baseline) for m in study.methods if m != study.baseline] + [tuple(c) for c in study.contrasts]
+
+
+def budget_trends(study: Study, results: list[CellResult]) -> dict[str, list[GainTrend | None]]:
+    """A branched study's fitted gains per budget group: for each of its `trend_pairs`, the `trend` fit (None where
+    too few budgets or seeds)."""
+    found = Sweep(study, tuple(results)).models() if study.branch_axis else {}
+    return {label: [trend(study, list(sweep.results), *pair) for pair in trend_pairs(study)]
+            for label, sweep in found.items()}
+
+
+@dataclass(frozen=True)
+class GainRow:
+    """One of `trend_pairs` at each column budget of its `GainTable` (None where it has no pair of cells there), and
+    its fitted trend (None where too few budgets or seeds)."""
+
+    method: str
+    against: str
+    gains: tuple[Difference | None, ...]
+    fit: GainTrend | None
+
+
+@dataclass(frozen=True)
+class GainTable:
+    """A budget group's gains against the budget: tokens per parameter and epochs over the training data (where
+    recorded) per budget label, smallest budget first; `columns`, the budgets with a gain (a budget only the
+    baseline trains has none); a `GainRow` per pair of `trend_pairs`."""
+
+    x: dict[str, float]
+    epochs: dict[str, float]
+    columns: tuple[str, ...]
+    rows: tuple[GainRow, ...]
+
+
+def gain_table(sweep: Sweep, fits: list[GainTrend | None]) -> GainTable | None:
+    """The sweep's `GainTable` with `fits` (one per pair of `trend_pairs`); None without budgets."""
+    study, results, x_of = sweep.study, list(sweep.results), sweep.tokens_per_parameter
+    if not x_of:
+        return None
+    labels = sorted(x_of, key=x_of.get)
+    epochs = {r.setting[study.branch_axis.name]: r.data_epochs for r in results}
+    pairs = trend_pairs(study)
+    paired = [paired_by_budget(study, results, *pair) for pair in pairs]
+    columns = tuple(label for label in labels if any(label in by_budget for by_budget in paired))
+    rows = []
+    for (method, against), fit, by_budget in zip(pairs, fits, paired, strict=True):
+        gains = tuple(paired_difference(*map(list, zip(*by_budget[label].values()))) if label in by_budget else None
+                      for label in columns)
+        rows.append(GainRow(method, against, gains, fit))
+    return GainTable({label: x_of[label] for label in labels},
+                     {label: epochs[label] for label in labels if epochs.get(label) is not None}, columns, tuple(rows))
