@@ -3,7 +3,7 @@
 import pytest
 
 from depthattn.study import Study
-from depthattn.study.depth_axis import DepthAxis, depth_trend
+from depthattn.study.analyses.depth_axis import DepthAxis, depth_trend
 from depthattn.study.render.analyses import format_depth_axis
 from depthattn.study.sweep import sweep_depth
 from tests.study.test_multiplier import BUDGETS, fewer_resamples, planted_results  # noqa: F401 (a fixture)
@@ -80,7 +80,7 @@ def test_multipliers_read_past_the_baselines_budgets_or_two_epochs_are_marked(ti
 
 
 def test_three_seeds_give_slopes_but_no_intervals_or_verdicts(tiny_data, tmp_path, monkeypatch):
-    from depthattn.study.predictions import predict_with_depth
+    from depthattn.study.analyses.predictions import predict_with_depth
 
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data, seeds=range(3)))
     plant(monkeypatch, lambda x, depth: 1.1 * depth ** 0.2, seeds=range(3))
@@ -105,7 +105,7 @@ def test_a_sweep_without_cells_is_named_and_nothing_is_fitted(tiny_data, tmp_pat
 
 
 def test_a_sweep_waiting_for_its_first_seed_names_the_cells_it_lacks(tiny_data, tmp_path, monkeypatch):
-    from depthattn.study.predictions import predict_with_depth
+    from depthattn.study.analyses.predictions import predict_with_depth
 
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
     monkeypatch.setattr(Study, "read_results", lambda self: [
@@ -131,7 +131,7 @@ def test_a_bad_depth_axis_config_says_what_it_needs(tiny_data, tmp_path):
 
 
 def test_a_depth_informed_prediction_reads_the_surface_at_each_rungs_depth(tiny_data, tmp_path, monkeypatch):
-    from depthattn.study.predictions import predict_with_depth, score
+    from depthattn.study.analyses.predictions import predict_with_depth, score
     from tests.study.test_predictions import TARGET_AXES, planted_target
 
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
@@ -168,8 +168,8 @@ def test_the_command_writes_the_depth_axis_report(tiny_data, tmp_path, monkeypat
 def test_each_sweeps_seeds_are_resampled_independently_of_the_others():
     import numpy as np
 
+    from depthattn.study.analyses.depth_axis import AtDepth, independent_resamples
     from depthattn.study.curve import BaselineCurve
-    from depthattn.study.depth_axis import AtDepth, independent_resamples
     from depthattn.study.sweep import SeedBootstrap
 
     picks = np.random.default_rng(0).normal(size=(400, 3))  # what every sweep's generator draws alike
@@ -206,7 +206,7 @@ def test_a_gain_from_depth_that_shrinks_with_the_budget_is_an_interaction(tiny_d
 def test_a_depth_informed_prediction_reads_tokens_per_non_embedding_parameter(tiny_data, tmp_path, monkeypatch):
     """A multiplier planted in tokens per non-embedding parameter (embeddings are 25% to 57% of these sweeps'
     parameters) is recovered at a rung's count in that unit, which the file states beside the other count."""
-    from depthattn.study.predictions import _non_embedding_scale, predict_with_depth
+    from depthattn.study.analyses.predictions import _non_embedding_scale, predict_with_depth
     from depthattn.study.pricing import cell_flops
 
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data))

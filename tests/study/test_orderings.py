@@ -3,7 +3,7 @@
 import pytest
 
 from depthattn.study import CellResult, Study
-from depthattn.study.orderings import Orderings, compare
+from depthattn.study.analyses.orderings import Orderings, compare
 from depthattn.study.render.analyses import format_orderings
 from tests.study.test_multiplier import BUDGETS, fewer_resamples, loss  # noqa: F401 (a fixture)
 from tests.study.test_study import WSD_BUDGETS, write_study

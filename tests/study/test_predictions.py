@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from depthattn.study import Study
-from depthattn.study.predictions import (
+from depthattn.study.analyses.predictions import (
     predict,
     read_prediction,
     score,

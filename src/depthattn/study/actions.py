@@ -9,10 +9,18 @@ import time
 from pathlib import Path
 
 from ..train import TrainingInterrupted
+from .analyses.predictions import (
+    extrapolations,
+    predict,
+    read_prediction,
+    score,
+    superseded,
+    why_unscored,
+    write_prediction,
+)
 from .mixing_maps import explain
 from .multiplier import EXTRAPOLATION_LIMIT
 from .picks import with_picks
-from .predictions import extrapolations, predict, read_prediction, score, superseded, why_unscored, write_prediction
 from .render.analyses import format_score
 from .report import IndexPage, report_study, write_index
 from .runner import ExecutorOptions, run_study

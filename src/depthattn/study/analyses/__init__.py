@@ -11,10 +11,10 @@ from typing import Any
 
 from ...files import atomic_write_bytes
 from ...train.config import config_path, read_toml
-from ..depth_axis import DepthAxis, depth_trend
-from ..orderings import Orderings, compare
-from ..predictions import predict_with_depth
 from ..render.analyses import format_depth_axis, format_orderings
+from .depth_axis import DepthAxis, depth_trend
+from .orderings import Orderings, compare
+from .predictions import predict_with_depth
 
 
 @dataclass(frozen=True)

@@ -4,17 +4,20 @@ the tuned reading of a learning-rate sweep."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ..calibrated import t_quantile
-from ..depth_axis import DepthAxis, DepthTrend, InteractionSurface
 from ..multiplier import EXTRAPOLATION_LIMIT
-from ..orderings import Orderings, OrderingsFound
-from ..predictions import Score
 from ..spec import Study
 from ..stats import MIN_SEEDS
 from ..sweep import REPEATS_FLAG
 from ..tuning import TunedPoint, Tuning
 from .numbers import bracket, format_multiplier
+
+if TYPE_CHECKING:  # the analyses' records; analyses/ imports this module to register their pages
+    from ..analyses.depth_axis import DepthAxis, DepthTrend, InteractionSurface
+    from ..analyses.orderings import Orderings, OrderingsFound
+    from ..analyses.predictions import Score
 
 
 def _interaction_lines(found: InteractionSurface) -> list[str]:

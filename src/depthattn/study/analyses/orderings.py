@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .calibrated import jackknife_t
-from .fits import percentile_interval
-from .spec import Study
-from .sweep import SeedBootstrap, one_model, read_sweeps
+from ..calibrated import jackknife_t
+from ..fits import percentile_interval
+from ..spec import Study
+from ..sweep import SeedBootstrap, one_model, read_sweeps
 
 
 @dataclass

@@ -20,15 +20,15 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..files import atomic_write_json
-from ..train.config import MODEL_PRESETS
+from ...files import atomic_write_json
+from ...train.config import MODEL_PRESETS
+from ..fits import exp_linear
+from ..multiplier import EXTRAPOLATION_LIMIT, BudgetTrend, MultiplierPoint, sweep_multipliers
+from ..pricing import cell_flops
+from ..spec import Study, setting_label
+from ..stats import MIN_SEEDS
+from ..sweep import MIN_BUDGETS, Sweep, model_depth
 from .depth_axis import DepthAxis, ShapeFit, prediction_surfaces
-from .fits import exp_linear
-from .multiplier import EXTRAPOLATION_LIMIT, BudgetTrend, MultiplierPoint, sweep_multipliers
-from .pricing import cell_flops
-from .spec import Study, setting_label
-from .stats import MIN_SEEDS
-from .sweep import MIN_BUDGETS, Sweep, model_depth
 
 FORMAT = "depthattn-multiplier-prediction"
 PAPER_SHAPE = {"label": "paper 1.5B shape", "tokens_per_parameter": 20.0,

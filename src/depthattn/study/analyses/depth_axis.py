@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .calibrated import jackknife_t
-from .fits import Slope, exp_linear, log_log_fit, log_surface_fit, percentile_interval
-from .multiplier import MultiplierPoint, point
-from .spec import Study
-from .sweep import REPEATS_FLAG, SeedBootstrap, one_model, read_sweeps, sweep_depth, within_repeats
+from ..calibrated import jackknife_t
+from ..fits import Slope, exp_linear, log_log_fit, log_surface_fit, percentile_interval
+from ..multiplier import MultiplierPoint, point
+from ..spec import Study
+from ..sweep import REPEATS_FLAG, SeedBootstrap, one_model, read_sweeps, sweep_depth, within_repeats
 
 
 @dataclass
