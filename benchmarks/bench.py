@@ -188,7 +188,7 @@ class Bench:
                 gc.collect()
                 gc.disable()
                 try:
-                    seconds = measure.timed(lambda: fn(c), self.device, self.work["clock"])
+                    seconds = measure.timed(lambda c=c: fn(c), self.device, self.work["clock"])
                 finally:
                     gc.enable()
                 if rep >= warmup:
@@ -214,7 +214,7 @@ class Bench:
                 for step in range(n):
                     rotation = (rep * n + step) % k
                     for c in self.cands[rotation:] + self.cands[:rotation]:
-                        def step_once(c=c):
+                        def step_once(c=c, tokens=tokens):
                             tokens[c.name] = self.decode_step(c, tokens[c.name])
                         seconds = measure.timed(step_once, self.device, self.work["clock"])
                         if rep >= warmup:
@@ -254,11 +254,11 @@ class Bench:
                     self.train_step(c)
                 gc.collect()
                 before = measure.held_bytes(c.model, c.optimizer)
-                results[c.name]["peak_train_bytes"] = measure.peak_bytes(lambda: self.train_step(c), self.device,
+                results[c.name]["peak_train_bytes"] = measure.peak_bytes(lambda c=c: self.train_step(c), self.device,
                                                                          before)
                 gc.collect()
                 before = measure.held_bytes(c.model)
-                results[c.name]["peak_prefill_bytes"] = measure.peak_bytes(lambda: self.prefill(c), self.device,
+                results[c.name]["peak_prefill_bytes"] = measure.peak_bytes(lambda c=c: self.prefill(c), self.device,
                                                                            before)
             self.log(f"  memory: one untimed training step and prefill per candidate in "
                      f"{time.perf_counter() - start:.0f} s")
@@ -277,6 +277,26 @@ class Bench:
         return results
 
 
+def check_compile(backend: str | None, work: dict) -> None:
+    if backend and work["warmup"] < 1:
+        raise SystemExit("--compile needs --warmup 1 or more: the first step compiles, and must not be timed")
+    if backend and backend not in torch._dynamo.list_backends(exclude_tags=()):
+        raise SystemExit(f"unknown --compile backend {backend!r}; choose among "
+                         f"{', '.join(torch._dynamo.list_backends())} (default inductor)")
+
+
+def add_mfu(results: dict, peak: float | None, info: dict, device: torch.device, dtype: torch.dtype) -> float | None:
+    """Each result's model FLOPs utilization on a GPU, from `peak` TFLOP/s (by default the GPU's known peak in a
+    16-bit dtype); returns the peak used."""
+    if peak is None and device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
+        peak = next((v for k, v in PEAK_TFLOPS.items() if k in info.get("gpu", "")), None)
+    if peak and device.type == "cuda":
+        for r in results.values():
+            if "train_step_s" in r:
+                r["mfu"] = r["train_flops_per_step"] / r["train_step_s"]["median"] / (peak * 1e12)
+    return peak
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     phases = [p for p in args.phases.split(",") if p]
@@ -284,11 +304,7 @@ def main(argv=None) -> int:
     if bad:
         raise SystemExit(f"unknown phases {bad}; choose among {PHASES}")
     size, work = resolve(args)
-    if args.compile and work["warmup"] < 1:
-        raise SystemExit("--compile needs --warmup 1 or more: the first step compiles, and must not be timed")
-    if args.compile and args.compile not in torch._dynamo.list_backends(exclude_tags=()):
-        raise SystemExit(f"unknown --compile backend {args.compile!r}; choose among "
-                         f"{', '.join(torch._dynamo.list_backends())} (default inductor)")
+    check_compile(args.compile, work)
     device = torch.device(work["device"])
     dtype = getattr(torch, work["dtype"])
     torch.set_num_threads(work["threads"])
@@ -321,13 +337,7 @@ def main(argv=None) -> int:
     bench = Bench(cands, size, work, device, log)
     results = bench.run(phases)
 
-    peak = args.peak_tflops
-    if peak is None and device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
-        peak = next((v for k, v in PEAK_TFLOPS.items() if k in info.get("gpu", "")), None)
-    if peak and device.type == "cuda":
-        for r in results.values():
-            if "train_step_s" in r:
-                r["mfu"] = r["train_flops_per_step"] / r["train_step_s"]["median"] / (peak * 1e12)
+    peak = add_mfu(results, args.peak_tflops, info, device, dtype)
 
     report = {
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -56,7 +56,7 @@ def summary(samples: list[float]) -> dict:
 def paired_ratio(samples: list[float], baseline: list[float]) -> dict | None:
     """Ratios of interleaved samples taken in the same repetition (decoding: the same round), so drift cancels:
     median and quartiles."""
-    pairs = [a / b for a, b in zip(samples, baseline) if b > 0]
+    pairs = [a / b for a, b in zip(samples, baseline, strict=False) if b > 0]
     if not pairs:
         return None
     stats = summary(pairs)

@@ -1,6 +1,7 @@
 import fcntl
 import json
 import os
+from itertools import islice
 
 import pytest
 import torch
@@ -48,7 +49,7 @@ def tiny_data(tmp_path_factory):
     """A small prepared dataset: the first 6,000 characters of 24 documents of the embedded corpus (65,214 training
     tokens, 21,557 held out: every run's final whole-split evaluation stays short), a 384-token BPE."""
     root = tmp_path_factory.mktemp("data")
-    documents = [doc[:6000] for _, doc in zip(range(24), embedded_corpus_documents())]
+    documents = [doc[:6000] for doc in islice(embedded_corpus_documents(), 24)]
     source = root / "docs.jsonl"
     source.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents))
     prepare([str(source)], root / "prepared", vocab_size=384, val_fraction=0.2, seed=0, progress=False)

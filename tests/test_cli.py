@@ -90,7 +90,7 @@ def moda_dir(tmp_path_factory):
     from tests.helpers import tiny_model
 
     folder = tmp_path_factory.mktemp("moda")
-    tokenizer = word_level_tokenizer("the cat sat on a mat".split())
+    tokenizer = word_level_tokenizer(["the", "cat", "sat", "on", "a", "mat"])
     tokenizer.save_pretrained(folder)
     tiny_model(cross_layer="moda", vocab_size=len(tokenizer)).save_pretrained(folder)
     return folder

@@ -5,6 +5,7 @@ the masks)."""
 
 import copy
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,10 +37,10 @@ def test_attn_implementation_reads_and_copies_without_touching_the_model():
 
 def test_transformers_serve_finds_the_class_by_its_architecture_name():
     tiny_config()  # transformers serve reads config.json first: the first config registers the model
-    assert getattr(transformers, "DepthAttentionForCausalLM") is depthattn.DepthAttentionForCausalLM
+    assert transformers.DepthAttentionForCausalLM is depthattn.DepthAttentionForCausalLM
     from transformers.cli.serving import model_manager
 
-    assert "getattr(transformers, config.architectures[0])" in open(model_manager.__file__).read()
+    assert "getattr(transformers, config.architectures[0])" in Path(model_manager.__file__).read_text()
 
 
 def test_the_server_internals_exist():

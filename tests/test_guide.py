@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+from itertools import islice
 from pathlib import Path
 
 from depthattn.data import embedded_corpus_documents
@@ -15,7 +16,7 @@ def test_every_command_of_the_guide_runs(tmp_path):
     texts = tmp_path / "my_texts"
     (texts / "more").mkdir(parents=True)
     # some with an extension, some without; short, so that each evaluation of the held-out split is quick
-    for i, document in zip(range(48), embedded_corpus_documents()):
+    for i, document in enumerate(islice(embedded_corpus_documents(), 48)):
         (texts / ("more" if i % 2 else ".") / (f"part{i:02d}" + (".txt" if i % 3 else ""))).write_text(document[:8000])
     (tmp_path / "configs").symlink_to(Path(__file__).parents[1] / "configs")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}

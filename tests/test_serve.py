@@ -22,7 +22,7 @@ from tests.helpers import tiny_model
 pytest.importorskip("uvicorn", reason='needs the serve extra: pip install "depthattn[serve]"')
 
 # a word-level vocabulary (one token per word): a stream of tokens joins to the full decode
-WORDS = ("the a of and to in is it that was he for on are as with his they at be this from have or by one had not "
+WORDS = ("the a of and to in is it that was he for on are as with his they at be this from have or by one had not "  # noqa: SIM905  (a long word list)
          "but what all were when we there can an your which their said if do will each about how up out them then "
          "she many some so these would other into has more her two like him see time could no make than first").split()
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}assistant"
@@ -130,7 +130,7 @@ def test_concurrent_completions_are_greedy_generate(servers, name):
     server = servers[name]
     with ThreadPoolExecutor(len(PROMPTS)) as pool:
         answers = list(pool.map(lambda p: server.completion(p, max_tokens=MAX_TOKENS), PROMPTS))
-    for prompt, answer in zip(PROMPTS, answers):
+    for prompt, answer in zip(PROMPTS, answers, strict=True):
         assert answer["choices"][0]["text"] == greedy_text(server, prompt)
         assert answer["usage"]["completion_tokens"] <= MAX_TOKENS
 

@@ -3,6 +3,7 @@ multi-process cell) take the `one_world` fixture: across pytest-xdist workers on
 two launches meet on a port. `run_world` runs a launch; one still running at its timeout fails the test with every
 process's Python stacks (faulthandler, on SIGABRT) instead of stalling the run."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -32,7 +33,5 @@ def run_world(command: list[str], timeout: float, env: dict | None = None) -> su
 
 def signal_each(processes: list[psutil.Process], signum: int):
     for each in processes:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):  # it exited after it was listed
             each.send_signal(signum)
-        except psutil.NoSuchProcess:  # it exited after it was listed
-            pass

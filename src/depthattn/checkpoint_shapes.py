@@ -68,7 +68,7 @@ def saved_shapes(folder: str | os.PathLike) -> dict[str, tuple[int, ...]] | None
     for file in files:
         try:
             with safe_open(file, framework="pt") as weights:
-                shapes.update({name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()})
+                shapes.update({name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()})  # noqa: SIM118  (safe_open: keys(), no __iter__)
         except (SafetensorError, OSError) as error:
             raise ValueError(f"{file} is not a readable safetensors file ({first_line(error)}): it is damaged or "
                              "cut short; copy it again") from None

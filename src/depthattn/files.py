@@ -91,7 +91,7 @@ class AtomicFile:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.temp_path = temporary_sibling(self.path)
-        self.file = open(self.temp_path, "xb")
+        self.file = open(self.temp_path, "xb")  # noqa: SIM115  (open until commit or abort)
 
     def write(self, data: bytes) -> None:
         with reporting_full_disk(self.path.parent):

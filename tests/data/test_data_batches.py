@@ -88,7 +88,7 @@ def test_eval_batches_cover_every_window_in_order(shards):
     assert batches[-1][0].shape == (NUM_WINDOWS % 64, SEQ_LEN)
     assert all(torch.equal(y, x + 1) for x, y in batches)
     again = list(eval_batches(shards, batch_size=64, seq_len=SEQ_LEN, max_batches=3))
-    assert len(again) == 3 and all(torch.equal(a[0], b[0]) for a, b in zip(again, batches))
+    assert len(again) == 3 and all(torch.equal(a[0], b[0]) for a, b in zip(again, batches[:3], strict=True))
 
 
 def test_too_few_tokens_for_a_batch_is_an_error(tmp_path):

@@ -6,6 +6,7 @@ import json
 import random
 import sys
 import types
+from itertools import pairwise
 
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
@@ -28,13 +29,13 @@ def reference_chunks(text: str, chunk_chars: int) -> list[str]:
         cut = text.find("\n\n", len(text) * k // num_chunks)
         cuts.append(len(text) if cut == -1 else cut)
     cuts.append(len(text))
-    chunks = [text[start:end].strip() for start, end in zip(cuts, cuts[1:])]
+    chunks = [text[start:end].strip() for start, end in pairwise(cuts)]
     return [chunk for chunk in chunks if chunk]
 
 
 def in_pieces(text: str, rng: random.Random) -> list[str]:
     cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(0, 30)))) if len(text) > 1 else []
-    return [text[start:end] for start, end in zip([0, *cuts], [*cuts, len(text)])]
+    return [text[start:end] for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True)]
 
 
 def test_streamed_chunks_are_the_whole_text_chunks():

@@ -4,6 +4,7 @@ Nothing here may reach a model or dataset hub: every test module runs with the H
 (depthattn's harness also reads them at call time and puts datasets and huggingface_hub offline)."""
 
 import json
+from itertools import islice
 
 import pytest
 
@@ -25,7 +26,7 @@ def _hub_offline():
 @pytest.fixture(scope="session")
 def eval_documents() -> list[str]:
     """24 documents of the embedded corpus."""
-    return [doc for _, doc in zip(range(24), embedded_corpus_documents())]
+    return list(islice(embedded_corpus_documents(), 24))
 
 
 @pytest.fixture(scope="session")

@@ -77,9 +77,8 @@ def test_a_full_disk_says_so_and_leaves_no_temporary_files(dataset, tiny_data, m
 def test_a_temporary_file_goes_even_when_closing_it_fails_again(tmp_path, monkeypatch):
     FullDisk.room = 10
     monkeypatch.setattr(files, "open", full_disk_open, raising=False)
-    with pytest.raises(NoSpaceLeft, match=f"no space left on {tmp_path}"):
-        with AtomicFile(tmp_path / "out.bin") as file:
-            file.write(b"x" * 100)  # buffered: the disk fills when the buffer is flushed, and again on close
+    with pytest.raises(NoSpaceLeft, match=f"no space left on {tmp_path}"), AtomicFile(tmp_path / "out.bin") as file:
+        file.write(b"x" * 100)  # buffered: the disk fills when the buffer is flushed, and again on close
     assert list(tmp_path.iterdir()) == []
 
 

@@ -115,7 +115,7 @@ def whole_run(tiny_data, tmp_path_factory):
 def assert_same_losses(out_dir, whole):
     resumed = records(out_dir)
     assert [r["step"] for r in resumed] == list(range(1, STEPS + 1))
-    for a, b in zip(whole, resumed):
+    for a, b in zip(whole, resumed, strict=True):
         assert a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"], a["step"]
         assert a.get("val_loss") == b.get("val_loss"), a["step"]
 
@@ -292,5 +292,5 @@ def test_two_processes_stop_after_the_same_step_when_one_is_signalled(tiny_data,
     assert result.returncode == 0, result.stderr[-3000:]
     single, two = records(one), records(out_dir)
     assert [r["step"] for r in two] == list(range(1, STEPS + 1))
-    for a, b in zip(single, two):
+    for a, b in zip(single, two, strict=True):
         assert abs(a["loss"] - b["loss"]) < 1e-4 and abs(a.get("val_loss", 0) - b.get("val_loss", 0)) < 1e-4, (a, b)

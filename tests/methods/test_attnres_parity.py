@@ -55,7 +55,7 @@ def both(prefix_sums, recency_bias):
 def test_block_attnres_matches_fla_with_the_differences_accounted_for():
     mine, theirs = both(**ACCOUNTED)
     for i, (a, b) in enumerate(zip(mine, theirs, strict=True)):  # output, then gradients in `leaves` order
-        torch.testing.assert_close(a, b, rtol=0, atol=TOL * b.abs().max().item(), msg=lambda m: f"tensor {i}: {m}")
+        torch.testing.assert_close(a, b, rtol=0, atol=TOL * b.abs().max().item(), msg=lambda m, i=i: f"tensor {i}: {m}")
 
 
 def output_deviation(**undone):

@@ -96,7 +96,7 @@ def test_cached_decoding_equals_the_full_forward(settings):
     # a method keeps nothing across tokens beyond the KV cache, which has exactly vanilla's tensors
     vanilla = tiny_model(**{**settings, "cross_layer": "vanilla"})(ids, use_cache=True).cache
     assert type(cache) is type(vanilla) and len(cache.layers) == len(vanilla.layers)
-    for layer, plain in zip(cache.layers, vanilla.layers):
+    for layer, plain in zip(cache.layers, vanilla.layers, strict=True):
         assert type(layer) is type(plain) and vars(layer).keys() == vars(plain).keys()
         for a, b in ((layer.keys, plain.keys), (layer.values, plain.values)):
             assert (a.shape, a.dtype) == (b.shape, b.dtype)

@@ -128,7 +128,7 @@ def hc_both(eps):
 def assert_match(mine, theirs):
     for i, (a, b) in enumerate(zip(mine, theirs, strict=True)):  # the output, then the gradients in leaf order
         atol = max(TOL * b.abs().max().item(), FLOOR)
-        torch.testing.assert_close(a, b, rtol=0, atol=atol, msg=lambda m: f"tensor {i}: {m}")
+        torch.testing.assert_close(a, b, rtol=0, atol=atol, msg=lambda m, i=i: f"tensor {i}: {m}")
 
 
 def test_hyper_connections_match_the_package_with_the_difference_accounted_for():

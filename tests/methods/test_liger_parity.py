@@ -112,7 +112,8 @@ def outputs_and_grads(outs, leaves, seed=1):
         return outs
     generator = torch.Generator().manual_seed(seed)
     probes = [torch.randn(out.shape, generator=generator) for out in outs[0]]
-    return [[*out, *torch.autograd.grad(sum((o * p).sum() for o, p in zip(out, probes)), leaves)] for out in outs]
+    return [[*out, *torch.autograd.grad(sum((o * p).sum() for o, p in zip(out, probes, strict=True)), leaves)]
+            for out in outs]
 
 
 # ---- AttnRes --------------------------------------------------------------------------------------------------

@@ -101,7 +101,8 @@ NAMES = ["output", "grad embeds", "grad block 0", "grad block 1", "grad phi", "g
 
 def assert_match(mine, theirs_):
     for name, a, b in zip(NAMES, mine, theirs_, strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=TOL * b.abs().max().item(), msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(a, b, rtol=0, atol=TOL * b.abs().max().item(),
+                                   msg=lambda m, name=name: f"{name}: {m}")
 
 
 @pytest.mark.parametrize("iterations", [1, 20])

@@ -138,7 +138,7 @@ def test_cache_holds_exactly_what_vanillas_holds(settings):
     vanilla = tiny_model(**{**settings, "cross_layer": "vanilla"})(ids, use_cache=True).cache
     depth_tensors, vanilla_tensors = cache_tensors(depth), cache_tensors(vanilla)
     assert len(depth_tensors) == len(vanilla_tensors) == 2 * 4
-    for d, v in zip(depth_tensors, vanilla_tensors):
+    for d, v in zip(depth_tensors, vanilla_tensors, strict=True):
         assert (d.shape, d.dtype) == (v.shape, v.dtype)
     assert sum(t.nbytes for t in depth_tensors) == sum(t.nbytes for t in vanilla_tensors)
 

@@ -42,7 +42,7 @@ def test_fast_depth_mix_matches_reference_in_logits_and_gradients(impl, settings
     torch.testing.assert_close(logits, ref_logits, rtol=1e-4, atol=1e-4)
     assert grads.keys() == ref_grads.keys()
     for name, grad in grads.items():
-        torch.testing.assert_close(grad, ref_grads[name], rtol=1e-3, atol=1e-4, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(grad, ref_grads[name], rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_triton_bfloat16_model_close_to_reference():
@@ -76,4 +76,5 @@ def test_inductor_compiled_model_matches_eager():
     out.loss.backward()
     torch.testing.assert_close(out.logits, eager.logits, rtol=1e-4, atol=1e-4)
     for name, param in model.named_parameters():
-        torch.testing.assert_close(param.grad, expected[name], rtol=1e-3, atol=1e-4, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(param.grad, expected[name], rtol=1e-3, atol=1e-4,
+                                   msg=lambda m, name=name: f"{name}: {m}")

@@ -85,7 +85,7 @@ def reference_logits(weights, ids, depth: bool, stride: int, window: int, qk_nor
     length = len(ids)
     stored = []  # per layer: (normed rotated keys, values passed on) at every position and KV head
     for i in range(layers):
-        def p(name):
+        def p(name, i=i):
             return w[f"model.layers.{i}.{name}"]
 
         h = rms_norm(x, p("input_layernorm.weight"))
@@ -111,7 +111,7 @@ def reference_logits(weights, ids, depth: bool, stride: int, window: int, qk_nor
                     candidates.append((keys[t, g], values[t, g]))
                     scores = torch.stack([depth_query @ key / math.sqrt(d) for key, _ in candidates])
                     weights_ = torch.softmax(scores, 0)
-                    mixed[t, g] = sum(a * value for a, (_, value) in zip(weights_, candidates))
+                    mixed[t, g] = sum(a * value for a, (_, value) in zip(weights_, candidates, strict=True))
             values = mixed
         stored.append((keys, values))
         out = torch.zeros(length, q_heads * d, dtype=torch.float64)

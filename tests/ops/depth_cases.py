@@ -44,7 +44,7 @@ def run(fn, query, state, sources, scaling, rule, mix_states, seed=1, score_bias
                for t in (mixed.key, mixed.value, weights if need_weights else mixed.key * 0))
     inputs = leaves(query, state, sources) + ([] if score_bias is None else [score_bias])
     grads = torch.autograd.grad(loss, inputs, allow_unused=True)
-    grads = [torch.zeros_like(t) if gr is None else gr for t, gr in zip(inputs, grads)]
+    grads = [torch.zeros_like(t) if gr is None else gr for t, gr in zip(inputs, grads, strict=True)]
     return mixed, weights, grads
 
 
@@ -63,6 +63,6 @@ def assert_same(fn, ref, query, state, sources, scaling, rule, mix_states, atol,
     assert a_mixed.key.dtype == b_mixed.key.dtype and a_mixed.value.dtype == b_mixed.value.dtype
     assert a_mixed.score_key is state.score_key
     for name, x, y in compared:
-        torch.testing.assert_close(x, y, atol=atol, rtol=rtol, msg=lambda m: f"{name}: {m}")
-    for i, (x, y) in enumerate(zip(a_grads, b_grads)):
-        torch.testing.assert_close(x, y, atol=atol, rtol=rtol, msg=lambda m: f"gradient of input {i}: {m}")
+        torch.testing.assert_close(x, y, atol=atol, rtol=rtol, msg=lambda m, name=name: f"{name}: {m}")
+    for i, (x, y) in enumerate(zip(a_grads, b_grads, strict=True)):
+        torch.testing.assert_close(x, y, atol=atol, rtol=rtol, msg=lambda m, i=i: f"gradient of input {i}: {m}")

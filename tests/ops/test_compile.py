@@ -26,7 +26,7 @@ def test_whole_model_compiles_with_fullgraph_forward_and_backward():
     torch.testing.assert_close(out.logits, eager.logits)
     torch.testing.assert_close(out.depth_weights[1], eager.depth_weights[1])
     for name, param in model.named_parameters():
-        torch.testing.assert_close(param.grad, expected[name], msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(param.grad, expected[name], msg=lambda m, name=name: f"{name}: {m}")
 
 
 @pytest.mark.slow
@@ -38,5 +38,5 @@ def test_inductor_fuses_depth_mix_forward_and_backward():
     r_mixed, r_weights, r_grads = run(ops.depth_mix_reference, q, state, sources, 0.25, "softmax", "v")
     torch.testing.assert_close(mixed.value, r_mixed.value)
     torch.testing.assert_close(weights, r_weights)
-    for a, b in zip(grads, r_grads):
+    for a, b in zip(grads, r_grads, strict=True):
         torch.testing.assert_close(a, b)

@@ -51,9 +51,10 @@ def test_kernel_matches_reference(case, dtype, seq_len, monkeypatch):
     calls = _KernelCalls(monkeypatch)
     got = _outputs(ops.depth_mix_cpu, q, state, sources, 0.25, rule, states)
     assert calls.calls == 1
-    for name, a, b in zip(("key", "value", "weights"), got, _outputs(REF, q, state, sources, 0.25, rule, states)):
+    want = _outputs(REF, q, state, sources, 0.25, rule, states)
+    for name, a, b in zip(("key", "value", "weights"), got, want, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
-        torch.testing.assert_close(a, b, **TOL[dtype], msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(a, b, **TOL[dtype], msg=lambda m, name=name: f"{name}: {m}")
 
 
 @pytest.mark.parametrize("rule", ["softmax", "uniform", "linear"])  # linear: the compiled form
@@ -61,14 +62,14 @@ def test_kernel_score_bias_and_distinct_score_keys(rule):
     q, state, sources = make_inputs(seq_len=3, num_sources=3, dtype=torch.float64, shared_key=False)
     bias = torch.tensor([0.5, -1.0, 0.25, 2.0])  # float32 bias, float64 model: converted as the reference does
     got = _outputs(ops.depth_mix_cpu, q, state, sources, 0.3, rule, "kv", bias)
-    for a, b in zip(got, _outputs(REF, q, state, sources, 0.3, rule, "kv", bias)):
+    for a, b in zip(got, _outputs(REF, q, state, sources, 0.3, rule, "kv", bias), strict=True):
         torch.testing.assert_close(a, b, **TOL[torch.float64])
 
 
 def test_kernel_bfloat16_close_to_reference():
     q, state, sources = make_inputs(seq_len=1, num_sources=2, dtype=torch.bfloat16)
     for a, b in zip(_outputs(ops.depth_mix_cpu, q, state, sources, 0.25, "softmax", "kv"),
-                    _outputs(REF, q, state, sources, 0.25, "softmax", "kv")):
+                    _outputs(REF, q, state, sources, 0.25, "softmax", "kv"), strict=True):
         torch.testing.assert_close(a, b, atol=3e-2, rtol=3e-2)
 
 
@@ -121,7 +122,8 @@ def test_a_build_is_loaded_again_without_compiling_until_its_source_changes(monk
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
     monkeypatch.setattr(cpu, "load_cpu_kernel", cpu.load_cpu_kernel.__wrapped__)  # loaded anew at each call
     q, state, sources = make_inputs(seq_len=1)
-    for a, b in zip(_outputs(ops.depth_mix_cpu, q, state, sources, 0.25), _outputs(REF, q, state, sources, 0.25)):
+    for a, b in zip(_outputs(ops.depth_mix_cpu, q, state, sources, 0.25), _outputs(REF, q, state, sources, 0.25),
+                    strict=True):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
     changed = tmp_path / "cpu_kernel.cpp"
     changed.write_text(cpu._SOURCE.read_text() + "// changed\n")

@@ -120,9 +120,9 @@ class _CopiesOfSources(TorchDispatchMode):
         self.shape, self.copies = tuple(shape), []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket in (torch.ops.aten.cat, torch.ops.aten.stack):
-            if any(tuple(t.shape) == self.shape for t in args[0]):
-                self.copies.append(str(func))
+        if func.overloadpacket in (torch.ops.aten.cat, torch.ops.aten.stack) and any(
+                tuple(t.shape) == self.shape for t in args[0]):
+            self.copies.append(str(func))
         return func(*args, **(kwargs or {}))
 
 

@@ -33,7 +33,7 @@ def test_the_reference_is_one_softmax_over_sequence_and_depth_keys():
         keys = [key[b, kv, s] for s in range(position + 1)] + list(depth_key[b, kv, t])
         values = [value[b, kv, s] for s in range(position + 1)] + list(depth_value[b, kv, t])
         weights = torch.softmax(torch.stack([query[b, h, t] @ k * scale for k in keys]), 0)
-        expected = sum(w * v for w, v in zip(weights, values))
+        expected = sum(w * v for w, v in zip(weights, values, strict=True))
         torch.testing.assert_close(out[b, t, h], expected)
 
 
@@ -52,5 +52,5 @@ def test_the_sdpa_form_equals_the_reference_with_gradients(mask_kind, shape):
         outputs.append(out)
         grads.append(torch.autograd.grad((out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum(), tensors))
     torch.testing.assert_close(outputs[1], outputs[0])
-    for got, want in zip(*grads):
+    for got, want in zip(*grads, strict=True):
         torch.testing.assert_close(got, want)

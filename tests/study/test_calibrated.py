@@ -57,7 +57,7 @@ def coverage(sweeps: int, seeds: int, resamples: int, seed: int = 0) -> dict[str
                   + [tuple(map(float, jackknife_t(np.array(gamma), loo_gamma)))]}
         for name, intervals in bounds.items():
             truths = [K] * len(budgets) + [0.0]
-            held[name].append([low <= truth <= high for (low, high), truth in zip(intervals, truths)])
+            held[name].append([low <= truth <= high for (low, high), truth in zip(intervals, truths, strict=True)])
     return {name: np.mean(rows, axis=0) for name, rows in held.items()}
 
 
@@ -112,7 +112,7 @@ def test_where_cells_store_their_documents_losses_the_interval_adds_the_document
     documented = [with_documents(r) for r in plain]
     without, within = multipliers(study, plain), multipliers(study, documented)
     assert not without.documents and within.documents
-    for bare, both in zip(without.rows[0].points, within.rows[0].points):
+    for bare, both in zip(without.rows[0].points, within.rows[0].points, strict=True):
         assert bare.multiplier == both.multiplier  # the same estimate, a wider interval
         assert both.t_low <= bare.t_low and both.t_high >= bare.t_high
         assert (both.t_high - both.t_low) > 1.05 * (bare.t_high - bare.t_low) or bare.t_low is None

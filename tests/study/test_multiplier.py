@@ -221,7 +221,7 @@ def test_every_study_figure_keeps_a_long_title_inside_the_figure(tiny_data, tmp_
         assert any(title.split()[0] in t.get_text() for t in titles)
         for text in titles:
             box = text.get_window_extent(fig.canvas.get_renderer())
-            assert 0 <= box.x0 and box.x1 <= width, text.get_text()
+            assert box.x0 >= 0 and box.x1 <= width, text.get_text()
 
 
 def test_the_fitted_multiplier_is_not_stated_far_past_the_fitted_budgets(study, monkeypatch):
@@ -291,7 +291,7 @@ def test_a_joint_fit_parameter_on_its_bound_is_flagged(study):
     results = planted_results(study, lambda x: 1.3, seeds=range(3), noise=0.005,
                               curve=lambda x: -0.1 + 3 * x ** -0.4)
     fit = multipliers(study, results).fit
-    assert fit.E == pytest.approx(0, abs=1e-6) and fit.at_bounds == ["E = 0 (its lower bound)"]
+    assert fit.E == pytest.approx(0, abs=1e-6) and fit.at_bounds == ["E = 0 (its lower bound)"]  # noqa: SIM300  (E: a field)
     text = markdown_report(study, results)
     assert "E = 0.000," in text and "**at a bound of the fit**: E = 0 (its lower bound)" in text
     # the planted L(x) = 1 + 2 x^-0.4 places every parameter inside its bounds: no flag

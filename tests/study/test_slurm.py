@@ -8,6 +8,7 @@ import argparse
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -95,7 +96,7 @@ def test_a_cancelled_cell_resumes_from_its_checkpoint_on_the_next_submission(clu
     assert "failed  " in capsys.readouterr().out
     assert study_cli(config, "--executor", "slurm", "--poll", "0.5") == 0  # submitted again, resumed, finished
     records = json.loads((tmp_path / "cut" / "runs" / "slurm" / "jobs.json").read_text())
-    resumed = re.search(r"resuming after step (\d+)", open(next(iter(records.values()))["stdout"]).read())
+    resumed = re.search(r"resuming after step (\d+)", Path(next(iter(records.values()))["stdout"]).read_text())
     assert resumed and 50 <= int(resumed.group(1)) < 400
     assert losses(Study.load(config)) == losses(Study.load(local))  # an exact resume: bitwise the whole run
 
@@ -113,7 +114,7 @@ values = { fresh = "", missing = "/nonexistent/model" }
     assert not study.result_path(Cell({"start": "missing"}, "vanilla", 0)).exists()
     failed = next(line for line in out.splitlines() if "; log: " in line)
     log = failed.split("log: ")[1]
-    assert "/nonexistent/model" in open(log).read() and "/nonexistent/model" in out  # the error, quoted
+    assert "/nonexistent/model" in Path(log).read_text() and "/nonexistent/model" in out  # the error, quoted
     assert study_cli(config, "--executor", "slurm", "--status") == 0
     status = capsys.readouterr().out
     assert "finished" in status and log in status and "1 failed, 1 finished" in status

@@ -4,6 +4,7 @@ import json
 import math
 import pickle
 import shutil
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,7 @@ results = "{tmp_path / 'results'}"
 def test_paired_difference_and_interval_match_scipy():
     method, base = [2.0, 2.05, 1.9, 2.0], [2.2, 2.15, 2.0, 2.1]
     result = paired_difference(method, base)
-    diffs = [a - b for a, b in zip(method, base)]
+    diffs = [a - b for a, b in zip(method, base, strict=True)]
     half = stats.t.ppf(0.975, len(diffs) - 1) * stats.tstd(diffs) / math.sqrt(len(diffs))
     assert result.diff_mean == pytest.approx(-0.125)
     assert result.p_value == pytest.approx(stats.ttest_rel(method, base).pvalue)
@@ -377,7 +378,7 @@ def test_a_cell_of_two_processes_matches_the_one_process_cell(tiny_data, tmp_pat
     assert b["world_size"] == 2 and b["parallel"] == "ddp" and "world_size" not in a
     assert a["train_tokens"] == b["train_tokens"] and a["config"] == b["config"]  # the same cell
     assert b["val_loss"] == pytest.approx(a["val_loss"], abs=1e-4)
-    for (tokens_a, loss_a), (tokens_b, loss_b) in zip(a["curve"], b["curve"]):
+    for (tokens_a, loss_a), (tokens_b, loss_b) in zip(a["curve"], b["curve"], strict=True):
         assert tokens_a == tokens_b and loss_b == pytest.approx(loss_a, abs=1e-4)
     with pytest.raises(ValueError, match="divides it"):  # 4 sequences per batch cannot split over 3 processes
         run_study(Study.load(write_study(tmp_path, tiny_data, methods=("vanilla",), seeds=(1,), name="three.toml")),
@@ -516,7 +517,7 @@ def short_data(tmp_path_factory):
     """tiny_data's documents cut to 3,000 characters: each budget is scored on the whole held-out split, which is
     a tenth of tiny_data's here."""
     root = tmp_path_factory.mktemp("short_data")
-    source = write_jsonl(root / "docs.jsonl", [doc[:3000] for _, doc in zip(range(12), embedded_corpus_documents())])
+    source = write_jsonl(root / "docs.jsonl", [doc[:3000] for doc in islice(embedded_corpus_documents(), 12)])
     prepare([str(source)], root / "prepared", vocab_size=384, val_fraction=0.25, seed=0, progress=False)
     return root / "prepared"
 

@@ -2,6 +2,7 @@
 without training a finished branch again."""
 
 import json
+from itertools import pairwise
 
 import pytest
 
@@ -39,7 +40,7 @@ def test_wsd_warms_up_holds_and_decays_to_the_floor(shape):
     assert factors[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
     assert set(factors[4:80]) == {1.0}  # stable: 100 - round(0.2 * 100) = 80 steps before the decay
     decay = factors[80:]
-    assert all(a > b for a, b in zip(decay, decay[1:])) and decay[-1] == pytest.approx(0.1) and decay[0] < 1
+    assert all(a > b for a, b in pairwise(decay)) and decay[-1] == pytest.approx(0.1) and decay[0] < 1
     # the stable phase does not depend on the run's length: a shorter run is a longer one up to its decay
     assert [lr_factor(step, 50, optim) for step in range(40)] == factors[:40]
 

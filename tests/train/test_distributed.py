@@ -29,7 +29,7 @@ def test_two_processes_match_one(tiny_data, tmp_path, parallel, one_world):
     assert result.returncode == 0, result.stderr[-3000:]
     one, two = records(tmp_path / "one"), records(tmp_path / "two")
     assert [r["step"] for r in two] == list(range(1, 7))
-    for a, b in zip(one, two):
+    for a, b in zip(one, two, strict=True):
         assert a["tokens"] == b["tokens"]
         assert abs(a["loss"] - b["loss"]) < 1e-4, (a, b)
         assert abs(a.get("val_loss", 0) - b.get("val_loss", 0)) < 1e-4, (a, b)

@@ -78,7 +78,7 @@ def test_resume_after_sigkill_is_exact(tiny_data, tmp_path):
     subprocess.run(command + ["--train.out_dir", str(killed), "--resume"], check=True, env=env, capture_output=True)
     whole, resumed = losses(tmp_path / "whole"), losses(killed)
     assert [r["step"] for r in resumed] == list(range(1, 13))
-    for a, b in zip(whole, resumed):
+    for a, b in zip(whole, resumed, strict=True):
         assert a["loss"] == b["loss"] and a.get("val_loss") == b.get("val_loss"), a["step"]
     for name in ("model.safetensors",):
         assert (killed / "final" / name).read_bytes() == (tmp_path / "whole" / "final" / name).read_bytes()
@@ -110,7 +110,7 @@ def test_grad_accumulation_equals_a_bigger_batch(tiny_data, tmp_path):
     train(config(tiny_data, tmp_path / "acc", "--train.steps", "4", "--train.batch_size", "2",
                  "--train.grad_accum", "2"))
     big, accumulated = losses(tmp_path / "big"), losses(tmp_path / "acc")
-    for a, b in zip(big, accumulated):
+    for a, b in zip(big, accumulated, strict=True):
         assert a["tokens"] == b["tokens"]
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = setup_env.PYTHON
 pytestmark = pytest.mark.timeout(1200)  # making the venv, then one engine start per case
 
-WORDS = ("the a of and to in is it that was he for on are as with his they at be this from have or by one had not "
+WORDS = ("the a of and to in is it that was he for on are as with his they at be this from have or by one had not "  # noqa: SIM905  (a long word list)
          "but what all were when we there can an your which their said if do will each about how up out").split()
 MAX_TOKENS = 8
 # head_dim 32 (vLLM's CPU attention takes 32 and 64), grouped-query attention (4 query heads, 2 KV heads)
@@ -153,7 +153,7 @@ def served(cases, server, toy_site):
         finally:
             driver.kill()
     expected.update({f"{name}-tp2": expected[name] for name in TENSOR_PARALLEL})
-    answers = dict(zip(runs, json.loads(out.read_text())))
+    answers = dict(zip(runs, json.loads(out.read_text()), strict=True))
     return {name: (answers[name], expected[name]) for name in runs}
 
 

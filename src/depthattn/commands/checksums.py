@@ -73,4 +73,4 @@ def nonfinite_in_file(file: Path) -> list[str]:
     from ..loading import nonfinite_tensors
 
     with safe_open(file, framework="pt") as weights:
-        return nonfinite_tensors((name, weights.get_tensor(name)) for name in weights.keys())
+        return nonfinite_tensors((name, weights.get_tensor(name)) for name in weights.keys())  # noqa: SIM118  (safe_open: keys(), no __iter__)

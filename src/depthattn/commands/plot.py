@@ -22,5 +22,5 @@ def run(args: argparse.Namespace) -> int:
         names = ["/".join(f.parts[-depth:]) for f in folders]
         if len(set(names)) == len(names):
             break
-    print(f"plot: {plot_loss_curves(dict(zip(names, runs)), args.out, args.title, lr=True)}")
+    print(f"plot: {plot_loss_curves(dict(zip(names, runs, strict=True)), args.out, args.title, lr=True)}")
     return 0

@@ -202,10 +202,10 @@ def format_table(records: list[dict]) -> str:
             format_bytes(r["extra_io_bytes_per_token"]), format_bytes(r["kv_cache_bytes_per_token"]),
             format_bytes(r["extra_state_bytes_at_context"], unit="GiB"),
         ])
-    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=True)]
 
     def line(cells):
-        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
 
     out = [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
     out.append(f"\n{dtype_bytes} bytes per element; FLOPs: multiply-add = 2; I/O: extra activations read + written "

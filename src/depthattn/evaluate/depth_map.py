@@ -67,7 +67,7 @@ def depth_weight_map(model, batches: Iterable[torch.Tensor]) -> tuple[np.ndarray
                              "it needs output_depth_weights support (a depthattn DepthAttentionForCausalLM)")
         batch, seq_len = input_ids.shape
         positions = None
-        for step, weights in zip(mixing_steps, out.depth_weights):
+        for step, weights in zip(mixing_steps, out.depth_weights, strict=True):
             if weights.shape[-1] != len(sources[step]) + 1:
                 raise ValueError(f"layer {step}: {weights.shape[-1]} depth weights for {len(sources[step])} sources "
                                  "and itself")

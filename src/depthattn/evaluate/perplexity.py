@@ -144,7 +144,7 @@ def score_stream(model, stream, block_size: int, stride: int | None = None, batc
         mask = torch.arange(keep, device=device)[None] >= keep - scored[:, None]  # the last num_scored targets
         total += nll.double().masked_fill(~mask, 0).sum()
         if nats_at is not None:
-            for row, (begin, length, num) in zip(nll.cpu().numpy(), batch):
+            for row, (begin, length, num) in zip(nll.cpu().numpy(), batch, strict=True):
                 nats_at[begin + length + 1 - num:begin + length + 1] = row[keep - num:]
         bar.update(sum(span[2] for span in batch))  # from the host: no device sync per batch
     bar.close()

@@ -79,7 +79,7 @@ class RequestChecks:
         self.shared_sampling = shared_sampling
         self.start_text = tokenizer.convert_ids_to_tokens(start_token_id(tokenizer))
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope, receive, send):  # noqa: C901  (one request's flow; its closures share its state)
         if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == "/v1/models":
             return await self.models()(scope, receive, send)
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in GENERATION_ROUTES:
@@ -157,7 +157,12 @@ class RequestChecks:
                                  "leave it out", name, status=422)
         if self.shared_sampling is not None:
             self.shared_sampling.check(body)
+        self.fit_to_context(route, body)
+        return body
 
+    def fit_to_context(self, route: str, body: dict) -> None:
+        """Checks that the prompt and the tokens asked for fit the model's context; by default asks for the room
+        left."""
         prompt_tokens = self.count_prompt_tokens(route, body)
         room = self.context_length - prompt_tokens
         context = f"the model's context of {self.context_length} tokens ({self.context_origin})"
@@ -170,7 +175,6 @@ class RequestChecks:
         elif asked > room:
             raise BadRequest(f"the prompt is {prompt_tokens} tokens and {asked} more are asked for, beyond {context}: "
                              f"ask for at most {room} or shorten the prompt", "max_tokens")
-        return body
 
     def count_prompt_tokens(self, route: str, body: dict) -> int:
         if route == "/v1/completions":

@@ -64,7 +64,8 @@ def train(cfg: TrainConfig, resume: bool = False, on_budget=None, reschedule: bo
             raise stop.stopped_at_once(second.signum) from None
 
 
-def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_budget=None,
+# the training loop in one piece (complexity 30): save, stop_if_asked and branch_off share the run's state
+def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_budget=None,  # noqa: C901
            score_whole_split: bool = False, reschedule: bool = False) -> dict:
     t = cfg.train
     branches = Branches(cfg, resume, world.is_main) if t.branch_steps else None

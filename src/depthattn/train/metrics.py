@@ -26,7 +26,7 @@ class MetricsLog:
             atomic_write_bytes(path, "".join(json.dumps(record) + "\n" for record in kept).encode())
         elif enabled and resume_step is None:
             path.unlink(missing_ok=True)
-        self.file = open(path, "a") if enabled else None
+        self.file = open(path, "a") if enabled else None  # noqa: SIM115  (open until close())
         self.writers = []
 
     def write(self, record: dict):

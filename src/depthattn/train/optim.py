@@ -90,7 +90,7 @@ def follow_config(optimizer, scheduler, optim: OptimSection):
     """After loading a checkpoint: this config's AdamW settings and peak lr replace the saved ones (they may
     change on resume, e.g. a lower lr after a divergence); the position in the schedule is kept, and the rate is
     this run's schedule there (a cooldown branch resumes a longer run's checkpoint with its own, shorter one)."""
-    for group, weight_decay in zip(optimizer.param_groups, (optim.weight_decay, 0.0)):
+    for group, weight_decay in zip(optimizer.param_groups, (optim.weight_decay, 0.0), strict=True):
         group.update(betas=(optim.beta1, optim.beta2), eps=optim.eps, weight_decay=weight_decay)
         group["lr"] = optim.lr * scheduler.lr_lambdas[0](scheduler.last_epoch)
     scheduler.base_lrs = [optim.lr] * len(optimizer.param_groups)

@@ -20,6 +20,7 @@ import argparse
 import json
 import random
 import re
+from functools import partial
 from pathlib import Path
 
 from ...data import document_split, embedded_corpus_records
@@ -76,6 +77,11 @@ def source_name(record: dict) -> str:
     return f"{record['title']}, part {record['part']} of {record['num_parts']}"
 
 
+def starts_verse_run(lines: list[str], target: int) -> bool:
+    """Whether `MC_LINES` verse lines start at line `target`."""
+    return target + MC_LINES <= len(lines) and all(is_verse(line) for line in lines[target:target + MC_LINES])
+
+
 def build_mc(documents: list[dict], rng: random.Random) -> list[dict]:
     """Passages of one speech, then the true next `MC_LINES` verse lines among three runs of as many
     consecutive verse lines of similar length from other held-out documents."""
@@ -87,9 +93,7 @@ def build_mc(documents: list[dict], rng: random.Random) -> list[dict]:
     items = []
     for index, document in enumerate(documents):
         lines = document["text"].split("\n")
-        ok = lambda t: t + MC_LINES <= len(lines) and all(  # noqa: E731
-            is_verse(line) for line in lines[t:t + MC_LINES])
-        for first, target in passages(lines, ok, MC_CONTEXT_CHARS, speech_only=True):
+        for first, target in passages(lines, partial(starts_verse_run, lines), MC_CONTEXT_CHARS, speech_only=True):
             items.append((index, "\n".join(lines[first:target]) + "\n",
                           "\n".join(lines[target:target + MC_LINES])))
     rng.shuffle(items)
@@ -108,25 +112,32 @@ def word_in(word: str, text: str) -> bool:
     return re.search(rf"\b{re.escape(word)}\b", text, flags=re.IGNORECASE) is not None
 
 
+def ends_in_a_word(lines: list[str], target: int) -> bool:
+    return is_verse(lines[target]) and LAST_WORD.search(lines[target]) is not None
+
+
+def lastword_passage(lines: list[str], first: int, target: int) -> tuple[str, str]:
+    """The context (lines `first` up to the last word of line `target`) and that word."""
+    match = LAST_WORD.search(lines[target])
+    if match is None:
+        raise ValueError(f"line {target} has no last word to guess: {lines[target]!r}")
+    return "\n".join(lines[first:target]) + "\n" + lines[target][:match.start()], match.group(1)
+
+
+def word_said_before(lines: list[str], first: int, target: int) -> bool:
+    context, word = lastword_passage(lines, first, target)
+    return word_in(word, context)
+
+
 def build_lastword(documents: list[dict], rng: random.Random) -> list[dict]:
     """Passages (any lines, speaker names included) that end before the last word of a verse line, a word that
     also occurs earlier in the passage, so that the passage makes it guessable (as LAMBADA was filtered)."""
     items = []
     for document in documents:
         lines = document["text"].split("\n")
-
-        def ok(target: int) -> bool:
-            return is_verse(lines[target]) and LAST_WORD.search(lines[target]) is not None
-
-        def context_of(first: int, target: int) -> tuple[str, str]:
-            match = LAST_WORD.search(lines[target])
-            return "\n".join(lines[first:target]) + "\n" + lines[target][:match.start()], match.group(1)
-
-        def accept(first: int, target: int) -> bool:
-            return word_in(context_of(first, target)[1], context_of(first, target)[0])
-
-        for first, target in passages(lines, ok, LASTWORD_CONTEXT_CHARS, speech_only=False, accept=accept):
-            context, word = context_of(first, target)
+        for first, target in passages(lines, partial(ends_in_a_word, lines), LASTWORD_CONTEXT_CHARS,
+                                      speech_only=False, accept=partial(word_said_before, lines)):
+            context, word = lastword_passage(lines, first, target)
             items.append({"source": source_name(document), "context": context, "target": word})
     rng.shuffle(items)
     return items[:NUM_TEST + NUM_FEWSHOT]
