@@ -23,7 +23,7 @@ from .compat_light import CACHE_NAME, TRANSFORMERS_AS_IMPORTED, config_generatio
 def compile_on_any_device(config: CompileConfig) -> CompileConfig:
     """Let `generate` compile its decoding step on a CPU too; by itself it compiles on accelerators only, and
     `CompileConfig` has no public switch for it."""
-    config._compile_all_devices = True
+    config._compile_all_devices = True  # type: ignore[assignment]  # declared None: a private switch
     return config
 
 
@@ -92,9 +92,8 @@ except ImportError:  # before 5.21 each model sliced by an int or a 1D tensor it
             if logits_to_keep.dtype == torch.bool:
                 return hidden_states[logits_to_keep]
             return torch.take_along_dim(hidden_states, logits_to_keep[..., None], dim=1)
-        if isinstance(logits_to_keep, int):
-            logits_to_keep = slice(-logits_to_keep, None)
-        return hidden_states[:, logits_to_keep, :]
+        kept = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        return hidden_states[:, kept, :]
 
 
 def output_recorder(target_class: type, **fields) -> OutputRecorder:
@@ -120,8 +119,9 @@ class ModelBackports:
         def _activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers=1,
                                              offload=False):
             """The hook a model overrides (to check the kwargs), as in 5.23."""
-            PreTrainedModel.gradient_checkpointing_enable(self, activation_checkpointing_kwargs, every_n_layers,
-                                                          offload)
+            # the ignore: mypy reads the installed release's signature, not that of the releases this branch runs on
+            PreTrainedModel.gradient_checkpointing_enable(  # type: ignore[call-arg]
+                self, activation_checkpointing_kwargs, every_n_layers, offload)  # type: ignore[arg-type]
 
 
 __all__ = [

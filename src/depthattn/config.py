@@ -8,6 +8,7 @@ import dataclasses
 import difflib
 import math
 import warnings
+from typing import Any
 
 from transformers import PreTrainedConfig
 
@@ -24,11 +25,11 @@ class ConfigField:
 
 # The names `cross_layer` accepts, each with its method class: `depthattn.methods.register` fills it (this module
 # is imported first and knows the methods only through it). Every config has every registered method's fields.
-METHODS: dict[str, type] = {}
+METHODS: dict[str, type[Any]] = {}
 ENTRY_POINT_GROUP = "depthattn.methods"  # where another package declares its methods (depthattn.methods)
 
 
-def registered_methods() -> dict[str, type]:
+def registered_methods() -> dict[str, type[Any]]:
     """METHODS, once `depthattn.methods` (which registers the built-in methods) is imported."""
     from . import methods  # noqa: F401  (imported here: it imports this module)
 

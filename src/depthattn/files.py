@@ -23,7 +23,7 @@ class NoSpaceLeft(OSError):
     """A write failed because the disk is full; the message names the folder being written."""
 
     def __str__(self) -> str:
-        return self.strerror
+        return self.strerror or super().__str__()
 
 
 def is_full_disk(error: BaseException) -> bool:

@@ -31,7 +31,11 @@ class DepthStates:
         self.more: dict = {}  # anything else a method hands from step to step within the pass, under its own keys
 
     def __getitem__(self, step: int) -> DepthState:
-        return self._states[step]
+        state = self._states[step]
+        if state is None:
+            raise LookupError(f"step {step} has written no state yet in this pass: a layer reads a later step's "
+                              "state (check the method's step_sources)")
+        return state
 
     def __setitem__(self, step: int, state: DepthState):
         self._states[step] = state

@@ -15,6 +15,7 @@ import os
 import platform
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -111,14 +112,15 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
     path = check_saved_model(model_dir)
     if dtype not in DTYPE_CHOICES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_CHOICES)}")
-    device = resolve_device(device)
+    target = resolve_device(device)
     check_shapes_fit(path)
     try:
-        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+        loaded: Any = transformers.AutoModelForCausalLM.from_pretrained(  # (model, info): output_loading_info
             path, dtype=DTYPES.get(dtype, "auto"), local_files_only=True, output_loading_info=True,
             ignore_mismatched_sizes=True, use_kernels=False)  # 5.25 on: Hub kernels by default, never here
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(f"could not load a causal language model from {path}: {error}") from error
+    model, info = loaded
     _check_fit(path, model.config, info["missing_keys"], info["unexpected_keys"], info["mismatched_keys"])
     nonfinite = nonfinite_tensors(model.state_dict())
     if nonfinite:
@@ -126,7 +128,7 @@ def load_model(model_dir: str | os.PathLike, dtype: str = "float32", device: str
                          "diverged; use an earlier checkpoint")
     for name, value in (method_fields or {}).items():
         model.switch_method_field(name, value)
-    return model.to(device).eval()
+    return model.to(target).eval()
 
 
 def parse_method_fields(assignments: Iterable[str]) -> dict[str, object]:

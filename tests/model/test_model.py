@@ -142,3 +142,14 @@ def test_the_base_model_takes_transformers_arguments_by_name_and_returns_tuples(
     assert len(as_tuple[-1]) == len(out.hidden_states) == 5
     embedded = model(inputs_embeds=model.embed_tokens(ids)).last_hidden_state
     torch.testing.assert_close(embedded, out.last_hidden_state, rtol=0, atol=0)
+
+
+def test_reading_a_step_that_has_not_run_names_the_step():
+    from depthattn.layer_states import DepthStates
+
+    states = DepthStates(depth=3)
+    state = DepthState(*(torch.zeros(1, 1, 2, 4) for _ in range(3)))
+    states[0] = state
+    assert states[0] is state
+    with pytest.raises(LookupError, match="step 1 has written no state yet in this pass"):
+        states[1]

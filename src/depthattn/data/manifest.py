@@ -32,7 +32,7 @@ TOKENIZER_DIR = "tokenizer"
 FORMAT = "depthattn-token-shards"
 FORMAT_VERSION = 1
 SPLITS = ("train", "val")
-DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+DTYPES: dict[str, np.dtype] = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 
 
 def token_dtype_name(vocab_size: int) -> str:

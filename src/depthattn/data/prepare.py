@@ -58,7 +58,7 @@ DEFAULT_TOKENIZER_SAMPLE_BYTES = 2**30  # 1 GiB of train text is plenty for the 
 
 def default_workers() -> int:
     """The CPUs this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class ShardWriter:
@@ -66,10 +66,10 @@ class ShardWriter:
 
     def __init__(self, out_dir: Path, split: str, dtype: np.dtype, shard_tokens: int):
         self.out_dir, self.split, self.dtype, self.shard_tokens = out_dir, split, dtype, shard_tokens
-        self.files = []  # manifest entries of the finished shards
+        self.files: list[dict] = []  # manifest entries of the finished shards
         self.num_documents = 0
-        self.shard = None  # the AtomicFile being written, if any
-        self.shard_sha256 = None
+        self.shard: AtomicFile | None = None  # the one being written, if any
+        self.shard_sha256 = hashlib.sha256()  # of the shard being written
         self.shard_num_tokens = 0
 
     def add_documents(self, tokens: np.ndarray, num_documents: int) -> None:
@@ -87,18 +87,18 @@ class ShardWriter:
             self.shard_num_tokens += piece.size
             tokens = tokens[piece.size :]
             if self.shard_num_tokens == self.shard_tokens:
-                self._finish_shard()
+                self._finish_shard(self.shard)
 
-    def _finish_shard(self) -> None:
-        self.shard.commit()
+    def _finish_shard(self, shard: AtomicFile) -> None:
+        shard.commit()
         self.files.append(
-            {"name": self.shard.path.name, "num_tokens": self.shard_num_tokens, "sha256": self.shard_sha256.hexdigest()}
+            {"name": shard.path.name, "num_tokens": self.shard_num_tokens, "sha256": self.shard_sha256.hexdigest()}
         )
         self.shard = None
 
     def finish(self) -> dict:
         if self.shard is not None:
-            self._finish_shard()
+            self._finish_shard(self.shard)
         num_tokens = sum(file["num_tokens"] for file in self.files)
         return {"num_documents": self.num_documents, "num_tokens": num_tokens, "files": self.files}
 

@@ -97,8 +97,8 @@ def count_windows(shards: TokenShards, seq_len: int, num_needed: int) -> int:
 
 
 def windows_to_batch(shards: TokenShards, windows: Iterable[int], seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    rows = np.stack([shards.read(int(window) * seq_len, seq_len + 1) for window in windows])  # (B, T + 1) int64
-    rows = torch.from_numpy(rows)
+    stacked = np.stack([shards.read(int(window) * seq_len, seq_len + 1) for window in windows])  # (B, T + 1) int64
+    rows = torch.from_numpy(stacked)
     return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()  # input_ids, labels: (B, T) int64 each
 
 
@@ -128,10 +128,11 @@ class TokenBatches:
         self.batches_per_epoch = self.num_windows // self.global_batch_size
         self.epoch = 0  # epoch of the next batch
         self.step = 0  # global batches already produced in this epoch
-        self._order_epoch, self._order = None, None  # the cached window permutation of one epoch
+        self._order_epoch: int | None = None  # the cached window permutation of one epoch
+        self._order: np.ndarray | None = None
 
     def _epoch_order(self) -> np.ndarray:
-        if self._order_epoch != self.epoch:
+        if self._order is None or self._order_epoch != self.epoch:
             self._order = np.random.default_rng([self.seed, self.epoch]).permutation(self.num_windows)
             self._order_epoch = self.epoch
         return self._order

@@ -190,14 +190,15 @@ def numbered_documents(
     sources: Sequence[Source], text_field: str = "text", hf_split: str = "train",
     chunk_chars: int = DEFAULT_CHUNK_CHARS, max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
     cuts: CutStats | None = None
-) -> Iterator[tuple[str, int, str]]:
+) -> Iterator[tuple[str, int, str] | tuple[str, int, str, str | None]]:
     """Yield (input name, document number counting from 1 in that input, text) for every document, in order, and
     for a linux-doc document (input name, number, text, split_by), split_by its file's path, which the split
     hashes instead of the text; a document longer than `max_document_chars` gives its pieces (cut_document),
     counted in `cuts` if given."""
     cuts = CutStats() if cuts is None else cuts
     for source in sources:
-        number, chunks = 0, {}  # chunks: the documents each text file was cut into at blank lines
+        number = 0
+        chunks: dict[str | None, int] = {}  # the documents each text file was cut into at blank lines
         for document, file in source_documents(source, text_field, hf_split, chunk_chars):
             chunks[file] = chunks.get(file, 0) + 1
             pieces = cut_document(document, max_document_chars)
@@ -247,6 +248,7 @@ def source_documents(source: Source, text_field: str, hf_split: str,
     """Yield the non-blank documents of one source, in order, each with the text file it was cut from (its path
     below the documentation's folder for linux-doc, the file for a text file, None for other inputs)."""
     num_documents = 0
+    documents: Iterable[tuple[str, str | None]]
     if source.kind == LINUX_DOC:
         documents = read_linux_doc(Path(source.location), chunk_chars)
     else:

@@ -18,6 +18,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -50,7 +51,8 @@ def _options() -> StateDictOptions:
 
 def full_model_state(model) -> dict[str, torch.Tensor]:
     """The whole (unsharded) state dict of a plain, DDP or FSDP2 model; collective under torchrun."""
-    return {k: v.contiguous() for k, v in get_model_state_dict(model, options=_options()).items()}
+    state = get_model_state_dict(model, options=_options())
+    return {k: v.contiguous() for k, v in state.items()}  # type: ignore[union-attr]  # a model's: tensors only
 
 
 def is_main_process() -> bool:
@@ -221,7 +223,7 @@ class CheckpointManager:
         self.out_dir = Path(t.out_dir)
         self.optim, self.reschedule, self.is_main = cfg.optim, reschedule, is_main
         # if the schedule changed: {"steps": the run length, "optim": the changed settings} the resumed steps followed
-        self.rescheduled_from = None
+        self.rescheduled_from: dict | None = None
         self.every, self.keep, self.last_step = t.checkpoint_every, t.keep_checkpoints, t.steps
         if list_checkpoints(self.out_dir) and not resume:
             raise FileExistsError(f"{self.out_dir} already holds checkpoints; pass --resume to continue that run, "
@@ -243,7 +245,8 @@ class CheckpointManager:
         if not weights.is_file():
             raise FileNotFoundError(f"checkpoint {self.resume_from} has no {WEIGHTS}; it is incomplete or not a "
                                     "checkpoint")
-        set_model_state_dict(model, load_file(weights), options=StateDictOptions(full_state_dict=True))
+        state: dict[str, Any] = load_file(weights)
+        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
 
     def load_trainer_state(self, model, optimizer, scheduler, batches) -> int:
         """The resumed checkpoint's optimizer, schedule, data position and RNG; returns the step it was written

@@ -6,6 +6,7 @@ import dataclasses
 import math
 import tomllib
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,7 +209,7 @@ class TrainConfig:
         return cls(**built).check()
 
     @classmethod
-    def load(cls, path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
+    def load(cls, path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
         data = read_toml(config_path(path), "training config", "configs/") if path is not None else {}
         for key, value in _pairs(overrides):
             _apply_override(cls, data, key, value)
@@ -323,8 +324,11 @@ def config_keys() -> list[tuple[str, str, object]]:
     """Every key of a training config as (section.key, type, default), from the config classes."""
     keys = []
     for section in dataclasses.fields(TrainConfig):
-        defaults = section.default_factory()
-        for name, hint in typing.get_type_hints(section.default_factory).items():
+        factory = section.default_factory
+        if not callable(factory):
+            raise TypeError(f"TrainConfig.{section.name} needs a default_factory (its section's class)")
+        defaults = factory()
+        for name, hint in typing.get_type_hints(factory).items():
             keys.append((f"{section.name}.{name}", hint.__name__, getattr(defaults, name)))
     return keys
 

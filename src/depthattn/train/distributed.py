@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -48,7 +49,7 @@ def parallelize(model: torch.nn.Module, parallel: str, world: World) -> torch.nn
         return model
     if parallel == "ddp":
         return DistributedDataParallel(model, device_ids=[world.device.index] if world.device.type == "cuda" else None)
-    for layer in model.model.layers:
+    for layer in cast(torch.nn.ModuleList, model.get_submodule("model.layers")):
         fully_shard(layer)
     fully_shard(model)
     return model

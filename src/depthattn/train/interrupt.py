@@ -68,6 +68,9 @@ class SignalHandlers:
 
     previous: dict
 
+    def _handle(self, signum: int, frame) -> None:
+        raise NotImplementedError("a subclass handles the signals")
+
     def __enter__(self):
         self.previous = {}
         if threading.current_thread() is threading.main_thread():

@@ -127,7 +127,7 @@ def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_b
         raise TrainingInterrupted(signum, f"{stopped} after step {step}, checkpoint saved in {stop.newest}",
                                   stop.newest)
 
-    def branch_off(step: int):
+    def branch_off(branches: Branches, step: int):
         """Train the branches that leave the run at `step` (from its checkpoint there), then go on unchanged."""
         for budget in branches.due(step):
             if stop.newest != checkpoints.folder(step):
@@ -150,7 +150,7 @@ def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_b
         stop.step = start
         stop_if_asked(start)
         if branches:
-            branch_off(start)
+            branch_off(branches, start)
         for step in range(start + 1, t.steps + 1):
             step_metrics = train_step(step, wrapped, batches, optimizer, scheduler, cfg, world, amp)
             stop.step = step
@@ -169,7 +169,7 @@ def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_b
             if checkpoints.due(step):
                 save(step, record["loss"])
             if branches:
-                branch_off(step)
+                branch_off(branches, step)
             stop_if_asked(step)
     finally:
         metrics.close()

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -27,10 +29,10 @@ class MetricsLog:
         elif enabled and resume_step is None:
             path.unlink(missing_ok=True)
         self.file = open(path, "a") if enabled else None  # noqa: SIM115  (open until close())
-        self.writers = []
+        self.writers: list[Callable[[dict], object]] = []
 
     def write(self, record: dict):
-        if not self.enabled:
+        if self.file is None:  # not enabled
             return
         with reporting_full_disk(self.path.parent):
             self.file.write(json.dumps(record) + "\n")
@@ -43,16 +45,20 @@ class MetricsLog:
             self.file.close()
 
 
-def _external_loggers(cfg: TrainConfig, out_dir: Path) -> list:
-    writers = []
+def _external_loggers(cfg: TrainConfig, out_dir: Path) -> list[Callable[[dict], object]]:
+    writers: list[Callable[[dict], object]] = []
     if cfg.logging.tensorboard:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise ImportError("logging.tensorboard needs the tensorboard package: pip install tensorboard") from None
         board = SummaryWriter(out_dir / "tensorboard")
-        writers.append(lambda r: [board.add_scalar(k, v, r["step"]) for k, v in r.items()
-                                  if k != "step" and isinstance(v, (int, float))])  # not rescheduled_from_optim
+        def to_board(record: dict) -> None:
+            for k, v in record.items():
+                if k != "step" and isinstance(v, (int, float)):  # not rescheduled_from_optim
+                    board.add_scalar(k, v, record["step"])
+
+        writers.append(to_board)
     if cfg.logging.wandb:
         try:
             import wandb
@@ -76,12 +82,12 @@ class Metrics:
         t = cfg.train
         self.tokens_per_step = t.batch_size * cfg.data.seq_len * t.grad_accum * world.world_size
         if world.is_main:
-            resumed = f", resuming after step {start}" if start else ""
+            resuming = f", resuming after step {start}" if start else ""
             print(f"{cfg.model.method}: {parameters:,} parameters, {self.tokens_per_step:,} tokens per step, "
-                  f"{world.world_size} process(es) on {world.device}{resumed}")
+                  f"{world.world_size} process(es) on {world.device}{resuming}")
         self.progress = tqdm(total=t.steps, initial=start, disable=not (t.progress and world.is_main), unit="step",
                              desc=cfg.model.method, dynamic_ncols=True)
-        self.last = {"step": start}
+        self.last: dict[str, Any] = {"step": start}
         self.clock = time.perf_counter()
 
     def record(self, step: int, step_metrics: dict) -> dict:
@@ -97,8 +103,9 @@ class Metrics:
         step, loss, lr, tok_s, val = (record["step"], record["loss"], record["lr"], record["tokens_per_s"],
                                       record.get("val_loss"))
         self.progress.update(1)
-        self.progress.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}",
-                                  **({"val": f"{val:.3f}"} if val is not None else {}))
+        # in this order: tqdm would sort keyword arguments
+        self.progress.set_postfix({"loss": f"{loss:.3f}", "lr": f"{lr:.2e}", "tok_s": f"{tok_s:,.0f}",
+                                   **({"val": f"{val:.3f}"} if val is not None else {})})
         t = self.cfg.train
         if self.is_main and not t.progress and (step % t.log_every == 0 or val is not None):
             # for logs without a bar

@@ -26,7 +26,8 @@ DECAY_SHAPES = {
 
 def build_optimizer(model: torch.nn.Module, optim: OptimSection) -> torch.optim.AdamW:
     """Weight decay on matrices; none on norms, biases and scalar or vector mixing weights (ndim < 2)."""
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for param in model.parameters():
         if param.requires_grad:
             (decay if param.ndim >= 2 else no_decay).append(param)

@@ -52,9 +52,9 @@ def train_step(step: int, model, batches, optimizer, scheduler, cfg: TrainConfig
     for micro in range(t.grad_accum):
         input_ids, labels = next(batches)
         with _gradient_sync(model, t.parallel, world, last_micro=micro == t.grad_accum - 1):
-            loss = lm_loss(model, input_ids.to(world.device), labels.to(world.device), amp)
-            (loss / t.grad_accum).backward()
-        loss_sum += loss.detach()
+            micro_loss = lm_loss(model, input_ids.to(world.device), labels.to(world.device), amp)
+            (micro_loss / t.grad_accum).backward()
+        loss_sum += micro_loss.detach()
     loss = mean_over_ranks(loss_sum / t.grad_accum).item()
     if not math.isfinite(loss):
         raise diverged(f"the training loss became {loss}", step, out_dir)

@@ -53,7 +53,7 @@ def forward_kernel(
     for j in range(n):
         if SOFTMAX:
             sk = _load_rows(sk_table, j, b, h, offs_t, offs_d, mask, SK_DTYPE).to(ACC)
-            s = tl.sum(qbar * sk, axis=1)
+            s = tl.sum(qbar * sk, axis=1)  # type: ignore[possibly-undefined]  # SOFTMAX: a constexpr, set above
             tl.store(w_ptr + row * n + j, s, mask=mask_t)  # raw score; normalised below
             m_new = tl.maximum(m, s)
             alpha = tl.exp(m - m_new)
@@ -119,12 +119,12 @@ def backward_kernel(
             dw += tl.load(dw_ptr + row * n + j, mask=mask_t, other=0.0)
         if MIX_V:
             v = _load_rows(v_table, j, b, h, offs_t, offs_d, mask, V_DTYPE).to(ACC)
-            dw += tl.sum(dov * v, axis=1)
+            dw += tl.sum(dov * v, axis=1)  # type: ignore[possibly-undefined]  # MIX_V: a constexpr, set above
             tl.store(dv_ptr + tl.cast(j, tl.int64) * BHTD + out_offs, (w[:, None] * dov).to(dv_ptr.dtype.element_ty),
                      mask=mask)
         if MIX_K:
             k = _load_rows(k_table, j, b, h, offs_t, offs_d, mask, K_DTYPE).to(ACC)
-            dw += tl.sum(dok * k, axis=1)
+            dw += tl.sum(dok * k, axis=1)  # type: ignore[possibly-undefined]  # MIX_K: a constexpr, set above
             tl.store(dk_ptr + tl.cast(j, tl.int64) * BHTD + out_offs, (w[:, None] * dok).to(dk_ptr.dtype.element_ty),
                      mask=mask)
         if SOFTMAX:

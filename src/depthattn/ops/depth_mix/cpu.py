@@ -46,6 +46,8 @@ def _load_built(folder: Path):
     if not built.is_file() or _being_built(folder):
         return None
     spec = importlib.util.spec_from_file_location(folder.name, built)
+    if spec is None or spec.loader is None:  # not loadable as an extension module: build it again
+        return None
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)

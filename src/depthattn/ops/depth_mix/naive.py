@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from depthattn.layer_states import DepthState
@@ -30,6 +32,8 @@ def depth_mix_reference(
     candidates = [*sources, state]
     dtype = torch.promote_types(query.dtype, torch.float32)  # weights and sums in float32 at least
     if rule == "linear":
+        if score_bias is None:
+            raise ValueError("the linear rule weighs the sources by score_bias alone: pass score_bias")
         # a copy, never a view of the parameter (a view made under no_grad would claim a gradient it has not)
         weights = score_bias.to(dtype).expand(batch, num_kv_heads, seq_len, len(candidates)).contiguous()
     elif rule == "uniform" and score_bias is None:
@@ -48,7 +52,7 @@ def depth_mix_reference(
         weights = torch.softmax(scores, dim=-1)  # (B, Hkv, T, n)
 
     def mix(tensors: list[torch.Tensor]) -> torch.Tensor:
-        mixed = sum(weights[..., i, None] * t for i, t in enumerate(tensors))  # in the weights' dtype
+        mixed = cast(torch.Tensor, sum(weights[..., i, None] * t for i, t in enumerate(tensors)))  # weights' dtype
         return mixed.to(tensors[-1].dtype)
 
     key = mix([c.key for c in candidates]) if "k" in mix_states else state.key

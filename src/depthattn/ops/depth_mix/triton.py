@@ -16,6 +16,7 @@ import functools
 import importlib.util
 import os
 import sys
+from collections.abc import Sequence
 
 import torch
 
@@ -178,10 +179,10 @@ class _DepthMixFunction(torch.autograd.Function):
             SOFTMAX=softmax, MIX_K=mix_k, MIX_V=mix_v, HAS_DW=has_dw, ACC=tl_dtypes[weights.dtype],
             **_element_types(score_keys, keys, values, tl_dtypes), num_warps=warps,
         )
-        grads = [dsk.unbind(0) if softmax else [None] * n]
-        if mix_k:
+        grads: list[Sequence[torch.Tensor | None]] = [dsk.unbind(0) if dsk is not None else [None] * n]
+        if dk is not None:  # mix_k
             grads.append(dk.unbind(0))
-        if mix_v:
+        if dv is not None:  # mix_v
             grads.append(dv.unbind(0))
         return None, dq, *(g for group in grads for g in group)
 
