@@ -151,3 +151,21 @@ def test_cache_stores_the_mixed_values_and_plain_keys():
     # layer 0 has no sources: identical; above it, keys of layer 1 are plain, values mixed
     assert torch.equal(cache.layers[0].values, vanilla_cache.layers[0].values)
     assert not torch.allclose(cache.layers[1].values, vanilla_cache.layers[1].values)
+
+
+def test_paged_cache_bytes_count_every_unrolled_steps_keys_and_values():
+    from depthattn.serving.cache import paged_cache_bytes, paged_cache_config
+
+    config = tiny_model().config
+    paged = paged_cache_config(config, max_sequences=2, context=300, page_size=100)
+    per_token = 2 * config.unrolled_depth * config.num_key_value_heads * config.head_dim * 4
+    assert paged.num_blocks == 6 and paged_cache_bytes(config, paged) == 6 * 100 * per_token
+
+
+def test_paged_cache_bytes_refuse_a_cache_sized_from_free_memory():
+    from transformers import ContinuousBatchingConfig
+
+    from depthattn.serving.cache import paged_cache_bytes
+
+    with pytest.raises(ValueError, match="sets no num_blocks .* make it with paged_cache_config"):
+        paged_cache_bytes(tiny_model().config, ContinuousBatchingConfig())

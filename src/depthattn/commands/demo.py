@@ -76,12 +76,11 @@ def study_quote(steps: int) -> list[str]:
                      f"{contrast.wins}/{contrast.n} seeds")
     if not lines:
         return ["(the study has fewer than two seeds of this setting so far: docs/results/study.md)"]
-    elsewhere = [entry for entry in entries if entry.study != study.name
+    elsewhere = [(entry, d) for entry in entries if entry.study != study.name
                  and (d := entry.difference("DA − vanilla")) and d.n > 1]
     if elsewhere:
         lines.append("Depth-Attention − vanilla where the study changes one thing from this setting:")
-        for entry in elsewhere:
-            d = entry.difference("DA − vanilla")
+        for entry, d in elsewhere:
             lines.append(f"  {entry.label} ({entry.study}): {format_interval(d)}, "
                          f"lower in {d.wins}/{d.n} seeds: {verdict(d)}")
     return lines

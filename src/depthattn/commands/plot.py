@@ -18,6 +18,7 @@ def run(args: argparse.Namespace) -> int:
 
     runs = [Path(run) for run in args.runs]
     folders = [run if run.is_dir() else run.parent for run in runs]
+    names = [str(f) for f in folders]
     for depth in range(1, max(len(f.parts) for f in folders) + 1):  # the shortest tails that tell the runs apart
         names = ["/".join(f.parts[-depth:]) for f in folders]
         if len(set(names)) == len(names):

@@ -60,9 +60,16 @@ def default_methods() -> list[str]:
 # parameters
 
 
+def _dims(config: DepthAttentionConfig) -> tuple[int, int, int, int]:
+    """(hidden size, attention heads, KV heads, head_dim); the last two are None only until the config's __init__
+    derives them."""
+    return (config.hidden_size, config.num_attention_heads, config.num_key_value_heads,  # type: ignore[return-value]
+            config.head_dim)
+
+
 def backbone_parameters(config: DepthAttentionConfig) -> int:
     """Parameters of the vanilla decoder with this backbone (tied embeddings counted once)."""
-    D, heads, kv, d = config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    D, heads, kv, d = _dims(config)
     attention = D * heads * d + 2 * D * kv * d + heads * d * D + 2 * d  # q, k, v, o projections; q/k norms
     if config.attention_bias:
         attention += heads * d + 2 * kv * d + D
@@ -94,7 +101,8 @@ def extra_state_elements(config: DepthAttentionConfig, context: int) -> int:
 
 def kv_cache_bytes_per_token(config: DepthAttentionConfig, dtype_bytes: int = DEFAULT_DTYPE_BYTES) -> int:
     """K and V of every unrolled step: 2 * L * Hkv * head_dim * bytes (the same for every method)."""
-    return 2 * config.unrolled_depth * config.num_key_value_heads * config.head_dim * dtype_bytes
+    _, _, kv, d = _dims(config)
+    return 2 * config.unrolled_depth * kv * d * dtype_bytes
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ DEFAULT_BATCH_SIZE = 4
 def step_sources(model) -> list[list[int]]:
     """Depth sources of every unrolled step, for a method whose `output_depth_weights` weighs them per token."""
     cross_layer = getattr(model.config, "cross_layer", None)
-    method = METHODS.get(cross_layer)
+    method = METHODS.get(cross_layer) if cross_layer is not None else None
     if method is None or not method.maps_depth_weights:
         mapped = ", ".join(name for name, other in METHODS.items() if other.maps_depth_weights)
         raise ValueError(f"the model's cross_layer is {cross_layer!r}: a depth-weight map needs a method that weighs "

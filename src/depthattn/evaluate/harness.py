@@ -99,7 +99,8 @@ def resolve_tasks(tasks: Sequence[str] | str | None = None, task_set: str | None
         if task_set not in TASK_SETS:
             raise ValueError(f"unknown task set {task_set!r}; use one of {', '.join(TASK_SETS)}")
         return list(TASK_SETS[task_set])
-    names = [name.strip() for item in ([tasks] if isinstance(tasks, str) else tasks) for name in item.split(",")]
+    items = [tasks] if isinstance(tasks, str) else tasks or ()  # tasks is given: checked above
+    names = [name.strip() for item in items for name in item.split(",")]
     return [name for name in dict.fromkeys(names) if name]
 
 
@@ -111,7 +112,7 @@ def _uses_local(task_names: Sequence[str]) -> bool:
     return any(name in (*LOCAL_TASKS, LOCAL_TAG) for name in task_names)
 
 
-def training_data(model_dir: os.PathLike) -> tuple[str, dict] | None:
+def training_data(model_dir: str | os.PathLike) -> tuple[str, dict] | None:
     """(path, manifest) of the prepared dataset that train_config.json in or above the model folder names, when
     it can be read."""
     for config_path in (Path(model_dir) / "train_config.json", Path(model_dir).parent / "train_config.json"):
@@ -123,7 +124,7 @@ def training_data(model_dir: os.PathLike) -> tuple[str, dict] | None:
     return None
 
 
-def local_tasks_origin(model_dir: os.PathLike, any_corpus: bool = False) -> str:
+def local_tasks_origin(model_dir: str | os.PathLike, any_corpus: bool = False) -> str:
     """A line saying where the local tasks come from and whether the model was trained on that corpus; ValueError,
     unless `any_corpus`, when its training data is known to be another (the scores would say nothing about it)."""
     trained = training_data(model_dir)
@@ -219,7 +220,8 @@ def context_checked_lm(**kwargs):
             try:
                 return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
             except AssertionError:
-                too_long = {}  # task -> its longest continuation in tokens, where longer than max_length
+                # task -> its longest continuation in tokens, where longer than max_length
+                too_long: dict[str, int] = {}
                 for request in requests:
                     context, continuation = request.args
                     tokens = self._encode_pair(context, continuation)[1] if context else self.tok_encode(continuation)
@@ -286,7 +288,8 @@ def harness_evaluate(
     check_vocab(model, tokenizer)
     offline = hub_offline_by_env() or _local_only(tasks) or not hub_reachable()
     level = logging.INFO if verbose else logging.ERROR
-    runs, versions, skipped, n_samples, configs = {}, {}, {}, {}, {}
+    runs, versions, n_samples, configs = {}, {}, {}, {}
+    skipped: dict = {}
     with _lm_eval_log_level(level), hub_offline(offline), quiet_lm_eval_git_probe():
         lm = context_checked_lm(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size,
                                 max_length=max_length)

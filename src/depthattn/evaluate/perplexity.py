@@ -26,6 +26,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -101,7 +102,7 @@ def window_spans(num_tokens: int, block_size: int, stride: int | None = None) ->
 
 def _batches(spans, batch_size: int):
     """Consecutive windows of equal length, at most batch_size together (only the last window may be shorter)."""
-    batch = []
+    batch: list = []
     for span in spans:
         if batch and (len(batch) == batch_size or span[1] != batch[0][1]):
             yield batch
@@ -188,8 +189,9 @@ def compute_perplexity(model, tokens, block_size: int, stride: int | None = None
     nats_at = np.zeros(len(stream), dtype=np.float64) if documents else None
     nats, count, windows = score_stream(model, stream, block_size, stride, batch_size, progress, nats_at)
     loss = nats / count
-    result = {"loss": loss, "perplexity": math.exp(loss), "tokens": count, "windows": windows, "nats": nats}
-    if documents:
+    result: dict[str, Any] = {"loss": loss, "perplexity": math.exp(loss), "tokens": count, "windows": windows,
+                              "nats": nats}
+    if nats_at is not None:  # documents
         result["document_nats"], result["document_tokens"] = per_document(stream, nats_at, tokenizer.eos_token_id)
     if tokenizer is not None:
         num_bytes = count_bytes(stream, tokenizer)
@@ -257,6 +259,8 @@ def evaluate_perplexity(
                          f"pass --block-size {max_positions} or less")
     window_spans(2, block_size, stride)  # checks block size and stride before any data is read
 
+    source: TokenShards | np.ndarray
+    described: dict[str, object]
     if data is not None:
         shards = TokenShards(data, split)
         check_data_vocab(shards, model, data)
@@ -265,7 +269,7 @@ def evaluate_perplexity(
             check_data_tokenizer(shards, data, tok)
         source, described = shards, {"data": str(data), "split": split}
     else:
-        paths = [Path(p) for p in text]
+        paths = [Path(p) for p in text or ()]  # text is given: checked above
         for path in paths:
             if not path.is_file():
                 problem = "is a folder, not a file" if path.is_dir() else "does not exist"

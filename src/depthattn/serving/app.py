@@ -116,7 +116,7 @@ def paged_cache_blocks(options: ServeOptions, config: DepthAttentionConfig) -> i
         raise ValueError(f"a paged KV cache of {paged.num_blocks} blocks takes {gigabytes:.2f} GB, over "
                          f"--cb-memory-gb {options.cb_memory_gb:g}: lower --cb-max-sequences or --cb-num-blocks, or "
                          "raise --cb-memory-gb")
-    return paged.num_blocks
+    return paged.num_blocks  # type: ignore[return-value]  # paged_cache_bytes refused a None above
 
 
 def served_context(path: Path, max_positions: int, asked: int | None) -> tuple[int, str, str | None]:

@@ -43,5 +43,8 @@ def paged_cache_config(config, max_sequences: int = 8, context: int | None = Non
 def paged_cache_bytes(config, paged: ContinuousBatchingConfig, dtype_bytes: int = 4) -> int:
     """The keys and values a paged cache of `paged.num_blocks` blocks holds: every unrolled step's K and V for
     each of its tokens (what a vanilla decoder's cache holds; depthattn's methods keep no more)."""
+    if paged.num_blocks is None:
+        raise ValueError("the ContinuousBatchingConfig sets no num_blocks (transformers would size the cache from "
+                         "the free memory): make it with paged_cache_config")
     per_token = 2 * config.unrolled_depth * config.num_key_value_heads * config.head_dim * dtype_bytes
     return paged.num_blocks * paged.page_size * per_token

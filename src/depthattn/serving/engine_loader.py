@@ -5,8 +5,12 @@ the process also knows the model's classes."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, cast
 
 from transformers.cli.serving.model_manager import ModelLoader
+
+if TYPE_CHECKING:
+    from ..modeling import DepthAttentionPreTrainedModel
 
 
 class MethodFieldsLoader(ModelLoader):
@@ -19,5 +23,5 @@ class MethodFieldsLoader(ModelLoader):
 
         model, processor = super().load_model_and_processor(model_id, on_progress=on_progress)
         for name, value in self.method_fields.items():
-            model.switch_method_field(name, value)
+            cast("DepthAttentionPreTrainedModel", model).switch_method_field(name, value)
         return model, processor

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from transformers import CompileConfig
@@ -43,7 +44,8 @@ def sample(model, tokenizer, prompt: str, max_new_tokens: int, temperature: floa
                "tokens")
         raise ValueError(f"a prompt of {prompt_tokens} tokens and {max_new_tokens} new ones exceed the model's "
                          f"context of {context} tokens (max_position_embeddings): {fix}")
-    sampling = dict(do_sample=True, temperature=temperature, top_k=top_k) if temperature > 0 else dict(do_sample=False)
+    sampling: dict[str, Any] = (dict(do_sample=True, temperature=temperature, top_k=top_k) if temperature > 0 else
+                                dict(do_sample=False))
     if compile is not None:  # transformers compiles the decoding step when the cache is static
         sampling.update(cache_implementation="static", compile_config=compile_config(compile))
     out = model.generate(ids.to(model.device), max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,

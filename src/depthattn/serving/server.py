@@ -219,7 +219,8 @@ class ResponseNamer:
 
     def __init__(self, model_id: str, listed_name: str, streaming: bool):
         self.model_id, self.listed_name, self.streaming = model_id, listed_name, streaming
-        self.start, self.held = None, b""
+        self.start: dict | None = None
+        self.held = b""
 
     def __call__(self, message: dict) -> list[dict]:
         if self.model_id == self.listed_name:
@@ -234,6 +235,8 @@ class ResponseNamer:
         if not self.streaming:
             if more:
                 return []
+            if self.start is None:
+                raise RuntimeError("the server sent a response body before its start")
             body = self._renamed(self.held)
             headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"]
             return [{**self.start, "headers": [*headers, (b"content-length", str(len(body)).encode())]},

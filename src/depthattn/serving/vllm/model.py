@@ -43,7 +43,7 @@ class DepthAttentionAttention(nn.Module):
     def __init__(self, config: DepthAttentionConfig, layer: int, vllm_config: VllmConfig, prefix: str):
         super().__init__()
         tp = get_tensor_model_parallel_world_size()
-        self.head_dim = config.head_dim
+        self.head_dim: int = config.head_dim  # type: ignore[assignment]  # None only until the config derives it
         self.num_heads = config.num_attention_heads // tp
         self.num_kv_heads = max(1, config.num_key_value_heads // tp)  # replicated below one KV head per rank
         self.scaling = self.head_dim**-0.5  # depthattn's methods read it too
@@ -183,7 +183,8 @@ class DepthAttentionForCausalLM(nn.Module):
             for checkpoint_part, part, shard in STACKED:
                 if checkpoint_part in name:
                     name = name.replace(checkpoint_part, part)
-                    params[name].weight_loader(params[name], tensor, shard)
+                    params[name].weight_loader(  # type: ignore[attr-defined]  # vLLM's layers attach it
+                        params[name], tensor, shard)
                     break
             else:
                 getattr(params[name], "weight_loader", default_weight_loader)(params[name], tensor)
