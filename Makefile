@@ -35,10 +35,12 @@ $(VLLM_VENV)/.installed: $(VLLM_VENV)/.base $(VENV)/.installed
 
 # the installs two at a time; one pytest-xdist worker per CPU, a module's tests on one worker (they share its
 # fixtures), the longest modules first (tests/conftest.py). Python caches bytecode even where PYTHONDONTWRITEBYTECODE
-# is set: each of the ~90 processes the tests start would otherwise compile torch and transformers again.
+# is set: each of the ~90 processes the tests start would otherwise compile torch and transformers again. mypy checks
+# src/ as pyproject.toml's [tool.mypy] says (a minute or two the first time, seconds from its .mypy_cache/).
 test:
 	$(MAKE) -j2 $(VENV)/transformers-tests/.done $(VENV)/transformers-lower/.done $(VLLM_VENV)/.installed
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n logical --dist loadscope --no-loadscope-reorder --durations=15
 
 demo: $(VENV)/.installed
