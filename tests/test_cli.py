@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from depthattn.cli import COMMANDS, main
+from depthattn.study.store import CellStore
 
 
 @pytest.fixture(scope="module")
@@ -155,15 +156,15 @@ def test_demo_quotes_the_study_from_its_committed_results():
 
     study = Study.load(STUDY_CONFIG)
     quote = study_quote(STEPS)
-    da = summarize(study, study.read_results())[""].row("depth_attention").difference
+    da = summarize(study, CellStore.of(study).read_results(study))[""].row("depth_attention").difference
     assert quote[0] == (f"Depth-Attention − vanilla: {da.diff_mean:+.4f} nats, 95% CI [{da.diff_low:+.4f}, "
                         f"{da.diff_high:+.4f}], p = {da.p_value:.3g}, lower in {da.wins}/{da.n} seeds")
     search = Study.load(STUDY_CONFIG.parent / "search.toml")  # value embeddings in the same setting: another study
-    ve = summarize(search, search.read_results())[""].row("value_embeddings").difference
+    ve = summarize(search, CellStore.of(search).read_results(search))[""].row("value_embeddings").difference
     assert f"value embeddings − vanilla: {ve.diff_mean:+.4f} nats, 95% CI [{ve.diff_low:+.4f}, " \
            f"{ve.diff_high:+.4f}], p = {ve.p_value:.3g}, lower in {ve.wins}/{ve.n} seeds" in quote
     depth = Study.load(STUDY_CONFIG.parent / "depth.toml")
-    sixteen = summarize(depth, depth.read_results())["layers=16"].row("depth_attention").difference
+    sixteen = summarize(depth, CellStore.of(depth).read_results(depth))["layers=16"].row("depth_attention").difference
     assert f"  layers=16 (depth): {sixteen.diff_mean:+.4f} [{sixteen.diff_low:+.4f}, " \
            f"{sixteen.diff_high:+.4f}], lower in {sixteen.wins}/{sixteen.n} seeds: {verdict(sixteen)}" in quote
     assert not any("(retrofit)" in line for line in quote)  # converted models are not this comparison

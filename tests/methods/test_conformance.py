@@ -20,6 +20,7 @@ from depthattn.methods import METHODS, AttentionMixer, FlopTerm, Residual
 from depthattn.serving.vllm import check_servable
 from depthattn.study import Study, markdown_report, run_study
 from depthattn.study.local import LocalExecutor
+from depthattn.study.store import CellStore
 
 from ..helpers import (
     ELEMENTWISE,
@@ -248,9 +249,9 @@ def test_every_method_trains_a_study_cell_that_its_report_names(tiny_data, tmp_p
             base = BASE.format(data=tiny_data).replace("seq_len = 32", "seq_len = 128").replace("steps = 3",
                                                                                               "steps = 2")
             study = Study.load(write_study(tmp_path, tiny_data, axes=base, base=False, methods=methods, seeds=(0,)))
-            run_study(study, LocalExecutor(threads=1))
-            report = markdown_report(study, study.read_results())
+            run_study(study, CellStore.of(study), LocalExecutor(threads=1))
+            report = markdown_report(study, CellStore.of(study))
     finally:
         torch.set_num_threads(threads)
-    assert TOY in methods and sorted(r.method for r in study.read_results()) == sorted(methods)
+    assert TOY in methods and sorted(r.method for r in CellStore.of(study).read_results(study)) == sorted(methods)
     assert [m for m in methods if f"| {m} | 1 |" not in report] == []

@@ -25,6 +25,7 @@ from depthattn.methods import (
 from depthattn.serving.vllm import check_servable
 from depthattn.study import Study, run_study, write_report
 from depthattn.study.pricing import run_flops
+from depthattn.study.store import CellStore
 from depthattn.train import TrainConfig, train
 
 from ..helpers import prefill_then_decode, tiny_config, tiny_model
@@ -163,9 +164,9 @@ def test_convert_takes_every_registered_method_field(toy, tmp_path, capsys):
 
 def test_toy_method_runs_in_a_study_and_its_report(toy, tiny_data, tmp_path):
     study = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla", toy)))
-    run_study(study)
-    results = study.read_results()
+    run_study(study, CellStore.of(study))
+    results = CellStore.of(study).read_results(study)
     assert sorted((r.method, r.seed) for r in results) == [(toy, 0), (toy, 1), ("vanilla", 0), ("vanilla", 1)]
     assert all(r.params_extra == 1 for r in results if r.method == toy)  # 2 layers: one gain
-    text = write_report(study).read_text()
+    text = write_report(study, CellStore.of(study)).read_text()
     assert f"| {toy} | 2 |" in text and run_flops(study, {}, toy)["flops"] > run_flops(study, {}, "vanilla")["flops"]

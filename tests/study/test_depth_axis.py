@@ -5,6 +5,7 @@ import pytest
 from depthattn.study import Study
 from depthattn.study.analyses.depth_axis import DepthAxis, depth_trend
 from depthattn.study.render.analyses import format_depth_axis
+from depthattn.study.store import CellStore
 from depthattn.study.sweep import sweep_depth
 from tests.study.test_multiplier import BUDGETS, fewer_resamples, planted_results  # noqa: F401 (a fixture)
 from tests.study.test_study import BASE, WSD_BUDGETS, write_study
@@ -26,7 +27,7 @@ def write_axis(tmp_path, data, depths=DEPTHS, seeds=range(5)):
 def plant(monkeypatch, multiplier, seeds=range(5)):
     """Every sweep's cells with the data multiplier `multiplier(x, depth)`, each sweep's seed noise in an order of
     its own (the sweeps' runs are independent)."""
-    monkeypatch.setattr(Study, "read_results", lambda self: planted_results(
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: planted_results(
         self, lambda x: multiplier(x, sweep_depth(self)), seeds=seeds, noise=0.005,
         turn=DEPTHS.index(sweep_depth(self))))
 
@@ -96,7 +97,7 @@ def test_three_seeds_give_slopes_but_no_intervals_or_verdicts(tiny_data, tmp_pat
 
 def test_a_sweep_without_cells_is_named_and_nothing_is_fitted(tiny_data, tmp_path, monkeypatch):
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
-    monkeypatch.setattr(Study, "read_results", lambda self: [] if sweep_depth(self) == 8 else planted_results(
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: [] if sweep_depth(self) == 8 else planted_results(
         self, lambda x: 1.2, noise=0.005))
     trend = depth_trend(axis)
     assert trend.methods == {} and list(trend.missing) == [axis.sweeps[2].config_file]
@@ -108,7 +109,7 @@ def test_a_sweep_waiting_for_its_first_seed_names_the_cells_it_lacks(tiny_data, 
     from depthattn.study.analyses.predictions import predict_with_depth
 
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
-    monkeypatch.setattr(Study, "read_results", lambda self: [
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: [
         r for r in planted_results(self, lambda x: 1.2, seeds=[0])
         if sweep_depth(self) != 8 or r.method != "depth_attention" or r.setting["budget"] not in ("e", "f")])
     trend = depth_trend(axis)
@@ -150,8 +151,8 @@ def test_a_depth_informed_prediction_reads_the_surface_at_each_rungs_depth(tiny_
         assert at["high"] == max(s["high"] for s in shapes if s["high"] is not None)
     assert entry["paper"]["depth"] == 48 and entry["paper"]["extrapolated"]  # 6x past the deepest sweep
     planted = planted_target(target, 1.1 * 2 ** 0.2)  # the rungs' own cells, as planted at their depth
-    monkeypatch.setattr(Study, "read_results", lambda self: planted)
-    assert {row.verdict for row in score(prediction, target)} == {"agrees"}
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: planted)
+    assert {row.verdict for row in score(prediction, target, CellStore.of(target))} == {"agrees"}
 
 
 def test_the_command_writes_the_depth_axis_report(tiny_data, tmp_path, monkeypatch, capsys):

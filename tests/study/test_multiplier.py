@@ -12,6 +12,7 @@ from depthattn.study.fits import Slope
 from depthattn.study.multiplier import BudgetTrend, MethodMultipliers, MultiplierPoint, multipliers
 from depthattn.study.render.numbers import format_multiplier
 from depthattn.study.report import markdown_report
+from depthattn.study.store import CellStore
 from tests.study.test_study import WSD_BUDGETS, write_study
 
 E, B, BETA = 1.0, 2.0, 0.4
@@ -92,12 +93,12 @@ def test_three_seeds_give_points_but_no_intervals_or_verdicts(study):
     row = found.rows[0]
     assert all(p.low is None for p in row.points) and row.trend.gamma.verdict is None
     assert found.fit.methods["depth_attention"].gamma.verdict is None
-    text = markdown_report(study, planted_results(study, lambda x: 1.3, seeds=range(3)))
+    text = markdown_report(study, CellStore.of(study), planted_results(study, lambda x: 1.3, seeds=range(3)))
     assert "too few seeds (3)" in text and "| data multiplier |" in text and "1.30x" in text
 
 
 def test_the_report_states_data_and_compute_multipliers(study):
-    text = markdown_report(study, planted_results(study, lambda x: 1.3, noise=0.005))
+    text = markdown_report(study, CellStore.of(study), planted_results(study, lambda x: 1.3, noise=0.005))
     assert "| compute multiplier | FLOPs per token over vanilla |" in text and "| depth_attention | 1.0" in text
     assert "holds |" in text and "Joint fit over" in text
     assert "The primary reading is the first" in text and "Here they agree." in text  # 1.3 at every budget
@@ -129,7 +130,7 @@ def test_baseline_only_budgets_train_the_baseline_alone(tiny_data, tmp_path):
     axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", "{ short = 3, long = 6, longer = 9 }").replace(
         "branches = true", 'branches = true\nbaseline_only = ["longer"]')
     study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
-    runs = {(c.method, c.setting["budget"]) for c in pending_cells(study)}
+    runs = {(c.method, c.setting["budget"]) for c in pending_cells(study, CellStore.of(study))}
     assert runs == {("vanilla", "longer"), ("depth_attention", "long")}
     assert not study.trains({"budget": "longer"}, "depth_attention") and study.trains({"budget": "longer"}, "vanilla")
     bad = axes.replace('baseline_only = ["longer"]', 'baseline_only = ["short"]')
@@ -150,7 +151,7 @@ def test_budgets_only_the_baseline_trains_extend_its_curve_and_get_no_column(tin
     assert [p.label for p in points] == found.labels
     assert not points[-1].extrapolated  # the method's best loss is read inside vanilla's longer curve
     assert points[-1].multiplier == pytest.approx(1.3, rel=0.03)
-    report = markdown_report(study, results)
+    report = markdown_report(study, CellStore.of(study), results)
     table = ("| data multiplier |" + report.split("| data multiplier |")[1]).split("\n\n")[0].splitlines()
     assert len({line.count("|") for line in table}) == 1  # every row has the header's columns
     gains = ("| gain |" + report.split("| gain |")[1]).split("\n\n")[0].splitlines()
@@ -231,7 +232,7 @@ def test_the_fitted_multiplier_is_not_stated_far_past_the_fitted_budgets(study, 
     assert multipliers(study, results).fit.at_printable  # 20 lies inside 10-500 tokens per parameter
     monkeypatch.setattr(multiplier, "FIT_AT", 5000.0)  # 10 x past the largest fitted budget
     assert not multipliers(study, results).fit.at_printable
-    text = markdown_report(study, results)
+    text = markdown_report(study, CellStore.of(study), results)
     assert "— (past 2 x the fitted budgets)" in text
 
 
@@ -256,7 +257,7 @@ def test_no_joint_fit_where_too_few_budgets_pass_over_the_data_at_most_twice(stu
     results = planted_results(study, lambda x: 1.3, epochs_per_x=1.0)  # 10 epochs and more at every budget
     assert multipliers(study, results).fit is None
     assert "No joint fit: it needs 3 budgets that pass over the data at most 2 times (here: 0)." in \
-        markdown_report(study, results)
+        markdown_report(study, CellStore.of(study), results)
 
 
 def test_a_shallow_fitted_curve_read_far_past_its_end_is_infinite_without_an_overflow():
@@ -292,16 +293,16 @@ def test_a_joint_fit_parameter_on_its_bound_is_flagged(study):
                               curve=lambda x: -0.1 + 3 * x ** -0.4)
     fit = multipliers(study, results).fit
     assert fit.E == pytest.approx(0, abs=1e-6) and fit.at_bounds == ["E = 0 (its lower bound)"]  # noqa: SIM300  (E: a field)
-    text = markdown_report(study, results)
+    text = markdown_report(study, CellStore.of(study), results)
     assert "E = 0.000," in text and "**at a bound of the fit**: E = 0 (its lower bound)" in text
     # the planted L(x) = 1 + 2 x^-0.4 places every parameter inside its bounds: no flag
     results = planted_results(study, lambda x: 1.3, seeds=range(3), noise=0.005)
     assert multipliers(study, results).fit.at_bounds == []
-    assert "at a bound of the fit" not in markdown_report(study, results)
+    assert "at a bound of the fit" not in markdown_report(study, CellStore.of(study), results)
 
 
 def test_a_sweep_where_only_the_baseline_has_cells_has_no_multipliers_yet(study):
     """As a new learning rate's first cells arrive: the report waits instead of failing."""
     baseline_only = [r for r in planted_results(study, lambda x: 1.3) if r.method == study.baseline]
     assert baseline_only and multipliers(study, baseline_only) is None
-    assert "| data multiplier |" not in markdown_report(study, baseline_only)
+    assert "| data multiplier |" not in markdown_report(study, CellStore.of(study), baseline_only)

@@ -2,9 +2,10 @@
 
 import pytest
 
-from depthattn.study import CellResult, Study
+from depthattn.study import CellResult
 from depthattn.study.analyses.orderings import Orderings, compare
 from depthattn.study.render.analyses import format_orderings
+from depthattn.study.store import CellStore
 from tests.study.test_multiplier import BUDGETS, fewer_resamples, loss  # noqa: F401 (a fixture)
 from tests.study.test_study import WSD_BUDGETS, write_study
 
@@ -39,11 +40,11 @@ def planted(study, multipliers, seeds=range(5)):
 def test_the_same_order_agrees_and_a_clear_swap_is_named_and_separated(tiny_data, tmp_path, monkeypatch):
     orderings = Orderings.load(write_orderings(tmp_path, tiny_data))
     same = {"depth_attention": 1.3, "value_residual": 1.1}
-    monkeypatch.setattr(Study, "read_results", lambda self: planted(self, same))
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: planted(self, same))
     found = compare(orderings)
     assert found.budgets and all(row.same and not row.swaps for row in found.budgets)
     swapped = {"depth_attention": 1.1, "value_residual": 1.3}
-    monkeypatch.setattr(Study, "read_results", lambda self: planted(self, same if self.name == "a" else swapped))
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: planted(self, same if self.name == "a" else swapped))
     found = compare(orderings)
     inside = [row for row in found.budgets if 20 <= row.x <= 200]
     assert inside and all(not row.same for row in inside)
@@ -57,7 +58,7 @@ def test_the_same_order_agrees_and_a_clear_swap_is_named_and_separated(tiny_data
 
 def test_a_sweep_without_every_method_waits(tiny_data, tmp_path, monkeypatch):
     orderings = Orderings.load(write_orderings(tmp_path, tiny_data))
-    monkeypatch.setattr(Study, "read_results", lambda self: [
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: [
         r for r in planted(self, {"depth_attention": 1.2}) if self.name == "a" or r.method != "value_residual"])
     found = compare(orderings)
     lacks = "seed 0 lacks value_residual at " + ", ".join(orderings.sweeps[1].branch_axis.values)

@@ -15,6 +15,7 @@ from depthattn.study.analyses.predictions import (
     write_prediction,
 )
 from depthattn.study.render.analyses import format_score
+from depthattn.study.store import CellStore
 from tests.study.test_multiplier import BUDGETS, fewer_resamples, planted_results  # noqa: F401 (a fixture)
 from tests.study.test_study import WSD_BUDGETS, write_study
 
@@ -46,8 +47,8 @@ def studies(tiny_data, tmp_path):
 
 def test_a_prediction_reads_the_sweeps_trend_at_every_target_budget(studies, monkeypatch, tmp_path):
     source, target = studies
-    monkeypatch.setattr(Study, "read_results", lambda self: planted_results(self, lambda x: 1.3, noise=0.005))
-    prediction = predict(source, target, "2026-11-29", "nothing changes with scale")
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: planted_results(self, lambda x: 1.3, noise=0.005))
+    prediction = predict(source, CellStore.of(source), target, "2026-11-29", "nothing changes with scale")
     entries = prediction["methods"]["depth_attention"]["at"]
     assert {(e["group"], e["budget"]) for e in entries} == {(f"lr={lr}", b) for lr in ("low", "high")
                                                             for b in ("one", "two", "three")}
@@ -62,18 +63,18 @@ def test_a_prediction_reads_the_sweeps_trend_at_every_target_budget(studies, mon
 
 def test_too_few_seeds_cannot_predict(studies, monkeypatch):
     source, target = studies
-    monkeypatch.setattr(Study, "read_results", lambda self: planted_results(self, lambda x: 1.3, seeds=range(3)))
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: planted_results(self, lambda x: 1.3, seeds=range(3)))
     with pytest.raises(ValueError, match="five seeds"):
-        predict(source, target, "2026-11-29", "")
+        predict(source, CellStore.of(source), target, "2026-11-29", "")
 
 
 def test_scoring_says_whether_the_measured_multiplier_agrees(studies, monkeypatch):
     source, target = studies
-    monkeypatch.setattr(Study, "read_results", lambda self: planted_results(self, lambda x: 1.3, noise=0.005))
-    prediction = predict(source, target, "2026-11-29", "")
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: planted_results(self, lambda x: 1.3, noise=0.005))
+    prediction = predict(source, CellStore.of(source), target, "2026-11-29", "")
     for planted, verdict in ((1.3, "agrees"), (2.0, "above"), (1.0, "below")):
-        monkeypatch.setattr(Study, "read_results", lambda self, m=planted: planted_target(self, m))
-        rows = score(prediction, target)
+        monkeypatch.setattr(CellStore, "read_results", lambda _, self, m=planted: planted_target(self, m))
+        rows = score(prediction, target, CellStore.of(target))
         assert rows and {row.verdict for row in rows} == {verdict}
         assert verdict in format_score(prediction, rows)
 
@@ -86,7 +87,7 @@ def test_the_study_command_writes_a_prediction_and_scores_it_on_written_cells(st
     for study, results in ((source, planted_results(source, lambda x: 1.3, noise=0.005)),
                            (target, planted_target(target, 2.0))):
         for result in results:
-            result.write(study.result_path(result.cell))
+            result.write(CellStore.of(study).result_path(study, result.cell))
     assert main(["study", source.config_file, "--predict-for", target.config_file, "--assumes", "no change",
                  "--predictions", str(tmp_path / "predictions")]) == 0
     written = capsys.readouterr().out.split("prediction: ")[1].strip()
@@ -103,23 +104,23 @@ def test_the_study_command_writes_a_prediction_and_scores_it_on_written_cells(st
 def test_a_target_of_two_budgets_is_refused_up_front_and_scoring_says_why_it_cannot_score(studies, tmp_path,
                                                                                           monkeypatch):
     source, target = studies
-    monkeypatch.setattr(Study, "read_results", lambda self: planted_results(self, lambda x: 1.3, noise=0.005))
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: planted_results(self, lambda x: 1.3, noise=0.005))
     two = Study.load(write_study(tmp_path, "data", name="two.toml", seeds=range(5),
                                  axes=TARGET_AXES.replace(", three = 8", "")))
     with pytest.raises(ValueError, match="two.toml has 2 budgets on its axes.budget \\(one, two\\), and a data "
                                          "multiplier reads vanilla's curve through 3 budgets at least"):
-        predict(source, two, "2026-11-29", "")
+        predict(source, CellStore.of(source), two, "2026-11-29", "")
     # a prediction for the three-budget target, scored on a study of two of its budgets, all finished
-    prediction = predict(source, target, "2026-11-29", "")
-    monkeypatch.setattr(Study, "read_results", lambda self: planted_target(self, 1.3))
-    assert score(prediction, two) == []
-    text = format_score(prediction, [], why_unscored(prediction, two))
+    prediction = predict(source, CellStore.of(source), target, "2026-11-29", "")
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: planted_target(self, 1.3))
+    assert score(prediction, two, CellStore.of(two)) == []
+    text = format_score(prediction, [], why_unscored(prediction, two, CellStore.of(two)))
     assert "(no finished cell of the target measures a predicted budget: " in text
     assert "its cells can never score a prediction: give axes.budget 3 values or more)" in text
     # the three-budget target with one budget still to run: says what a multiplier needs and what is missing
-    monkeypatch.setattr(Study, "read_results", lambda self: [r for r in planted_target(self, 1.3)
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: [r for r in planted_target(self, 1.3)
                                                              if r.setting["budget"] != "three"])
-    why = why_unscored(prediction, target)
+    why = why_unscored(prediction, target, CellStore.of(target))
     assert "lr=low: a multiplier needs vanilla's cells at 3 budgets at least" in why and "it has 2 such" in why
     assert "(seed 0 lacks vanilla at three, depth_attention at three;" in why
 
@@ -129,7 +130,7 @@ def test_a_prediction_far_past_the_sweeps_depth_is_marked_and_warned_of(studies,
 
     source, target = studies
     for result in planted_results(source, lambda x: 1.3, noise=0.005):
-        result.write(source.result_path(result.cell))
+        result.write(CellStore.of(source).result_path(source, result.cell))
     assert main(["study", source.config_file, "--predict-for", target.config_file,
                  "--predictions", str(tmp_path / "predictions")]) == 0
     out, err = capsys.readouterr()
@@ -149,7 +150,7 @@ def test_a_second_prediction_of_the_day_takes_a_later_date(studies, tmp_path, ca
 
     source, target = studies
     for result in planted_results(source, lambda x: 1.3, noise=0.005):
-        result.write(source.result_path(result.cell))
+        result.write(CellStore.of(source).result_path(source, result.cell))
     command = ["study", source.config_file, "--predict-for", target.config_file,
                "--predictions", str(tmp_path / "predictions")]
     assert main(command) == 0

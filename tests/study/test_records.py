@@ -15,6 +15,7 @@ from depthattn.presets import METHOD_PRESETS
 from depthattn.study import Cell, CellResult, Executor, IndexPage, Study, write_index
 from depthattn.study.local import LocalExecutor
 from depthattn.study.slurm import SlurmExecutor, SlurmSettings
+from depthattn.study.store import CellStore
 
 from .test_study import write_study
 
@@ -83,7 +84,7 @@ def test_the_index_columns_come_from_its_config(tiny_data, tmp_path):
                                    head='contrasts = [["value_residual", "depth_attention"]]'))
     for method, losses in {"vanilla": [2.0, 2.1], "depth_attention": [1.9, 2.05], "value_residual": [1.8, 1.8]}.items():
         for seed, loss in enumerate(losses):
-            path = study.result_path(Cell({}, method, seed))
+            path = CellStore.of(study).result_path(study, Cell({}, method, seed))
             path.parent.mkdir(parents=True, exist_ok=True)
             CellResult(method, seed, loss, {"val_bits_per_byte": loss, "params_extra_over_vanilla": 0,
                                             "tokens_per_s": 1.0, "train_tokens": 10, "curve": [[10, loss]]}).write(path)
@@ -92,7 +93,7 @@ def test_the_index_columns_come_from_its_config(tiny_data, tmp_path):
                       'anchor = "value_residual"\n'
                       '[[index.columns]]\nlabel = "VR − base"\nmethod = "value_residual"\nagainst = "vanilla"\n'
                       '[[index.columns]]\nlabel = "VR − DA"\nmethod = "value_residual"\nagainst = "depth_attention"\n')
-    page = write_index([study], tmp_path / "study.md", IndexPage.load(config)).read_text()
+    page = write_index([study], CellStore.of(study), tmp_path / "study.md", IndexPage.load(config)).read_text()
     assert page.startswith("# Value residual\n") and "## Two columns\n" in page
     assert "| setting | study | train tokens | seeds | VR − base | VR − DA |\n|---|---|---|---|---|---|\n" in page
     row = next(line for line in page.splitlines() if line.startswith("| base | s | 10 | 2 | "))

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from depthattn.study import Cell, CellResult, Study
+from depthattn.study.store import CellStore
 from tests.test_layout import graph
 
 from .test_study import write_study
@@ -35,11 +36,11 @@ def imported(tiny_data, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("report")
     study = Study.load(write_study(tmp_path, tiny_data, seeds=(0,)))
     for method, loss in (("vanilla", 2.0), ("depth_attention", 1.9)):
-        study.store.write(study.cell_path(Cell({}, method, 0)), CellResult(method, 0, loss, {
+        CellStore.of(study).write(study.cell_path(Cell({}, method, 0)), CellResult(method, 0, loss, {
             "val_bits_per_byte": loss, "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "train_tokens": 10,
             "curve": [[10, loss]]}))
-    code = ("import json, sys\nfrom depthattn.study import Study, write_report\n"
-            f"write_report(Study.load({study.config_file!r}))\n"
+    code = ("import json, sys\nfrom depthattn.study import CellStore, Study, write_report\n"
+            f"study = Study.load({study.config_file!r})\nwrite_report(study, CellStore.of(study))\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('depthattn'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
     return (tmp_path / "results" / "s.md").read_text(), set(json.loads(out.stdout.splitlines()[-1]))

@@ -15,6 +15,7 @@ import pytest
 from depthattn.commands.study import add_arguments, run
 from depthattn.study import Cell, Study, run_study
 from depthattn.study.local import LocalExecutor
+from depthattn.study.store import CellStore
 
 from .slurm_cluster import slurm_available, start_cluster
 from .test_study import write_study
@@ -46,12 +47,12 @@ def slurm_study(tmp_path, tiny_data, name, **kwargs):
 
 
 def losses(study: Study) -> dict:
-    return {(r.method, r.seed): r.val_loss for r in study.read_results()}
+    return {(r.method, r.seed): r.val_loss for r in CellStore.of(study).read_results(study)}
 
 
 def test_a_study_through_slurm_gives_the_local_cells_bitwise(cluster, tiny_data, tmp_path, capsys):
     local = Study.load(slurm_study(tmp_path, tiny_data, "local", seeds=(0,)))
-    run_study(local, LocalExecutor(threads=1))
+    run_study(local, CellStore.of(local), LocalExecutor(threads=1))
     config = slurm_study(tmp_path, tiny_data, "slurm", seeds=(0,))
     assert study_cli(config, "--executor", "slurm", "--poll", "0.5") == 0
     slurm = Study.load(config)
@@ -68,10 +69,11 @@ def test_a_study_through_slurm_gives_the_local_cells_bitwise(cluster, tiny_data,
 
 def test_a_two_task_cell_matches_the_one_process_cell(cluster, tiny_data, tmp_path, one_world):
     one = Study.load(slurm_study(tmp_path, tiny_data, "one", methods=("vanilla",), seeds=(0,)))
-    run_study(one, LocalExecutor(threads=1))
+    run_study(one, CellStore.of(one), LocalExecutor(threads=1))
     config = slurm_study(tmp_path, tiny_data, "two", methods=("vanilla",), seeds=(0,))
     assert study_cli(config, "--executor", "slurm", "--slurm", "tasks_per_cell=2", "--poll", "0.5") == 0
-    a, b = (json.loads(s.result_path(Cell({}, "vanilla", 0)).read_text()) for s in (one, Study.load(config)))
+    a, b = (json.loads(CellStore.of(s).result_path(s, Cell({}, "vanilla", 0)).read_text())
+            for s in (one, Study.load(config)))
     assert b["world_size"] == 2 and b["config"] == a["config"]  # the same cell, in two gloo DDP processes
     assert b["val_loss"] == pytest.approx(a["val_loss"], abs=1e-4)  # only the order of float sums differs
 
@@ -80,7 +82,8 @@ def test_a_cancelled_cell_resumes_from_its_checkpoint_on_the_next_submission(clu
     steps = "steps = 3\n", "steps = 400\n"  # long enough (a few seconds) to be cancelled mid-way
     local = slurm_study(tmp_path, tiny_data, "whole", methods=("vanilla",), seeds=(0,))
     local.write_text(local.read_text().replace(*steps).replace("checkpoint_every = 2", "checkpoint_every = 50"))
-    run_study(Study.load(local), LocalExecutor(threads=1))
+    whole = Study.load(local)
+    run_study(whole, CellStore.of(whole), LocalExecutor(threads=1))
     config = slurm_study(tmp_path, tiny_data, "cut", methods=("vanilla",), seeds=(0,))
     config.write_text(config.read_text().replace(*steps).replace("checkpoint_every = 2", "checkpoint_every = 50"))
     assert study_cli(config, "--executor", "slurm", "--detach") == 0
@@ -110,8 +113,8 @@ values = { fresh = "", missing = "/nonexistent/model" }
     assert study_cli(config, "--executor", "slurm", "--poll", "0.5") == 1
     out = capsys.readouterr().out
     study = Study.load(config)
-    assert study.result_path(Cell({"start": "fresh"}, "vanilla", 0)).exists()
-    assert not study.result_path(Cell({"start": "missing"}, "vanilla", 0)).exists()
+    assert CellStore.of(study).result_path(study, Cell({"start": "fresh"}, "vanilla", 0)).exists()
+    assert not CellStore.of(study).result_path(study, Cell({"start": "missing"}, "vanilla", 0)).exists()
     failed = next(line for line in out.splitlines() if "; log: " in line)
     log = failed.split("log: ")[1]
     assert "/nonexistent/model" in Path(log).read_text() and "/nonexistent/model" in out  # the error, quoted

@@ -31,6 +31,7 @@ from depthattn.study import (
 from depthattn.study.local import LocalExecutor
 from depthattn.study.picks import search_result
 from depthattn.study.plan import plan_cell
+from depthattn.study.store import CellStore
 from tests.data.data_helpers import write_jsonl
 
 BASE = """
@@ -109,7 +110,7 @@ values = { short = 3, long = 6 }
     assert cell_key(config) != cell_key({**config, "optim": {"lr": 1e-4}})
     # a field left at its default is the same cell as one that does not name it (new fields keep old keys)
     assert cell_key(config) == cell_key({**config, "train": {**config["train"], "activation_checkpointing": False}})
-    assert len(pending_cells(study)) == 4 * 2 * 2
+    assert len(pending_cells(study, CellStore.of(study))) == 4 * 2 * 2
 
 
 def test_extends_takes_the_parent_base(tiny_data, tmp_path):
@@ -139,26 +140,26 @@ def test_bad_studies_name_the_problem(tiny_data, tmp_path, head, axes, message):
 
 def test_sweep_runs_each_cell_once_resumes_and_reports(tiny_data, tmp_path):
     study = Study.load(write_study(tmp_path, tiny_data, head='contrasts = [["depth_attention", "vanilla"]]'))
-    run_study(study, seeds=[0])  # as if the sweep had stopped after seed 0
-    assert [cell.seed for cell in pending_cells(study)] == [1, 1]
-    done = study.result_path(Cell({}, "vanilla", 0))
+    run_study(study, CellStore.of(study), seeds=[0])  # as if the sweep had stopped after seed 0
+    assert [cell.seed for cell in pending_cells(study, CellStore.of(study))] == [1, 1]
+    done = CellStore.of(study).result_path(study, Cell({}, "vanilla", 0))
     before = done.stat().st_mtime_ns
 
     # a cell killed after its last checkpoint, before its result file: it resumes and reports the same numbers
-    interrupted = study.result_path(Cell({}, "depth_attention", 0))
+    interrupted = CellStore.of(study).result_path(study, Cell({}, "depth_attention", 0))
     first = json.loads(interrupted.read_text())
     interrupted.unlink()
-    run_study(study)
+    run_study(study, CellStore.of(study))
     assert done.stat().st_mtime_ns == before  # finished cells are never rerun
     again = json.loads(interrupted.read_text())
     for key in ("val_loss", "val_bits_per_byte", "curve", "train_tokens", "params_total", "val_documents"):
         assert again[key] == first[key], key
-    assert pending_cells(study) == []
+    assert pending_cells(study, CellStore.of(study)) == []
     documents = first["val_documents"]  # each held-out document's nats and scored tokens
     assert len(documents["nats"]) == len(documents["tokens"]) > 1 and sum(documents["tokens"]) == first["val_tokens"]
     assert sum(documents["nats"]) / first["val_tokens"] == pytest.approx(first["val_loss"], rel=1e-5)
 
-    results = study.read_results()
+    results = CellStore.of(study).read_results(study)
     assert len(results) == 4 and all(r.curve and r.val_bits_per_byte > 0 for r in results)
     table = summarize(study, results)[""]
     da = table.row("depth_attention").difference
@@ -166,7 +167,7 @@ def test_sweep_runs_each_cell_once_resumes_and_reports(tiny_data, tmp_path):
     diffs = [losses["depth_attention", s] - losses["vanilla", s] for s in (0, 1)]
     assert da.diff_mean == pytest.approx(sum(diffs) / 2) and da.n == 2
     assert table.contrasts[0].difference.diff_mean == pytest.approx(da.diff_mean)
-    report = write_report(study)
+    report = write_report(study, CellStore.of(study))
     text = report.read_text()
     assert "| depth_attention | 2 |" in text and "depth_attention − vanilla" in text
     curves = [r.curve for r in results if r.method == "vanilla"]
@@ -182,14 +183,14 @@ def test_sweep_runs_each_cell_once_resumes_and_reports(tiny_data, tmp_path):
 def test_why_maps_depth_weights_beside_value_residual_lambdas(tiny_data, tmp_path):
     study = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla", "depth_attention", "value_residual"),
                                    seeds=(0,)))
-    run_study(study)
+    run_study(study, CellStore.of(study))
     why = json.loads(explain(study).read_text())["settings"]["base"]
     matrix = why["depth_attention"]["depth_map"]
     assert len(matrix) == 2 and matrix[0][0] == pytest.approx(1.0)  # layer 0 keeps its own value
     assert sum(matrix[1]) == pytest.approx(1.0, abs=1e-5)
     mixing = why["value_residual"]["mixing"]  # its lambdas, for layer 1
     assert list(mixing) == ["λ1 (layer 0)", "λ2 (own)"] and all(len(weights) == 1 for weights in mixing.values())
-    index = write_index([study], tmp_path / "study.md").read_text()
+    index = write_index([study], CellStore.of(study), tmp_path / "study.md").read_text()
     assert "| base | s |" in index and "s_why_base.png" in index
     assert "![every setting](results/overview.png)" in index
     assert (Path(study.results) / "overview.png").stat().st_size > 10_000
@@ -201,7 +202,7 @@ def test_more_seeds_go_where_the_interval_spans_zero(tmp_path, tiny_data):
     results_dir = tmp_path / "results"
 
     def fake(method, seed, loss):
-        path = study.result_path(Cell({}, method, seed))
+        path = CellStore.of(study).result_path(study, Cell({}, method, seed))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"method": method, "seed": seed, "val_loss": loss, "val_bits_per_byte": loss,
                                     "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "train_tokens": 10,
@@ -209,15 +210,16 @@ def test_more_seeds_go_where_the_interval_spans_zero(tmp_path, tiny_data):
 
     fake("vanilla", 0, 2.0), fake("vanilla", 1, 2.0)
     fake("depth_attention", 0, 1.9), fake("depth_attention", 1, 2.05)  # spans zero
-    assert [(c.method, c.seed) for c in uncertain_cells(study)] == [("vanilla", 5), ("depth_attention", 5)]
+    wanted = uncertain_cells(study, CellStore.of(study))
+    assert [(c.method, c.seed) for c in wanted] == [("vanilla", 5), ("depth_attention", 5)]
     progress = "Finished: 4 of the 4 distinct cells of 1 studies at their first seeds; more seeds where an " \
                "interval spanned zero: {} finished, {} still wanted."
-    assert progress.format(0, 2) in write_index([study], tmp_path / "study.md").read_text()
+    assert progress.format(0, 2) in write_index([study], CellStore.of(study), tmp_path / "study.md").read_text()
     fake("vanilla", 5, 2.0)
-    assert progress.format(1, 1) in write_index([study], tmp_path / "study.md").read_text()
+    assert progress.format(1, 1) in write_index([study], CellStore.of(study), tmp_path / "study.md").read_text()
     fake("depth_attention", 1, 1.89)  # now clearly better: no more seeds
-    assert uncertain_cells(study) == []
-    report = markdown_report(study, study.read_results())
+    assert uncertain_cells(study, CellStore.of(study)) == []
+    report = markdown_report(study, CellStore.of(study))
     assert "| method | variant | seeds |" in report and report.count("|---") == 11
     assert "| depth_attention | softmax mix | 2 | 1.8950 ± 0.0071 |" in report
     vanilla_row = next(line for line in report.splitlines() if line.startswith("| vanilla |"))
@@ -229,10 +231,10 @@ def test_a_retrofitting_study_retrains_its_missing_starting_models(tiny_data, tm
     """Results are committed but checkpoints are not: on a fresh machine the parent's models are trained again,
     identically, before the cells that start from them."""
     parent = Study.load(write_study(tmp_path, tiny_data, seeds=(0,)))
-    run_study(parent)
+    run_study(parent, CellStore.of(parent))
     start = tmp_path / "runs" / parent.cell_path(Cell({}, "vanilla", 0))
     weights = (start / "final" / "model.safetensors").read_bytes()
-    result = parent.result_path(Cell({}, "vanilla", 0))
+    result = CellStore.of(parent).result_path(parent, Cell({}, "vanilla", 0))
     committed = result.read_text()
     for folder in (tmp_path / "runs").iterdir():  # a fresh clone: result files only
         shutil.rmtree(folder)
@@ -243,12 +245,12 @@ def test_a_retrofitting_study_retrains_its_missing_starting_models(tiny_data, tm
                      '[base.train]\nsteps = 2\n')
     retrofit = Study.load(child)
     assert retrofit.cell_config(Cell({}, "depth_attention", 0)).model.init_from == str(start / "final")
-    run_study(retrofit)
+    run_study(retrofit, CellStore.of(retrofit))
     assert (start / "final" / "model.safetensors").read_bytes() == weights and result.read_text() == committed
-    assert {r.method for r in retrofit.read_results()} == {"vanilla", "depth_attention"}
+    assert {r.method for r in CellStore.of(retrofit).read_results(retrofit)} == {"vanilla", "depth_attention"}
     assert retrofit.cell_path(Cell({}, "vanilla", 0)) != parent.cell_path(Cell({}, "vanilla", 0))
     # a finished study, run again as `make study` does: nothing to do, no error
-    run_study(retrofit, LocalExecutor(workers=2))
+    run_study(retrofit, CellStore.of(retrofit), LocalExecutor(workers=2))
 
     child.write_text(child.read_text().replace('extends = "s.toml"\n', ''))
     with pytest.raises(ValueError, match="start_from names a method of the study this one extends"):
@@ -277,7 +279,7 @@ def test_a_setting_axis_changes_several_keys_and_keeps_the_cell_keys_of_one_key_
 
 def _finish(study, method, seed, val_loss):
     """A finished cell's result file, as run_cell writes it (only the fields the search reads)."""
-    path = study.result_path(Cell({}, method, seed))
+    path = CellStore.of(study).result_path(study, Cell({}, method, seed))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"method": method, "seed": seed, "val_loss": val_loss}))
 
@@ -300,23 +302,62 @@ def test_a_search_picks_only_when_every_candidate_cell_is_in_and_then_by_mean(ti
             if (method, seed) != ("depth_static", 1):
                 _finish(search, method, seed, value)
     _finish(search, "depth_static", 2, 0.1)  # a seed outside the search's seeds does not count
-    result = search_result(search)
+    result = search_result(search, CellStore.of(search))
     assert result.picked is None and result.missing == 1
     _finish(search, "depth_static", 1, 2.4)
-    result = search_result(search)
+    result = search_result(search, CellStore.of(search))
     assert [row.method for row in result.ranking] == ["depth_linear", "depth_uniform", "depth_static"]
     assert result.picked == ["depth_linear", "depth_uniform"]  # means 2.05, 2.1, 2.15
-    assert "Picked: **depth_linear**, **depth_uniform**" in markdown_report(search, [])
+    assert "Picked: **depth_linear**, **depth_uniform**" in markdown_report(search, CellStore.of(search), [])
 
     confirm = write_study(tmp_path, tiny_data, name="confirm.toml", methods=("vanilla", "value_residual"),
                           head='[study.confirm]\nfrom = "search.toml"\nagainst = "value_residual"\n')
     assert Study.load(confirm).methods == ["vanilla", "value_residual"]  # the spec reads no results
-    study = with_picks(Study.load(confirm))
+    study = with_picks(Study.load(confirm), CellStore.of(search))
     assert study.methods == ["vanilla", "value_residual", "depth_linear", "depth_uniform"] and not study.waiting
     assert study.contrasts == [["depth_linear", "value_residual"], ["depth_uniform", "value_residual"]]
-    search.result_path(Cell({}, "depth_linear", 0)).unlink()
-    study = with_picks(Study.load(confirm))
+    CellStore.of(search).result_path(search, Cell({}, "depth_linear", 0)).unlink()
+    study = with_picks(Study.load(confirm), CellStore.of(search))
     assert study.methods == ["vanilla", "value_residual"] and "1 candidate cells to go" in study.waiting
+
+
+def test_a_confirmation_takes_the_picks_of_a_search_that_finished_in_the_same_run(tiny_data, tmp_path, capsys):
+    from depthattn.study.actions import load_studies, run_studies
+    from depthattn.study.runner import ExecutorOptions
+
+    methods = ("vanilla", "depth_uniform", "depth_linear", "depth_static")
+    search = Study.load(write_study(tmp_path, tiny_data, head=SEARCH, methods=methods, name="search.toml"))
+    store = CellStore.of(search)
+
+    def finish(method, seed):  # a whole result file: the confirmation's page reads the cells it shares
+        loss = 2.0 + 0.1 * methods.index(method)
+        store.write(search.cell_path(Cell({}, method, seed)), CellResult(method, seed, loss, {
+            "val_bits_per_byte": loss, "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "train_tokens": 10,
+            "curve": [[10, loss]]}))
+
+    for method, seed in [(m, s) for m in methods[1:] for s in (0, 1)][:-1]:
+        finish(method, seed)
+    confirm = write_study(tmp_path, tiny_data, name="confirm.toml", methods=("vanilla", "value_residual"),
+                          head='[study.confirm]\nfrom = "search.toml"\nagainst = "value_residual"\n')
+    (study,), store, _ = load_studies([str(confirm)])
+    assert study.waiting  # loaded before the search's last cell is in
+    finish("depth_static", 1)  # as if this run had trained it before the confirmation's turn
+    assert run_studies([study], store, ExecutorOptions(), report_only=True) == 0
+    page = (tmp_path / "results" / "confirm.md").read_text()
+    assert "Waiting" not in page and "| depth_uniform | — | not decided |" in page
+
+
+def test_studies_run_together_share_one_results_folder(tiny_data, tmp_path):
+    from depthattn.study.actions import load_studies
+
+    one = write_study(tmp_path, tiny_data, name="one.toml")
+    (tmp_path / "elsewhere").mkdir()
+    two = write_study(tmp_path / "elsewhere", tiny_data, name="two.toml")
+    with pytest.raises(ValueError, match="share one results folder: give --results"):
+        load_studies([str(one), str(two)])
+    studies, store, _ = load_studies([str(one), str(two)], results=str(tmp_path / "shared"))
+    assert store == CellStore(tmp_path / "shared" / "cells")
+    assert {study.results for study in studies} == {str(tmp_path / "shared")}
 
 
 def test_a_confirmation_names_a_preset_only_when_better_in_every_setting(tiny_data, tmp_path):
@@ -328,14 +369,14 @@ def test_a_confirmation_names_a_preset_only_when_better_in_every_setting(tiny_da
 
     def finish(setting, method, losses):
         for seed, loss in enumerate(losses):
-            path = study.result_path(Cell({"setting": setting}, method, seed))
+            path = CellStore.of(study).result_path(study, Cell({"setting": setting}, method, seed))
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"method": method, "seed": seed, "val_loss": loss, "val_bits_per_byte": loss,
                                         "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "train_tokens": 10,
                                         "curve": [[10, loss]]}))
 
     def outcome():
-        report = markdown_report(study, study.read_results())
+        report = markdown_report(study, CellStore.of(study))
         row = next(line for line in report.splitlines() if line.startswith("| depth_static |") and "[" in line)
         return row.rsplit("|", 2)[-2].strip(), next(line for line in report.splitlines() if line.startswith("Outcome"))
 
@@ -372,17 +413,18 @@ def test_a_cell_of_two_processes_matches_the_one_process_cell(tiny_data, tmp_pat
     one = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla",), seeds=(0,), name="one.toml"))
     two = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla",), seeds=(0,), name="two.toml"),
                      out_dir=str(tmp_path / "runs-two"), results=str(tmp_path / "results-two"))
-    run_study(one)
-    run_study(two, LocalExecutor(tasks_per_cell=2, threads=1))
-    a, b = (json.loads(study.result_path(Cell({}, "vanilla", 0)).read_text()) for study in (one, two))
+    run_study(one, CellStore.of(one))
+    run_study(two, CellStore.of(two), LocalExecutor(tasks_per_cell=2, threads=1))
+    a, b = (json.loads(CellStore.of(study).result_path(study, Cell({}, "vanilla", 0)).read_text())
+            for study in (one, two))
     assert b["world_size"] == 2 and b["parallel"] == "ddp" and "world_size" not in a
     assert a["train_tokens"] == b["train_tokens"] and a["config"] == b["config"]  # the same cell
     assert b["val_loss"] == pytest.approx(a["val_loss"], abs=1e-4)
     for (tokens_a, loss_a), (tokens_b, loss_b) in zip(a["curve"], b["curve"], strict=True):
         assert tokens_a == tokens_b and loss_b == pytest.approx(loss_a, abs=1e-4)
     with pytest.raises(ValueError, match="divides it"):  # 4 sequences per batch cannot split over 3 processes
-        run_study(Study.load(write_study(tmp_path, tiny_data, methods=("vanilla",), seeds=(1,), name="three.toml")),
-                  LocalExecutor(tasks_per_cell=3))
+        three = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla",), seeds=(1,), name="three.toml"))
+        run_study(three, CellStore.of(three), LocalExecutor(tasks_per_cell=3))
 
 
 def test_dry_run_prints_each_cell_and_its_cost(tiny_data, tmp_path, capsys):
@@ -476,14 +518,15 @@ def test_status_says_how_long_the_cells_to_run_train_at_the_speed_of_the_finishe
     short, long = {"budget": "short"}, {"budget": "long"}
     for setting, method, seed, tokens_per_s in [(short, "vanilla", 0, 0.01), (long, "vanilla", 0, 0.03),
                                                 (short, "vanilla", 1, 0.08), (short, "depth_attention", 0, 0.01)]:
-        study.store.write(study.cell_path(Cell(setting, method, seed)), CellResult(
+        CellStore.of(study).write(study.cell_path(Cell(setting, method, seed)), CellResult(
             method, seed, 2.0, {"tokens_per_s": tokens_per_s}, setting=setting))
     per_step = 4 * 32  # batch x seq_len
     # a run's steps after the step it resumes at, and the decay (0.34 x 3 steps: 1) of a shorter budget still to do
-    assert tokens_left(study, Cell(long, "value_residual", 1), 0) == (6 + 1) * per_step
-    assert tokens_left(study, Cell(long, "value_residual", 1), 4) == (2 + 1) * per_step
-    assert tokens_left(study, Cell(long, "vanilla", 1), 0) == 6 * per_step  # its short budget is done
-    assert tokens_left(study, Cell(long, "depth_attention", 0), 0) == 6 * per_step  # its short budget is done
+    store = CellStore.of(study)
+    assert tokens_left(study, store, Cell(long, "value_residual", 1), 0) == (6 + 1) * per_step
+    assert tokens_left(study, store, Cell(long, "value_residual", 1), 4) == (2 + 1) * per_step
+    assert tokens_left(study, store, Cell(long, "vanilla", 1), 0) == 6 * per_step  # its short budget is done
+    assert tokens_left(study, store, Cell(long, "depth_attention", 0), 0) == 6 * per_step  # its short budget is done
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     assert run(parser.parse_args([str(path), "--status"])) == 0
@@ -503,7 +546,7 @@ def test_status_states_time_left_under_an_hour_in_minutes(tiny_data, tmp_path, c
     left = (6 + 1) * 4 * 32  # seed 1's run: 6 steps and its short budget's decay, of 4 x 32 tokens
     for budget in ("short", "long"):
         setting = {"budget": budget}
-        study.store.write(study.cell_path(Cell(setting, "vanilla", 0)), CellResult(
+        CellStore.of(study).write(study.cell_path(Cell(setting, "vanilla", 0)), CellResult(
             "vanilla", 0, 2.0, {"tokens_per_s": left / (12 * 60)}, setting=setting))
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -525,9 +568,11 @@ def short_data(tmp_path_factory):
 def test_a_branched_budget_axis_trains_one_run_per_method_and_seed(short_data, tmp_path):
     study = Study.load(write_study(tmp_path, short_data, axes=WSD_BUDGETS, methods=["vanilla"], seeds=[0]))
     long, short = {"budget": "long"}, {"budget": "short"}
-    assert pending_cells(study) == [Cell(long, "vanilla", 0)]  # one run, named by its longest budget
-    run_study(study)
-    results = {s["budget"]: json.loads(study.result_path(Cell(s, "vanilla", 0)).read_text()) for s in (short, long)}
+    # one run, named by its longest budget
+    assert pending_cells(study, CellStore.of(study)) == [Cell(long, "vanilla", 0)]
+    run_study(study, CellStore.of(study))
+    results = {s["budget"]: json.loads(CellStore.of(study).result_path(study, Cell(s, "vanilla", 0)).read_text())
+               for s in (short, long)}
     assert results["short"]["branched_from_steps"] == 6 and "branched_from_steps" not in results["long"]
     assert [results[b]["train_tokens"] for b in ("short", "long")] == [3 * 128, 6 * 128]
     short_train = results["short"]["config"]["train"]
@@ -536,17 +581,18 @@ def test_a_branched_budget_axis_trains_one_run_per_method_and_seed(short_data, t
     # the short budget's result equals a standalone WSD run of 3 steps, stored under the same cell key
     plain = Study.load(write_study(tmp_path, short_data, axes=WSD_BUDGETS.replace("branches = true", ""),
                                    methods=["vanilla"], seeds=[0], name="plain.toml"))
-    assert plain.result_path(Cell(short, "vanilla", 0)) == study.result_path(Cell(short, "vanilla", 0))
+    assert (CellStore.of(plain).result_path(plain, Cell(short, "vanilla", 0))
+            == CellStore.of(study).result_path(study, Cell(short, "vanilla", 0)))
     alone = tmp_path / "alone"
     plain = dataclasses.replace(plain, results=str(alone))
-    run_study(plain, seeds=[0])
-    assert plain.read_result(Cell(short, "vanilla", 0)).val_loss == results["short"]["val_loss"]
+    run_study(plain, CellStore.of(plain), seeds=[0])
+    assert CellStore.of(plain).read_result(plain, Cell(short, "vanilla", 0)).val_loss == results["short"]["val_loss"]
 
     # a lost result of a recorded branch is written again from its folder, without training
-    study.result_path(Cell(short, "vanilla", 0)).unlink()
-    assert pending_cells(study) == [Cell(long, "vanilla", 0)]
-    run_study(study)
-    assert study.read_result(Cell(short, "vanilla", 0)).val_loss == results["short"]["val_loss"]
+    CellStore.of(study).result_path(study, Cell(short, "vanilla", 0)).unlink()
+    assert pending_cells(study, CellStore.of(study)) == [Cell(long, "vanilla", 0)]
+    run_study(study, CellStore.of(study))
+    assert CellStore.of(study).read_result(study, Cell(short, "vanilla", 0)).val_loss == results["short"]["val_loss"]
 
 
 def test_a_budget_added_below_a_finished_branched_run_trains_as_a_run_of_its_own(short_data, tmp_path, capsys):
@@ -555,21 +601,22 @@ def test_a_budget_added_below_a_finished_branched_run_trains_as_a_run_of_its_own
     axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", "{ mid = 4, long = 6 }")
     path = write_study(tmp_path, short_data, axes=axes, methods=["vanilla"], seeds=[0])
     study = Study.load(path)
-    run_study(study)
-    finished = {label: study.result_path(Cell({"budget": label}, "vanilla", 0)) for label in ("mid", "long")}
+    run_study(study, CellStore.of(study))
+    finished = {label: CellStore.of(study).result_path(study, Cell({"budget": label}, "vanilla", 0))
+                for label in ("mid", "long")}
     before = {label: f.read_bytes() for label, f in finished.items()}
 
     path.write_text(path.read_text().replace("{ mid = 4, long = 6 }", "{ short = 3, mid = 4, long = 6 }"))
     study = Study.load(path)
     capsys.readouterr()
-    run_study(study)
+    run_study(study, CellStore.of(study))
     out = capsys.readouterr().out
     assert "budget=short vanilla seed 0: " in out and "so it trains as a run of its own" in out
     assert {label: f.read_bytes() for label, f in finished.items()} == before
-    short = json.loads(study.result_path(Cell({"budget": "short"}, "vanilla", 0)).read_text())
+    short = json.loads(CellStore.of(study).result_path(study, Cell({"budget": "short"}, "vanilla", 0)).read_text())
     assert short["train_tokens"] == 3 * 128 and short["config"]["train"]["steps"] == 3
     assert "branched_from_steps" not in short
-    assert pending_cells(study) == []
+    assert pending_cells(study, CellStore.of(study)) == []
 
 
 def synthetic_budget_results(study, gain_of, seeds=(0, 1, 2), noise=0.0):
@@ -632,7 +679,7 @@ def test_the_budget_trend_fits_the_gain_and_finds_where_it_reaches_zero(tiny_dat
     few = trend(study, synthetic_budget_results(study, lambda x: -0.05, noise=0.001), "depth_attention", "vanilla")
     assert few.band is None and few.slope_low is None and few.zero_at is None
     assert "no band: 3 seeds" in describe_zero(few)
-    text = markdown_report(study, results)
+    text = markdown_report(study, CellStore.of(study), results)
     assert "| depth_attention − vanilla |" in text and "+0.0250 [" in text and "Epochs over the training data" in text
 
 
@@ -642,8 +689,8 @@ def test_the_budget_report_draws_the_trend_and_compares_schedules(tiny_data, tmp
     axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", '{ a = 1, b = 10, c = 100 }')
     study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
     for result in synthetic_budget_results(study, lambda x: -0.1 + 0.03 * math.log10(x), noise=0.003):
-        result.write(study.result_path(result.cell))
-    report = write_report(study).read_text()
+        result.write(CellStore.of(study).result_path(study, result.cell))
+    report = write_report(study, CellStore.of(study)).read_text()
     assert "![gains against the budget](s_trend.png)" in report and (tmp_path / "results" / "s_trend.png").exists()
 
     # the same settings as separate runs whose losses are 0.001 higher: the rule says they reproduce
@@ -653,11 +700,11 @@ def test_the_budget_report_draws_the_trend_and_compares_schedules(tiny_data, tmp
                            head='[study.compare]\nwith = "cosine.toml"\ntolerance = 0.02')
     study = Study.load(compared)
     other = Study.load(cosine)
-    for result in study.read_results():
-        path = other.result_path(result.cell)
+    for result in CellStore.of(study).read_results(study):
+        path = CellStore.of(other).result_path(other, result.cell)
         assert path != result.source
         dataclasses.replace(result, val_loss=result.val_loss + 0.001).write(path)
-    text = markdown_report(study, study.read_results())
+    text = markdown_report(study, CellStore.of(study))
     assert "| depth_attention | +0.0010 (n=3) |" not in text  # identical shifts: no spread, so no interval
     assert "Largest mean difference: 0.0010; intervals overlap in 3/3: **reproduces**" in text
 
@@ -666,7 +713,8 @@ def test_the_ladder_is_20_tokens_per_parameter_per_size_with_branches_and_priced
     from depthattn.study.pricing import run_flops
 
     study = Study.load("configs/study/ladder.toml")
-    assert study.branch_axis.name == "budget" and len(pending_cells(study)) == 4 * 5 * 3  # one run per size
+    runs = pending_cells(study, CellStore.of(study))
+    assert study.branch_axis.name == "budget" and len(runs) == 4 * 5 * 3  # one run per size
     for size in study.axes[0].values:
         run = study.run_setting({"size": size, "budget": "1"}, "depth_attention")
         cost = run_flops(study, run, "depth_attention")
@@ -694,19 +742,20 @@ def test_the_ladder_is_20_tokens_per_parameter_per_size_with_branches_and_priced
 def test_a_damaged_result_is_named_left_out_of_reports_and_trained_again(tiny_data, tmp_path, capsys, damage,
                                                                          message):
     study = Study.load(write_study(tmp_path, tiny_data, seeds=[0]))
-    run_study(study)
-    path = study.result_path(Cell({}, "vanilla", 0))
+    run_study(study, CellStore.of(study))
+    path = CellStore.of(study).result_path(study, Cell({}, "vanilla", 0))
     whole = json.loads(path.read_text())
     path.write_text(damage(path.read_text()))
     capsys.readouterr()
 
-    write_report(study)  # --report-only: named, left out, the rest reported
+    write_report(study, CellStore.of(study))  # --report-only: named, left out, the rest reported
     err = capsys.readouterr().err
     assert str(path) in err and message in err and "left out as missing" in err
-    assert [r.method for r in study.read_results()] == ["depth_attention"]
-    assert pending_cells(study) == [Cell({}, "vanilla", 0)]
+    assert [r.method for r in CellStore.of(study).read_results(study)] == ["depth_attention"]
+    assert pending_cells(study, CellStore.of(study)) == [Cell({}, "vanilla", 0)]
 
-    run_study(study)  # a run sets it aside, says so, and trains the cell again (resumed: the same numbers)
+    # a run sets it aside, says so, and trains the cell again (resumed: the same numbers)
+    run_study(study, CellStore.of(study))
     err = capsys.readouterr().err
     assert f"moved aside to {path}.damaged; the cell trains again" in err
     assert json.loads(path.read_text())["val_loss"] == whole["val_loss"]
@@ -735,14 +784,15 @@ def test_several_workers_print_log_lines_not_progress_bars(tiny_data, tmp_path, 
     study = Study.load(path)
     assert study.cell_config(Cell({}, "vanilla", 0)).train.progress
     capfd.readouterr()
-    run_study(study, LocalExecutor(workers=2))
+    run_study(study, CellStore.of(study), LocalExecutor(workers=2))
     out, err = capfd.readouterr()
     assert "\r" not in err and "step/s" not in err  # no bar
     lines = out.splitlines()
     for method in ("vanilla", "depth_attention"):
         assert sum(line.startswith(f"{method} step ") for line in lines) == 3, out  # one whole line per step
         assert any(line.startswith(f"{method}: ") and line.endswith("process(es) on cpu") for line in lines), out
-    assert study.read_result(Cell({}, "vanilla", 0)).record["config"]["train"]["progress"]  # as the study says
+    result = CellStore.of(study).read_result(study, Cell({}, "vanilla", 0))
+    assert result.record["config"]["train"]["progress"]  # as the study says
 
 
 def _started(plan):
@@ -770,10 +820,10 @@ def test_sigterm_stops_a_study_of_several_workers_without_starting_queued_cells(
 
     monkeypatch.setattr(local, "run_cell", _slow_cell)  # the forked workers run it too
     study = Study.load(write_study(tmp_path, tiny_data, seeds=[0, 1, 2, 3]))
-    cells, before = pending_cells(study), signal.getsignal(signal.SIGTERM)
+    cells, before = pending_cells(study, CellStore.of(study)), signal.getsignal(signal.SIGTERM)
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
     with pytest.raises(KeyboardInterrupt, match="stopped by SIGTERM"):
-        LocalExecutor(workers=2).run(study.name, [plan_cell(study, cell) for cell in cells])
+        LocalExecutor(workers=2).run(study.name, [plan_cell(study, CellStore.of(study), cell) for cell in cells])
     started = list(Path(study.out_dir).glob("*-*"))
     assert 1 <= len(started) < len(cells) == 8  # the running cells stop; the queued ones never start
     assert signal.getsignal(signal.SIGTERM) == before  # the study's handler lasts only while its pool runs
@@ -810,7 +860,7 @@ def test_sigterm_to_every_process_starts_no_queued_cell(tiny_data, tmp_path, mon
 
     monkeypatch.setattr(local, "run_cell", _slow_cell_stopped_by_sigterm)  # the forked workers run it too
     study = Study.load(write_study(tmp_path, tiny_data, seeds=[0, 1, 2, 3]))
-    cells, started = pending_cells(study), Path(study.out_dir)
+    cells, started = pending_cells(study, CellStore.of(study)), Path(study.out_dir)
 
     def signal_everyone():
         while len(list(started.glob("*-*"))) < 2:  # both workers are in a cell
@@ -826,7 +876,7 @@ def test_sigterm_to_every_process_starts_no_queued_cell(tiny_data, tmp_path, mon
     threading.Thread(target=signal_everyone, daemon=True).start()
     begun = time.monotonic()
     with pytest.raises(KeyboardInterrupt, match="stopped by SIGTERM"):
-        LocalExecutor(workers=2).run(study.name, [plan_cell(study, cell) for cell in cells])
+        LocalExecutor(workers=2).run(study.name, [plan_cell(study, CellStore.of(study), cell) for cell in cells])
     assert len(list(started.glob("*-*"))) == 2 and time.monotonic() - begun < 25  # nothing queued ran
 
 
@@ -834,8 +884,8 @@ def test_a_cell_plan_holds_the_run_and_its_budgets_and_pickles(tmp_path):
     """What an executor hands a pool worker or a Slurm job: computed from the study once, whole after pickling."""
     study = Study.load(write_study(tmp_path, "data", axes=WSD_BUDGETS, methods=["vanilla"], seeds=[0]),
                        out_dir=str(tmp_path / "elsewhere"))
-    run = pending_cells(study)[0]
-    plan = plan_cell(study, run)
+    run = pending_cells(study, CellStore.of(study))[0]
+    plan = plan_cell(study, CellStore.of(study), run)
     assert plan.config == study.cell_config(run) and plan.path == study.cell_path(run) and plan.branched
     assert [budget.config.train.steps for budget in plan.budgets] == [3, 6]
     assert plan.config.train.out_dir == str(tmp_path / "elsewhere" / plan.path)

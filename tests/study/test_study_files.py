@@ -4,6 +4,7 @@ import json
 
 from depthattn.study import Study
 from depthattn.study.report import markdown_report
+from depthattn.study.store import CellStore
 from tests.study.test_study import write_study
 
 
@@ -22,4 +23,4 @@ def test_a_study_prepares_its_declared_dataset_from_the_input_it_names(tmp_path)
 
 def test_a_report_names_the_config_file_it_was_run_from(tiny_data, tmp_path):
     study = Study.load(write_study(tmp_path, tiny_data, name="mine.toml"))
-    assert f"`depthattn study {tmp_path / 'mine.toml'}`" in markdown_report(study, [])
+    assert f"`depthattn study {tmp_path / 'mine.toml'}`" in markdown_report(study, CellStore.of(study), [])

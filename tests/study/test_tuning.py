@@ -9,6 +9,7 @@ import pytest
 from depthattn.study import Study
 from depthattn.study.records import CellResult
 from depthattn.study.report import markdown_report
+from depthattn.study.store import CellStore
 from depthattn.study.tuning import tuned_multipliers
 from tests.study.test_multiplier import BUDGETS, fewer_resamples, loss  # noqa: F401 (a fixture)
 from tests.study.test_study import WSD_BUDGETS, write_study
@@ -55,7 +56,7 @@ def test_a_gain_that_holds_at_every_rate_survives_tuning(study):
     at_reference = {p.label: p.multiplier for p in method.reference}
     assert at_reference["b"] == pytest.approx(1.1, rel=0.05)
     assert method.verdict == "survives tuning" and method.p_holm < 0.05
-    text = markdown_report(study, planted(study, efficiency))
+    text = markdown_report(study, CellStore.of(study), planted(study, efficiency))
     assert "**Tuned**: multipliers against vanilla's envelope" in text and "survives tuning" in text
 
 

@@ -50,17 +50,18 @@ def demo_config(data: Path, out_dir: Path, method: str, steps: int) -> TrainConf
 
 def study_quote(steps: int) -> list[str]:
     """What the study found in the demo's setting, from its committed result files."""
-    from ..study import Study, format_interval, setting_differences, verdict, with_picks
+    from ..study import CellStore, Study, format_interval, setting_differences, verdict, with_picks
 
     if steps != STEPS:
         return [f"(the study's numbers are for {STEPS} steps; this run trained {steps})"]
     if not STUDY_CONFIG.is_file():
         return ["(run from the repository root to see the study's result: docs/results/study.md)"]
     study = Study.load(STUDY_CONFIG)
-    others = [with_picks(Study.load(path)) for path in sorted(STUDY_CONFIG.parent.glob("*.toml"))
+    store = CellStore.of(study)
+    others = [with_picks(Study.load(path), store) for path in sorted(STUDY_CONFIG.parent.glob("*.toml"))
               if path != STUDY_CONFIG]
     others.sort(key=lambda other: bool(other.confirm))  # a setting is named by the study that varies it first
-    entries = setting_differences([study, *[other for other in others if not other.start_from]])
+    entries = setting_differences([study, *[other for other in others if not other.start_from]], store)
     here = next((entry for entry in entries if entry.study == study.name and entry.label == "base"), None)
     lines = []
     for column, label in (("DA − vanilla", "Depth-Attention − vanilla"), ("VR − vanilla", "value residual − vanilla"),

@@ -108,17 +108,17 @@ def run(args: argparse.Namespace) -> int:
     executor = ExecutorOptions(executor=args.executor, workers=args.workers, threads=args.threads,
                                tasks_per_cell=args.tasks_per_cell, slurm=tuple(args.slurm), detach=args.detach,
                                poll=args.poll)
-    studies, index = actions.load_studies(args.configs, args.out_dir, args.results, args.index_config)
+    studies, store, index = actions.load_studies(args.configs, args.out_dir, args.results, args.index_config)
     if args.predict_for:
-        return actions.predict_for(studies, args.predict_for, _date(args), args.assumes, Path(args.predictions))
+        return actions.predict_for(studies, store, args.predict_for, _date(args), args.assumes, Path(args.predictions))
     if args.score_predictions:
-        return actions.score_predictions(studies, args.score_predictions)
+        return actions.score_predictions(studies, store, args.score_predictions)
     if args.status:
-        status(studies, executor, args.methods, args.seeds)
+        status(studies, store, executor, args.methods, args.seeds)
     elif args.dry_run:
-        dry_run(studies, executor, args.methods, args.seeds, args.mfu, args.peak_tflops)
+        dry_run(studies, store, executor, args.methods, args.seeds, args.mfu, args.peak_tflops)
     else:
-        return actions.run_studies(studies, executor, args.methods, args.seeds, args.report_only, args.why,
+        return actions.run_studies(studies, store, executor, args.methods, args.seeds, args.report_only, args.why,
                                    args.index, index)
     return 0
 

@@ -37,10 +37,10 @@ rerun, and an interrupted one resumes from its last checkpoint.
 A study's spec (study/spec.py) reads no results: a confirmation's picks join it through `with_picks`
 (study/picks.py). Cells run through an executor (`runner.Executor`), each handed its plan (study/plan.py: config,
 paths, budgets): local processes (study/local.py) or a Slurm job array (study/slurm.py); study/wanted.py says which
-cells are still wanted. A cell's result file is read and written as a
-`CellResult` (study/records.py) through the study's `CellStore` (study/store.py); the reports read those, and their
-own imports reach no trainer. The index page over several studies (`--index`) takes its title and columns from
-study/index.toml.
+cells are still wanted. A cell's result file is read and written as a `CellResult` (study/records.py) through a
+`CellStore` (study/store.py) that the caller hands in (`CellStore.of(study)`: the study's results folder); the
+reports read those, and their own imports reach no trainer. The index page over several studies (`--index`) takes
+its title and columns from study/index.toml.
 """
 
 from ..lazy import lazy_names

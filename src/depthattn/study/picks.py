@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from .records import Cell
 from .spec import Study
 from .stats import Difference, SettingSummary, verdict
+from .store import CellStore
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,14 @@ class SearchResult:
     picked: list[str] | None
 
 
-def search_result(study: Study) -> SearchResult:
+def search_result(study: Study, store: CellStore) -> SearchResult:
     """Each candidate's mean and sd of the metric over the finished search seeds of `study`'s search, best first,
-    and the picks (None until every candidate cell of the search seeds is finished)."""
+    and the picks (None until every candidate cell of the search seeds is finished in `store`)."""
     search = study.search
     ranking, missing = [], 0
     for method in search.candidates:
         values = [result.metric(search.metric) for seed in search.seeds
-                  if (result := study.read_result(Cell({}, method, seed))) is not None]
+                  if (result := store.read_result(study, Cell({}, method, seed))) is not None]
         missing += len(search.seeds) - len(values)
         if values:
             ranking.append(Ranked(method, len(values), statistics.fmean(values),
@@ -49,13 +50,13 @@ def search_result(study: Study) -> SearchResult:
     return SearchResult(tuple(ranking), missing, picked)
 
 
-def with_picks(study: Study) -> Study:
+def with_picks(study: Study, store: CellStore) -> Study:
     """A confirmation study (one with [study.confirm]) with the picks of the search it names among its methods, each
-    contrasted with `against`, once that search is complete; until then with `waiting` saying why. Any other study
-    as it is."""
+    contrasted with `against`, once that search is complete in `store`; until then with `waiting` saying why. Any other
+    study as it is."""
     if study.searched is None:
         return study
-    result = search_result(study.searched)
+    result = search_result(study.searched, store)
     if result.picked is None:
         waiting = (f"the search of {study.searched.name} has {result.missing} candidate cells to go; its two picks "
                    "join this study when they are in")

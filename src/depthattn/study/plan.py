@@ -63,11 +63,12 @@ class StartPlan:
         return (Path(self.config.train.out_dir) / "final" / "model.safetensors").exists()
 
 
-def plan_cell(study: Study, cell: Cell) -> CellPlan:
+def plan_cell(study: Study, store: CellStore, cell: Cell) -> CellPlan:
+    """The plan of `cell`'s run, its results written to and read from `store`."""
     budgets = [Cell(setting, cell.method, cell.seed) for setting in study.budget_settings(cell.setting, cell.method)]
     return CellPlan(cell, study.cell_config(cell), study.cell_path(cell),
                     tuple(Budget(budget, study.cell_config(budget), study.cell_path(budget)) for budget in budgets),
-                    study.branch_axis is not None, study.store)
+                    study.branch_axis is not None, store)
 
 
 def plan_start(study: Study, seed: int) -> StartPlan:

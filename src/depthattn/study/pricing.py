@@ -16,6 +16,7 @@ from ..evaluate.costs import method_costs
 from ..train.config import build_model_config
 from .records import Cell
 from .spec import Study
+from .store import CellStore
 
 H100_BF16_TFLOPS = 989.0  # dense bf16 peak of an H100 SXM
 
@@ -58,15 +59,15 @@ def run_flops(study: Study, setting: dict, method: str) -> dict:
     return {**run, "flops": run["flops"] + decays, "separate_flops": sum(b["flops"] for b in budgets)}
 
 
-def tokens_left(study: Study, cell: Cell, resumes_at: int) -> int:
+def tokens_left(study: Study, store: CellStore, cell: Cell, resumes_at: int) -> int:
     """Training tokens the run that trains `cell` has left after step `resumes_at`: its own steps and, with a
-    branched budget axis, the decay of every shorter budget of the run that has no result yet."""
+    branched budget axis, the decay of every shorter budget of the run that has no result in `store` yet."""
     cfg = study.cell_config(cell)
     steps = cfg.train.steps - resumes_at
     for budget in study.budget_settings(cell.setting, cell.method):
         branch = Cell(budget, cell.method, cell.seed)
         branch_steps = study.cell_config(branch).train.steps
-        if branch_steps < cfg.train.steps and not study.has_result(branch):
+        if branch_steps < cfg.train.steps and not store.has_result(study, branch):
             steps += cfg.optim.decay_steps(branch_steps)
     return steps * cfg.train.batch_size * cfg.train.grad_accum * cfg.data.seq_len
 

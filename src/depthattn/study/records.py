@@ -36,7 +36,7 @@ class Setting(dict):
 class Cell:
     """One cell of a study: `method` trained with `seed` in `setting`. Cells with the same setting and seed share
     the data order and the backbone's initial weights. Where its checkpoints and result file live is the study's
-    to say (`Study.cell_path`, `Study.result_path`)."""
+    to say (`Study.cell_path`; `CellStore.result_path`)."""
 
     setting: Mapping[str, str]
     method: str

@@ -31,6 +31,7 @@ from .stats import (
     last_quarter,
     summarize,
 )
+from .store import CellStore
 from .sweep import Sweep
 from .trend import GainTable, GainTrend, budget_trends, gain_table
 from .tuning import Tuning, rate_axis, tuned_multipliers
@@ -79,17 +80,21 @@ class StudyPage:
     settings: tuple[SettingPage, ...]
 
 
-def study_page(study: Study, results: list[CellResult], found: dict[str, Multipliers | None] | None = None,
+def study_page(study: Study, store: CellStore, results: list[CellResult] | None = None,
+               found: dict[str, Multipliers | None] | None = None,
                trends: dict[str, list[GainTrend | None]] | None = None) -> StudyPage:
-    """The record of `study`'s page; `found` and `trends`: its `budget_multipliers` and `budget_trends`, where the
-    caller has them already."""
+    """The record of `study`'s page from its cells in `store` (`results`, where the caller has read them already; a
+    search and a study it compares with are read there too); `found` and `trends`: its `budget_multipliers` and
+    `budget_trends`, where the caller has them already."""
+    results = results if results is not None else store.read_results(study)
     found = found if found is not None else budget_multipliers(study, results)
     trends = trends if trends is not None else budget_trends(study, results)
     loss, bpb = summarize(study, results, "val_loss"), summarize(study, results, "val_bits_per_byte")
     comparison = None
     if study.compare:
         other = study.compare["with"]  # loaded with this study's results
-        comparison = compare_studies(study, results, other.name, other.read_results(), study.compare["tolerance"])
+        comparison = compare_studies(study, results, other.name, store.read_results(other),
+                                     study.compare["tolerance"])
     budgets = tuple(BudgetGroup(label, gain_table(sweep, trends[label]), tuple(trends[label]), found[label])
                     for label, sweep in Sweep(study, tuple(results)).models().items()) if study.branch_axis else ()
     settings = []
@@ -105,16 +110,17 @@ def study_page(study: Study, results: list[CellResult], found: dict[str, Multipl
             label, table, bpb[label], cells[0].train_tokens,
             study.cell_path(Cell(table.setting, study.baseline, 0)).parts[0], last_quarter(study.baseline, cells),
             throughput, curve_summary(study.methods, cells) if study.start_from else None))
-    return StudyPage(study, search_result(study) if study.search else None,
+    return StudyPage(study, search_result(study, store) if study.search else None,
                      confirmation(study, loss) if study.confirm and not study.waiting else None, comparison, budgets,
                      tuned_multipliers(study, results) if study.branch_axis and rate_axis(study) else None,
                      tuple(settings))
 
 
-def markdown_report(study: Study, results: list[CellResult], found: dict[str, Multipliers | None] | None = None,
+def markdown_report(study: Study, store: CellStore, results: list[CellResult] | None = None,
+                    found: dict[str, Multipliers | None] | None = None,
                     trends: dict[str, list[GainTrend | None]] | None = None) -> str:
     """The study's report as Markdown (`study_page`, written by `render.study_page`)."""
-    return format_study_page(study_page(study, results, found, trends))
+    return format_study_page(study_page(study, store, results, found, trends))
 
 
 def flops_ratios(study: Study) -> dict[str, float]:
@@ -139,17 +145,17 @@ class Report:
     markdown: str
 
 
-def write_report(study: Study) -> Path:
-    """results/<name>.md, .json and plots from the committed cell results (no training)."""
-    return report_study(study).path
+def write_report(study: Study, store: CellStore) -> Path:
+    """results/<name>.md, .json and plots from the cell results in `store` (no training)."""
+    return report_study(study, store).path
 
 
-def report_study(study: Study) -> Report:
+def report_study(study: Study, store: CellStore) -> Report:
     """`write_report`, returning the report with its Markdown for `write_index`."""
-    results = study.read_results()
+    results = store.read_results(study)
     root = Path(study.results)
     found, trends = budget_multipliers(study, results), budget_trends(study, results)
-    markdown = markdown_report(study, results, found, trends)
+    markdown = markdown_report(study, store, results, found, trends)
     figures = []  # (what it shows, its file)
     if results:
         figures += [(f"Δ vs {study.baseline}", f"{study.name}_difference.png"),
@@ -184,14 +190,15 @@ class Progress:
     wanted: int
 
 
-def _cell_paths(studies: list[Study], seeds_of) -> set[Path]:
-    return {study.result_path(cell) for study in studies for cell in study.cells(seeds_of(study))}
+def _cell_paths(studies: list[Study], store: CellStore, seeds_of) -> set[Path]:
+    return {store.result_path(study, cell) for study in studies for cell in study.cells(seeds_of(study))}
 
 
-def progress(studies: list[Study]) -> Progress:
-    first = _cell_paths(studies, lambda study: study.seeds)
-    more = _cell_paths(studies, lambda study: study.more_seeds) - first  # a cell may be another study's first seed
-    wanted = {study.result_path(cell) for study in studies for cell in uncertain_cells(study)} - first
+def progress(studies: list[Study], store: CellStore) -> Progress:
+    """`Progress` of `studies`, their cells in `store`."""
+    first = _cell_paths(studies, store, lambda study: study.seeds)
+    more = _cell_paths(studies, store, lambda study: study.more_seeds) - first  # another study's first seed
+    wanted = {store.result_path(study, cell) for study in studies for cell in uncertain_cells(study, store)} - first
     return Progress(len(studies), len(first), sum(p.exists() for p in first), len(more),
                     sum(p.exists() for p in more), len(wanted))
 
@@ -272,13 +279,13 @@ class IndexEntry:
         return found.difference if found else None
 
 
-def setting_differences(studies: list[Study], index: IndexPage | None = None) -> list[IndexEntry]:
+def setting_differences(studies: list[Study], store: CellStore, index: IndexPage | None = None) -> list[IndexEntry]:
     """Per distinct setting where the index's anchor method has results: its `IndexEntry`, each column filled from
     the first study that has it once the setting has its row."""
     index = index or IndexPage.load()
     entries = {}
     for study in studies:
-        results = study.read_results()
+        results = store.read_results(study)
         for label, table in summarize(study, results).items():
             key = study.cell_path(Cell(table.setting, study.baseline, 0)).parts[0]
             entry = entries.get(key)
@@ -306,23 +313,23 @@ class IndexSection:
     why: tuple[str, ...]
 
 
-def write_index(studies: list[Study], path: Path, index: IndexPage | None = None,
+def write_index(studies: list[Study], store: CellStore, path: Path, index: IndexPage | None = None,
                 reports: Mapping[str, Report] | None = None) -> Path:
-    """One page for the whole study: every distinct setting's key differences (the columns of `index`, by default
-    study/index.toml's), then each study's report (from `reports`, by study name, where `report_study` wrote it
-    already)."""
+    """One page for the whole study, its cells in `store`: every distinct setting's key differences (the columns of
+    `index`, by default study/index.toml's), then each study's report (from `reports`, by study name, where
+    `report_study` wrote it already)."""
     reports = reports or {}
     index = index or IndexPage.load()
-    entries = setting_differences(studies, index)
+    entries = setting_differences(studies, store, index)
     root = Path(studies[0].results)
     figure = plot_overview(entries, index.labels, root / "overview.png", index.figure_title)
     sections = []
     for study in studies:
         report = reports.get(study.name)
-        markdown = report.markdown if report else markdown_report(study, study.read_results())
+        markdown = report.markdown if report else markdown_report(study, store)
         why = Path(study.results) / f"{study.name}_why.json"
         sections.append(IndexSection(study.name, markdown, Path(study.results).name,
                                      tuple(json.loads(why.read_text())["settings"]) if why.exists() else ()))
-    text = format_index(index, progress(studies), entries, f"{root.name}/{figure.name}", sections)
+    text = format_index(index, progress(studies, store), entries, f"{root.name}/{figure.name}", sections)
     atomic_write_bytes(path, text.encode())
     return path

@@ -13,6 +13,7 @@ from .plan import CellPlan, StartPlan, plan_cell, plan_start
 from .records import Cell
 from .slurm import SlurmExecutor, SlurmSettings
 from .spec import Study
+from .store import CellStore
 from .wanted import pending_cells, uncertain_cells
 
 
@@ -55,27 +56,27 @@ class ExecutorOptions:
         return SlurmExecutor(self.slurm_settings(study), study.out_dir, self.poll, wait=not self.detach)
 
 
-def run_study(study: Study, executor: Executor | None = None, methods=None, seeds=None) -> bool:
-    """Train every cell without a result through `executor` (default: local, one at a time): the cells of the
+def run_study(study: Study, store: CellStore, executor: Executor | None = None, methods=None, seeds=None) -> bool:
+    """Train every cell without a result in `store` through `executor` (default: local, one at a time): the cells of the
     study's seeds, then the more-seed cells where an interval spans zero. False when cells are still out (a
     detached Slurm submission), so that round two waits for round one."""
     executor = executor or LocalExecutor()
-    study.set_aside_damaged()
+    store.set_aside_study(study)
     for path in {study.cell_config(Cell(s, study.methods[0], study.seeds[0])).data.path for s in study.settings()}:
         ensure_dataset(study, path)
     if study.start_from:  # the starting models first: cells of a seed share theirs
-        needed = sorted({cell.seed for cell in pending_cells(study, seeds, methods)})
+        needed = sorted({cell.seed for cell in pending_cells(study, store, seeds, methods)})
         starts = [start for start in (plan_start(study, seed) for seed in needed) if not start.ready()]
         if starts and not executor.run(study.name, starts, fn=train_start):
             return False
-    rounds = [lambda: pending_cells(study, seeds, methods)]
+    rounds = [lambda: pending_cells(study, store, seeds, methods)]
     if seeds is None and methods is None:
-        rounds.append(lambda: uncertain_cells(study))
+        rounds.append(lambda: uncertain_cells(study, store))
     for cells_of in rounds:
         cells = cells_of()
         if not cells:
             continue
         print(f"study {study.name}: {len(cells)} cells to run, {executor.describe()}", flush=True)
-        if executor.run(study.name, [plan_cell(study, cell) for cell in cells]) is False:
+        if executor.run(study.name, [plan_cell(study, store, cell) for cell in cells]) is False:
             return False
     return True

@@ -259,10 +259,10 @@ def _tail(path: str | None, lines: int = 5) -> str:
     return "\n".join(f"    {line}" for line in text[-lines:])
 
 
-def print_status(study: Study, executor: SlurmExecutor, cells: list[Cell]) -> dict[str, int]:
+def print_status(study: Study, store: CellStore, executor: SlurmExecutor, cells: list[Cell]) -> dict[str, int]:
     """One line per cell: state, job id, log; then the counts."""
     counts: dict[str, int] = {}
-    for s in executor.cell_states(study.store, [(cell, study.cell_path(cell)) for cell in cells]):
+    for s in executor.cell_states(store, [(cell, study.cell_path(cell)) for cell in cells]):
         counts[s["state"]] = counts.get(s["state"], 0) + 1
         job = f"job {s['job_id']}" if s["job_id"] else ""
         log = s["log"] if s["state"] in ("failed", "running", "pending") and s["log"] else ""

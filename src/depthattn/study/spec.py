@@ -12,8 +12,7 @@ from pathlib import Path
 from ..config import did_you_mean
 from ..presets import METHOD_PRESETS
 from ..train.config import TrainConfig, config_path, read_toml
-from .records import Cell, CellResult, setting_label
-from .store import CellStore
+from .records import Cell, setting_label
 
 STEPS_FRACTION = "train.steps_fraction"  # an axis key: a fraction of the setting's train.steps (budget ladders)
 
@@ -51,8 +50,9 @@ class Search:
 
 @dataclass(frozen=True)
 class Study:
-    """A study's definition as its config file states it; `load` reads no results. A confirmation study's picks join
-    it through `picks.with_picks`, which reads its search's results and returns a new Study."""
+    """A study's definition as its config file states it; it reads no results (whatever does is handed a
+    `store.CellStore`). A confirmation study's picks join it through `picks.with_picks`, which reads its search's
+    results in a store and returns a new Study."""
 
     # what it trains
     name: str
@@ -225,13 +225,6 @@ class Study:
         store."""
         return Path(cell_key(self.setting_config(cell.setting))) / cell.method / f"seed_{cell.seed}"
 
-    @property
-    def store(self) -> CellStore:
-        return CellStore(Path(self.results) / "cells")
-
-    def result_path(self, cell: Cell) -> Path:
-        return self.store.path(self.cell_path(cell))
-
     def cell_config(self, cell: Cell) -> TrainConfig:
         """The cell's training config."""
         data = self.setting_config(cell.setting)
@@ -245,22 +238,6 @@ class Study:
     def start_config(self, seed: int) -> TrainConfig:
         """The training config of the parent study's base-setting cell that `start_from` names."""
         return self.parent.cell_config(Cell({}, self.start_from, seed))
-
-    def has_result(self, cell: Cell) -> bool:
-        """Whether the cell has a whole result file (a damaged one counts as none)."""
-        return self.store.has(self.cell_path(cell))
-
-    def read_result(self, cell: Cell) -> CellResult | None:
-        """The cell's result, or None when it has none (a damaged file is named and left out: `CellStore.read`)."""
-        return self.store.read(self.cell_path(cell), cell.setting)
-
-    def read_results(self) -> list[CellResult]:
-        """The result of every finished cell of this study."""
-        return [result for cell in self.cells() if (result := self.read_result(cell)) is not None]
-
-    def set_aside_damaged(self) -> list[Path]:
-        """Move every damaged result file of the study aside, so that its cell trains again (`CellStore`)."""
-        return self.store.set_aside_damaged(map(self.cell_path, self.cells()))
 
 
 # settings that change neither the model nor its training, so they do not enter a cell's key

@@ -12,28 +12,30 @@ from .records import Cell
 from .runner import ExecutorOptions
 from .slurm import print_status
 from .spec import Study
+from .store import CellStore
 from .wanted import pending_cells, uncertain_cells
 
 
-def wanted_cells(study: Study, methods: list[str] | None = None, seeds: list[int] | None = None) -> list[Cell]:
-    """The cells a run would train now: the study's seeds, then more seeds where intervals span zero (unless
-    `methods` or `seeds` narrow it)."""
-    cells = pending_cells(study, seeds, methods)
-    return cells if seeds or methods else cells + uncertain_cells(study)
+def wanted_cells(study: Study, store: CellStore, methods: list[str] | None = None,
+                 seeds: list[int] | None = None) -> list[Cell]:
+    """The cells a run would train now (`store` holding the finished ones): the study's seeds, then more seeds where
+    intervals span zero (unless `methods` or `seeds` narrow it)."""
+    cells = pending_cells(study, store, seeds, methods)
+    return cells if seeds or methods else cells + uncertain_cells(study, store)
 
 
-def dry_run(studies: list[Study], executor: ExecutorOptions, methods: list[str] | None = None,
+def dry_run(studies: list[Study], store: CellStore, executor: ExecutorOptions, methods: list[str] | None = None,
             seeds: list[int] | None = None, mfu: float = 0.4, peak_tflops: float | None = None) -> None:
     """Print, study by study, the cells a run would train now, each with its parameters, tokens, FLOPs and GPU-hours
     at `mfu` of `peak_tflops` (default an H100's dense bf16 peak), then the study's totals."""
     for study in studies:
-        _dry_run(study, executor, methods, seeds, mfu, peak_tflops)
+        _dry_run(study, store, executor, methods, seeds, mfu, peak_tflops)
 
 
-def _dry_run(study: Study, executor: ExecutorOptions, methods: list[str] | None, seeds: list[int] | None,
-             mfu: float, peak_tflops: float | None) -> None:
+def _dry_run(study: Study, store: CellStore, executor: ExecutorOptions, methods: list[str] | None,
+             seeds: list[int] | None, mfu: float, peak_tflops: float | None) -> None:
     peak = peak_tflops or H100_BF16_TFLOPS
-    cells = wanted_cells(study, methods, seeds)
+    cells = wanted_cells(study, store, methods, seeds)
     print(f"study {study.name}: {len(cells)} cells would run, {executor.executor_for(study).describe()}")
     if executor.executor == "slurm":
         settings = executor.slurm_settings(study)
@@ -54,32 +56,33 @@ def _dry_run(study: Study, executor: ExecutorOptions, methods: list[str] | None,
               "the branched runs")
 
 
-def status(studies: list[Study], executor: ExecutorOptions, methods: list[str] | None = None,
+def status(studies: list[Study], store: CellStore, executor: ExecutorOptions, methods: list[str] | None = None,
            seeds: list[int] | None = None) -> None:
     """Print, study by study, every cell that is finished or would run now (locally: the step it resumes at; with
     Slurm: its job's state and log), then the counts and, locally, about how long the rest trains."""
     for study in studies:
-        _status(study, executor, methods, seeds)
+        _status(study, store, executor, methods, seeds)
 
 
-def _status(study: Study, executor: ExecutorOptions, methods: list[str] | None, seeds: list[int] | None) -> None:
+def _status(study: Study, store: CellStore, executor: ExecutorOptions, methods: list[str] | None,
+            seeds: list[int] | None) -> None:
     cells = [Cell(setting, method, seed) for seed in study.seeds + study.more_seeds for setting in study.settings()
              for method in study.methods]
     if executor.executor == "slurm":
-        print_status(study, executor.executor_for(study), cells)
+        print_status(study, store, executor.executor_for(study), cells)
         return
-    wanted = {study.result_path(cell) for cell in wanted_cells(study, methods, seeds)}
-    done = sum(study.has_result(cell) for cell in cells)
+    wanted = {store.result_path(study, cell) for cell in wanted_cells(study, store, methods, seeds)}
+    done = sum(store.has_result(study, cell) for cell in cells)
     resumes = {}  # cell to run -> the step its run resumes at
     for cell in cells:
-        path = study.result_path(cell)
+        path = store.result_path(study, cell)
         if path.exists() or path in wanted:
             if not path.exists():
                 resumes[cell] = _resumes_at(study, cell)
             print(f"{'finished' if path.exists() else 'to run':>13}  {study.cell_path(cell)}" + (
                 f" (resumes at step {resumes[cell]:,} of {study.cell_config(cell).train.steps:,})"
                 if resumes.get(cell) else ""))
-    print(f"study {study.name}: {done} finished, {len(wanted)} to run" + _time_left(study, resumes))
+    print(f"study {study.name}: {done} finished, {len(wanted)} to run" + _time_left(study, store, resumes))
 
 
 def _resumes_at(study: Study, cell: Cell) -> int:
@@ -88,17 +91,18 @@ def _resumes_at(study: Study, cell: Cell) -> int:
     return 0 if checkpoint is None else int(STEP_DIR.match(checkpoint.name)[1])
 
 
-def _time_left(study: Study, resumes: dict[Cell, int]) -> str:
+def _time_left(study: Study, store: CellStore, resumes: dict[Cell, int]) -> str:
     """'; about N hours of training left ...' from the training tokens the cells to run have left and each method's
     median speed (tokens per second) in its cells that finished here; '' before any has."""
     speeds: dict[str, list[float]] = {}
-    for result in study.read_results():
+    for result in store.read_results(study):
         if (speed := result.record.get("tokens_per_s")) and speed > 0:  # not in files of old releases
             speeds.setdefault(result.method, []).append(speed)
     timed = [cell for cell in resumes if cell.method in speeds]
     if not timed:
         return ""
-    seconds = sum(tokens_left(study, cell, resumes[cell]) / statistics.median(speeds[cell.method]) for cell in timed)
+    seconds = sum(tokens_left(study, store, cell, resumes[cell]) / statistics.median(speeds[cell.method])
+                  for cell in timed)
     untimed = sorted({cell.method for cell in resumes} - set(speeds))
     return (f"; about {duration(seconds)} of training left for one worker (--workers N divides it), at the "
             "median tokens per second of each method's finished cells, evaluations not counted"

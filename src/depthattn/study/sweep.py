@@ -18,6 +18,7 @@ from .curve import BaselineCurve
 from .records import Cell, CellResult
 from .spec import Study, setting_label
 from .stats import MIN_SEEDS
+from .store import CellStore
 
 RESAMPLES = 2000
 REPEATS_FLAG = 2.0
@@ -77,8 +78,9 @@ class Sweep:
     seed: int = 0  # of the seed bootstrap's generator
 
     @classmethod
-    def load(cls, study: Study) -> Sweep:
-        return cls(study, tuple(study.read_results()))
+    def load(cls, study: Study, store: CellStore) -> Sweep:
+        """`study`'s finished cells in `store`."""
+        return cls(study, tuple(store.read_results(study)))
 
     def models(self) -> dict[str, Sweep]:
         """A branched study's sweeps per setting of its other axes (a ladder's sizes), by that setting's label."""
@@ -222,10 +224,10 @@ class Sweep:
                                                  if m in lacking)
 
 
-def one_model(study: Study) -> tuple[Sweep, SeedBootstrap | None]:
+def one_model(study: Study, store: CellStore) -> tuple[Sweep, SeedBootstrap | None]:
     """A sweep of one model read once, with its seed bootstrap (None where it has cells of several models, or too
     few for a multiplier)."""
-    sweep = Sweep.load(study)
+    sweep = Sweep.load(study, store)
     models = sweep.models()
     return sweep, next(iter(models.values())).bootstrap if len(models) == 1 else None
 

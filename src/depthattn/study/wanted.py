@@ -7,6 +7,7 @@ from __future__ import annotations
 from .records import Cell
 from .spec import Study, setting_label
 from .stats import summarize
+from .store import CellStore
 
 
 def runs_of(study: Study, cells: list[Cell]) -> list[Cell]:
@@ -18,20 +19,22 @@ def runs_of(study: Study, cells: list[Cell]) -> list[Cell]:
                               for cell in cells))
 
 
-def pending_cells(study: Study, seeds: list[int] | None = None, methods: list[str] | None = None) -> list[Cell]:
-    """Cells (runs) without a result file, seed-major so early results cover every method of every setting."""
+def pending_cells(study: Study, store: CellStore, seeds: list[int] | None = None,
+                  methods: list[str] | None = None) -> list[Cell]:
+    """Cells (runs) without a result file in `store`, seed-major so early results cover every method of every
+    setting."""
     seeds = seeds or study.seeds
     methods = methods or study.methods
     cells = [Cell(setting, method, seed) for seed in seeds for setting in study.settings() for method in methods
              if study.trains(setting, method)]
-    return runs_of(study, [cell for cell in cells if not study.has_result(cell)])
+    return runs_of(study, [cell for cell in cells if not store.has_result(study, cell)])
 
 
-def uncertain_cells(study: Study) -> list[Cell]:
+def uncertain_cells(study: Study, store: CellStore) -> list[Cell]:
     """The more_seeds cells of each (setting, method) whose difference to the baseline still spans zero."""
     if not study.more_seeds:
         return []
-    table = summarize(study, study.read_results())
+    table = summarize(study, store.read_results(study))
     wanted = []
     for setting in study.settings():
         summary = table[setting_label(setting)]
@@ -39,5 +42,5 @@ def uncertain_cells(study: Study) -> list[Cell]:
         unsure += [m for c in summary.contrasts if c.difference.diff_low < 0 < c.difference.diff_high for m in c.pair]
         for method in dict.fromkeys([study.baseline, *unsure] if unsure else []):
             wanted += [cell for cell in (Cell(setting, method, s) for s in study.more_seeds)
-                       if study.trains(setting, method) and not study.has_result(cell)]
+                       if study.trains(setting, method) and not store.has_result(study, cell)]
     return runs_of(study, wanted)

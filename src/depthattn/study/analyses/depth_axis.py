@@ -25,6 +25,7 @@ from ..calibrated import jackknife_t
 from ..fits import Slope, exp_linear, log_log_fit, log_surface_fit, percentile_interval
 from ..multiplier import MultiplierPoint, point
 from ..spec import Study
+from ..store import CellStore
 from ..sweep import REPEATS_FLAG, SeedBootstrap, one_model, read_sweeps, sweep_depth, within_repeats
 
 
@@ -203,7 +204,7 @@ def _surface(sweeps: list[AtDepth], method: str, resampled: bool, groups: int | 
 def _at_depths(axis: DepthAxis, x_scales: dict[str, float] | None = None) -> tuple[dict[str, str], list[AtDepth]]:
     """The axis's sweeps read once, shallowest first, with independent resamples (and each sweep's `x_scale` from
     `x_scales`, by config file); or, where some lack cells, what each of those lacks."""
-    found = [(study, *one_model(study)) for study in axis.sweeps]
+    found = [(study, *one_model(study, CellStore.of(study))) for study in axis.sweeps]  # each in its results
     missing = {study.config_file: sweep.first_seed_gaps() for study, sweep, sample in found if sample is None}
     if missing:
         return missing, []

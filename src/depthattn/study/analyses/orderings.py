@@ -20,6 +20,7 @@ import numpy as np
 from ..calibrated import jackknife_t
 from ..fits import percentile_interval
 from ..spec import Study
+from ..store import CellStore
 from ..sweep import SeedBootstrap, one_model, read_sweeps
 
 
@@ -91,7 +92,7 @@ def _separated_calibrated(found: SeedBootstrap, a: str, b: str, i: int) -> bool 
 
 def compare(orderings: Orderings) -> OrderingsFound:
     """Per common budget: each sweep's order of the methods, whether the orders agree, and the pairs that swap."""
-    loaded = [(study, *one_model(study)) for study in orderings.sweeps]
+    loaded = [(study, *one_model(study, CellStore.of(study))) for study in orderings.sweeps]  # each in its results
     missing = {study.config_file: sweep.first_seed_gaps() for study, sweep, f in loaded
                if f is None or set(f.k) != set(study.methods) - {study.baseline}}  # an order of every method
     if missing:

@@ -27,6 +27,7 @@ from ..multiplier import EXTRAPOLATION_LIMIT, BudgetTrend, MultiplierPoint, swee
 from ..pricing import cell_flops
 from ..spec import Study, setting_label
 from ..stats import MIN_SEEDS
+from ..store import CellStore
 from ..sweep import MIN_BUDGETS, Sweep, model_depth
 from .depth_axis import DepthAxis, ShapeFit, prediction_surfaces
 
@@ -67,15 +68,15 @@ def _at(trend: BudgetTrend, x: float) -> dict:
     return {"multiplier": multiplier, "low": low, "high": high}
 
 
-def predict(source: Study, target: Study, date: str, assumes: str) -> dict:
-    """The prediction of `source`'s finished sweep for every budget of `target` (a branched study of the same
-    methods) and for the paper's shape at 20 tokens per parameter."""
+def predict(source: Study, store: CellStore, target: Study, date: str, assumes: str) -> dict:
+    """The prediction of `source`'s finished sweep (its cells in `store`) for every budget of `target` (a branched study
+    of the same methods) and for the paper's shape at 20 tokens per parameter."""
     if source.branch_axis is None or target.branch_axis is None:
         raise ValueError(f"a prediction goes from one budget sweep to another: {source.name} and {target.name} both "
                          "need a branched budget axis")
     if why := unscorable(target):
         raise ValueError(f"no prediction for {target.name}: {why}")
-    models = Sweep.load(source).models()
+    models = Sweep.load(source, store).models()
     if len(models) != 1:
         raise ValueError(f"{source.name} has {len(models)} settings besides its budgets; predict from a sweep "
                          "of one model")
@@ -247,10 +248,10 @@ class Score:
     verdict: str
 
 
-def score(prediction: dict, target: Study) -> list[Score]:
-    """Each predicted budget of `target` that its finished cells measure, scored."""
+def score(prediction: dict, target: Study, store: CellStore) -> list[Score]:
+    """Each predicted budget of `target` that its finished cells (in `store`) measure, scored."""
     measured = {}
-    for label, sweep in Sweep.load(target).models().items():
+    for label, sweep in Sweep.load(target, store).models().items():
         found = sweep_multipliers(sweep)
         for row in found.rows if found else []:
             for point in row.points:
@@ -268,11 +269,12 @@ def score(prediction: dict, target: Study) -> list[Score]:
     return rows
 
 
-def why_unscored(prediction: dict, target: Study) -> str:
-    """Why no finished cell of `target` measures a budget that `prediction` predicts, in words, with what to do."""
+def why_unscored(prediction: dict, target: Study, store: CellStore) -> str:
+    """Why no finished cell of `target` (in `store`) measures a budget that `prediction` predicts, in words, with what
+    to do."""
     if why := unscorable(target):
         return why
-    sweep = Sweep.load(target)
+    sweep = Sweep.load(target, store)
     if not sweep.results:
         return f"{target.config_file} has no finished cells yet (`depthattn study {target.config_file}` trains them)"
     found = sweep.models()
