@@ -18,8 +18,8 @@ OPTIONAL = ("vllm", "matplotlib", "lm_eval", "datasets", "pyarrow", "wandb", "hu
 COMMANDS_IMPORT_LAZILY = ("depthattn", "torch", "transformers")
 # depthattn modules that a library function imports, and why
 LAZY_LIBRARY_IMPORTS = {
-    ("depthattn.config", "depthattn.methods"): "registers the built-in methods; it imports the config",
-    ("depthattn.config", "depthattn.modeling"): "registers the models with the Auto classes; it imports the config",
+    ("depthattn", "depthattn.modeling"): "registers the models with the Auto classes at the first config; it imports "
+                                         "the config",
     **dict.fromkeys([("depthattn.serving.transformers_serve", "depthattn.serving.engine_loader"),
                      ("depthattn.serving.transformers_serve", "depthattn.serving.engine_loader.MethodFieldsLoader")],
                     "subclasses the ModelLoader of transformers' server (the serve extra; 5.25 on)"),
@@ -83,6 +83,45 @@ def test_no_import_cycles():
     # the package's __init__ imports its submodules, which import it back for its name only: not a cycle of code
     cycles = [c for c in cycles if "depthattn" not in c]
     assert not cycles, cycles
+
+
+def imports_torch(module: str) -> bool:
+    """Whether depthattn's `module` imports torch itself, at its top or in a function."""
+    path = MODULES[module]
+    return any(name.split(".")[0] == "torch" for name in imports(path, top_level=True) + imports(path, top_level=False))
+
+
+def test_the_config_reaches_only_the_methods_descriptions():
+    """config.py reads the methods' descriptions, which import no torch: nothing it imports, at its top or in a
+    function, imports torch (a method's module, the model) or leads back to the config (config, methods and modeling
+    were one import circle)."""
+    edges = {name: {target for target in imports(path, top_level=True) + imports(path, top_level=False)
+                    if target in MODULES and target != name} for name, path in MODULES.items()}
+    reached, todo = set(), ["depthattn.config"]
+    while todo:
+        new = edges[todo.pop()] - reached
+        reached |= new
+        todo += new
+    assert "depthattn.config" not in reached, "an import cycle runs through depthattn.config"
+    assert not {module for module in reached if imports_torch(module)}
+
+
+def test_reading_the_methods_fields_and_presets_imports_no_method_module():
+    """In a fresh process, the config, every method's fields and the presets load none of depthattn's modules that
+    import torch (`depthattn --help`, `depthattn convert --help` read them)."""
+    code = """
+import sys
+from depthattn.config import method_fields
+from depthattn.presets import METHOD_PRESETS, method_settings
+
+assert method_fields() and [method_settings(name, 4) for name in METHOD_PRESETS]
+print(" ".join(sorted(name for name in sys.modules if name.startswith("depthattn"))))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    loaded = done.stdout.split()
+    assert not [module for module in loaded if imports_torch(module)]
+    assert "depthattn.methods.descriptions.depth_attention" in loaded
 
 
 @pytest.mark.parametrize("layer, forbidden", [

@@ -23,11 +23,20 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
+def named_files(path: Path) -> dict[str, str]:
+    """The Python blocks of `path` that the line before names the file of ("`toy_method/model.py`:"), by file."""
+    return dict(re.findall(r"`([\w/]+\.py)`:\n\n```python\n(.*?)```", path.read_text(), flags=re.S))
+
+
 def test_python_examples_run_in_a_fresh_interpreter(tmp_path):
     """Each block runs alone, as a user pasting it would run it: a fresh interpreter, in a folder that holds what
-    `make demo` writes (in small), with no transformers warning (a snippet that loads a depthattn folder without
-    `import depthattn` gets "You are using a model of type `depth_attention` to instantiate ...")."""
+    `make demo` writes (in small) and the blocks that name their file, saved there, with no transformers warning (a
+    snippet that loads a depthattn folder without `import depthattn` gets "You are using a model of type
+    `depth_attention` to instantiate ...")."""
     blocks = [(path, block) for path in DOCS for block in python_blocks(path)]
+    for name, code in (item for path in DOCS for item in named_files(path).items()):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(code)
     assert any(path == README for path, _ in blocks), "the README has a Python example"
     assert any("chat_template" in block for _, block in blocks), "the docs show how to add a chat template"
     demo = tmp_path / "runs" / "demo" / "depth_attention" / "final"  # what `make demo` writes, in small

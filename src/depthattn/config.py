@@ -1,51 +1,36 @@
 """DepthAttentionConfig: the Qwen3 fields under their Qwen3 names, the cross-layer switch, and the fields of every
-registered cross-layer method, each declared and checked by its method (`depthattn.methods`)."""
+registered cross-layer method, each declared and checked by its method's description (`depthattn.methods.descriptions`,
+which import no torch: this module imports neither the methods' modules nor the model)."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
-import difflib
-import math
 import warnings
-from typing import Any
+from collections.abc import Callable
 
 from transformers import PreTrainedConfig
 
 from .compat_light import CACHE_NAME, config_generation_keys
+from .field_checks import check_bool, check_choice, check_int, check_number, did_you_mean
+from .methods import DESCRIPTIONS, ENTRY_POINT_GROUP, ConfigField, reserve_fields
 
+__all__ = ["ConfigField", "DepthAttentionConfig", "RENAMED_METHODS", "check_bool", "check_choice", "check_int",
+           "check_number", "did_you_mean", "method_fields", "missing_method"]
 
-@dataclasses.dataclass(frozen=True)
-class ConfigField:
-    """A config field of a cross-layer method (`CrossLayerMethod.config_fields`): its default and its meaning."""
-
-    default: object
-    doc: str
-
-
-# The names `cross_layer` accepts, each with its method class: `depthattn.methods.register` fills it (this module
-# is imported first and knows the methods only through it). Every config has every registered method's fields.
-METHODS: dict[str, type[Any]] = {}
-ENTRY_POINT_GROUP = "depthattn.methods"  # where another package declares its methods (depthattn.methods)
-
-
-def registered_methods() -> dict[str, type[Any]]:
-    """METHODS, once `depthattn.methods` (which registers the built-in methods) is imported."""
-    from . import methods  # noqa: F401  (imported here: it imports this module)
-
-    return METHODS
+# Called before each config is built or unpickled: `import depthattn` adds the import of `depthattn.modeling`, which
+# registers the models with transformers' Auto classes (every Auto model lookup starts from a config). This module
+# imports no model code, so `import depthattn` stays light (`depthattn --help`).
+BEFORE_EACH_CONFIG: list[Callable[[], None]] = []
 
 
 def method_fields() -> dict[str, ConfigField]:
-    """The config fields of every registered method."""
-    return {name: field for cls in registered_methods().values() for name, field in cls.config_fields.items()}
+    """The config fields of every registered method, from their descriptions."""
+    return {name: field for described in DESCRIPTIONS.values() for name, field in described.config_fields.items()}
 
 
-def register_models() -> None:
-    """`depthattn.modeling` registers the model classes with transformers' Auto classes as it is imported. Every Auto
-    model lookup starts from a config, so each config, built or unpickled, imports it: `import depthattn` stays light
-    (`depthattn --help`) and `AutoModelForCausalLM.from_pretrained` still finds the model."""
-    from . import modeling  # noqa: F401  (imported here: it imports this module)
+def _before_config():
+    for hook in BEFORE_EACH_CONFIG:
+        hook()
 
 
 # Keys that transformers' configs and generation take (legacy names, loading bookkeeping): never a typo of ours.
@@ -97,7 +82,7 @@ class DepthAttentionConfig(PreTrainedConfig):
 
     Every registered method's own fields (`depth_*` for Depth-Attention, `denseformer_*`, `attnres_block_size`,
     `mhc_*`, `hc_streams`) are fields of every config too, saved and loaded like the others; each method declares
-    them, with their defaults and meaning, in its class's `config_fields` and checks them in `check_config`.
+    them, with their defaults and meaning, in its description's `config_fields` and checks them in `check_config`.
     """
 
     model_type = "depth_attention"
@@ -153,7 +138,7 @@ class DepthAttentionConfig(PreTrainedConfig):
     cross_layer: str = "depth_attention"
 
     def __post_init__(self, **kwargs):
-        register_models()
+        _before_config()
         fields = method_fields()
         for name, field in fields.items():  # plain attributes, which config.json holds like the dataclass fields
             setattr(self, name, kwargs.pop(name, field.default))
@@ -176,7 +161,7 @@ class DepthAttentionConfig(PreTrainedConfig):
         self.validate()
 
     def __setstate__(self, state):  # a config unpickled in a worker process
-        register_models()
+        _before_config()
         self.__dict__.update(state)
 
     def validate(self):
@@ -239,12 +224,14 @@ class DepthAttentionConfig(PreTrainedConfig):
             raise ValueError(f"use_sliding_window needs sliding_window, a number of tokens >= 1; got {window!r}")
         check_int("max_window_layers", self.max_window_layers, 0)
         check_int("num_loops", self.num_loops, 1)
-        if isinstance(self.cross_layer, str) and self.cross_layer not in METHODS:
+        if isinstance(self.cross_layer, str) and self.cross_layer not in DESCRIPTIONS:
             raise ValueError(f"the config names {missing_method(self.cross_layer)}")
-        check_choice("cross_layer", self.cross_layer, METHODS)
-        for method in METHODS.values():
-            method.check_config(self)
+        check_choice("cross_layer", self.cross_layer, DESCRIPTIONS)
+        for described in DESCRIPTIONS.values():
+            described.check_config(self)
 
+
+reserve_fields(DepthAttentionConfig.__dataclass_fields__)  # no method may declare a backbone field
 
 # old values of `cross_layer` that configs saved by earlier versions hold
 RENAMED_METHODS = {"none": "vanilla"}
@@ -253,40 +240,11 @@ RENAMED_METHODS = {"none": "vanilla"}
 def missing_method(name: str) -> str:
     """`cross_layer=name`, which no registered method has, and how to get that method: the config's own check and
     the commands (loading.py, which name the folder) say it alike."""
-    return (f"cross_layer={name!r}, a method not installed here (installed: {', '.join(map(repr, METHODS))})"
-            f"{did_you_mean(name, METHODS)}: install the package that provides it (it registers the method through "
-            f"an entry point of the group {ENTRY_POINT_GROUP!r}, docs/methods.md), or register it with "
-            "depthattn.methods.register before loading the folder or building the config")
-
-
-# checks with the same wording for the backbone's fields and the methods'
-def check_choice(name: str, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}"
-                         + did_you_mean(value, allowed))
-
-
-def did_you_mean(value, choices) -> str:
-    """` (did you mean 'x'?)`, naming the choice closest to `value` where one is close; else an empty string."""
-    close = difflib.get_close_matches(value, list(choices), 1) if isinstance(value, str) else []
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def check_bool(name: str, value):
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
-
-
-def check_int(name: str, value, low: int):
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
-def check_number(name: str, value, low: float | None = None):
-    """A finite int or float, at least `low` if given."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
-            or (low is not None and value < low):
-        raise ValueError(f"{name} must be a finite number{'' if low is None else f' >= {low}'}, got {value!r}")
+    installed, hint = ", ".join(map(repr, DESCRIPTIONS)), did_you_mean(name, DESCRIPTIONS)
+    return (f"cross_layer={name!r}, a method not installed here (installed: {installed}){hint}: install the package "
+            f"that provides it (it registers the method through an entry point of the group {ENTRY_POINT_GROUP!r}, "
+            "docs/methods.md), or register it with depthattn.methods.register before loading the folder or building "
+            "the config")
 
 
 def _reject_typos(kwargs: dict, known: list[str]):

@@ -2,8 +2,8 @@
 presets, the shapes, are `depthattn.train.MODEL_PRESETS`).
 
 Every registered method is a preset under its own name (`cross_layer=<name>`, method defaults), and a method adds
-named variants in its class's `presets` (Depth-Attention's ablations:
-`depthattn.methods.depth_attention`). A value that is a function receives the unrolled depth
+named variants in its description's `presets` (Depth-Attention's ablations:
+`depthattn.methods.descriptions.depth_attention`). A value that is a function receives the unrolled depth
 `D = num_hidden_layers * num_loops` (docs/method.md#variants: depth counts unrolled steps).
 
 `method_settings(name, num_hidden_layers, num_loops=1)` returns the `DepthAttentionConfig` fields of a preset.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from .methods import METHODS
+from .methods import DESCRIPTIONS
 
 
 class _Presets(Mapping):
@@ -21,9 +21,9 @@ class _Presets(Mapping):
 
     def _all(self) -> dict[str, dict]:
         named = {}
-        for method, cls in METHODS.items():
+        for method, described in DESCRIPTIONS.items():
             named[method] = {"cross_layer": method}
-            named.update({name: {"cross_layer": method, **settings} for name, settings in cls.presets.items()})
+            named.update({name: {"cross_layer": method, **settings} for name, settings in described.presets.items()})
         return named
 
     def __getitem__(self, name: str) -> dict:

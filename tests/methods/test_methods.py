@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from depthattn import DepthAttentionForCausalLM, count_parameters
-from depthattn.methods import INFERENCE_STATE, METHODS
+from depthattn.methods import DESCRIPTIONS, INFERENCE_STATE, METHODS
 from depthattn.methods.mhc import sinkhorn
 from tests.helpers import (
     METHOD_SETTINGS,
@@ -209,7 +209,7 @@ def test_every_method_states_its_inference_state():
     assert set(INFERENCE_STATE) == set(METHODS) == {"vanilla", "depth_attention", *METHODS}
     for name, cls in METHODS.items():
         assert "Across tokens: none" in INFERENCE_STATE[name]
-        doc = sys.modules[cls.__module__].__doc__
+        doc = sys.modules[DESCRIPTIONS[name].__module__].__doc__ + sys.modules[cls.__module__].__doc__
         assert "arXiv" in doc and "Parameters" in doc and "nitialisation" in doc
 
 
@@ -222,3 +222,15 @@ def test_left_padded_batch_generation_with_a_hidden_state_method():
     for i, prompt in enumerate(prompts):
         alone = model.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False, pad_token_id=0)
         assert batched[i, -4:].tolist() == alone[0, -4:].tolist()
+
+
+def test_moda_describes_the_kernels_it_switches_between():
+    """MoDA's description names its kernels without importing them; they are the ones its module switches to."""
+    from depthattn.ops.moda import MODA_IMPLS
+
+    described = DESCRIPTIONS["moda"]
+    assert described.switch_values["moda_impl"] == tuple(MODA_IMPLS) == described.module_class().switch_values[
+        "moda_impl"]
+    with pytest.raises(ValueError, match=r"moda_impl must be one of 'reference', 'merged'; got 'merge' \(did you "
+                                         r"mean 'merged'\?\)"):
+        tiny_config(cross_layer="moda", moda_impl="merge")

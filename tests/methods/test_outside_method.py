@@ -11,15 +11,17 @@ from pathlib import Path
 import pytest
 
 from depthattn.loading import check_shapes_fit
-from depthattn.methods import ENTRY_POINT_GROUP, METHODS, load_entry_points, unregister
+from depthattn.methods import DESCRIPTIONS, ENTRY_POINT_GROUP, METHODS, load_entry_points, unregister
 
 GUIDE = Path(__file__).parents[2] / "docs" / "methods.md"
 
 
-def install(site: Path, package: str, code: str, entry_points: dict[str, str]) -> None:
-    """`package` as pip would leave it: its code, and a dist-info with its entry points in the methods' group."""
+def install(site: Path, package: str, files: dict[str, str], entry_points: dict[str, str]) -> None:
+    """`package` as pip would leave it: its files (path in the package: code), and a dist-info with its entry points
+    in the methods' group."""
     (site / package).mkdir(parents=True)
-    (site / package / "__init__.py").write_text(code)
+    for path, code in files.items():
+        (site / package / path).write_text(code)
     info = site / f"{package}-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package.replace('_', '-')}\nVersion: 0.1\n")
@@ -27,18 +29,20 @@ def install(site: Path, package: str, code: str, entry_points: dict[str, str]) -
     (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{lines}")
 
 
-def guide_method() -> tuple[str, dict[str, str]]:
-    """docs/methods.md's method code and the entry points its pyproject.toml snippet declares."""
+def guide_method() -> tuple[dict[str, str], dict[str, str]]:
+    """docs/methods.md's method files (each code block after the line naming its file) and the entry points its
+    pyproject.toml snippet declares."""
     text = GUIDE.read_text()
-    (code,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    files = dict(re.findall(r"`toy_method/(\w+\.py)`:\n\n```python\n(.*?)```", text, flags=re.S))
+    assert len(files) == text.count("```python"), "a code block of docs/methods.md names no file"
     (toml,) = re.findall(r"```toml\n(.*?)```", text, flags=re.S)
-    return code, tomllib.loads(toml)["project"]["entry-points"][ENTRY_POINT_GROUP]
+    return files, tomllib.loads(toml)["project"]["entry-points"][ENTRY_POINT_GROUP]
 
 
 @pytest.fixture
 def site(tmp_path):
-    code, entry_points = guide_method()
-    install(tmp_path / "site", "toy_method", code, entry_points)
+    files, entry_points = guide_method()
+    install(tmp_path / "site", "toy_method", files, entry_points)
     return tmp_path / "site"
 
 
@@ -96,17 +100,42 @@ def test_entry_points_register_the_method_in_this_process_too(site, monkeypatch)
     monkeypatch.syspath_prepend(str(site))
     load_entry_points()
     try:
-        assert METHODS["prev_mix"].__module__ == "toy_method"
+        assert DESCRIPTIONS["prev_mix"].__module__ == "toy_method"
+        assert METHODS["prev_mix"].__module__ == "toy_method.model"
         load_entry_points()  # again: already registered, nothing to do
     finally:
         unregister("prev_mix")
 
 
 def test_a_broken_entry_point_names_its_package(tmp_path, monkeypatch):
-    install(tmp_path, "broken_method", "raise RuntimeError('no GPU here')\n", {"broken": "broken_method:Broken"})
+    install(tmp_path, "broken_method", {"__init__.py": "raise RuntimeError('no GPU here')\n"},
+            {"broken": "broken_method:Broken"})
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ImportError, match=r"the package broken-method declares the cross-layer method 'broken' "
                                           r"\(broken_method:Broken, .*cannot be loaded \(RuntimeError: no GPU here\); "
                                           "fix or reinstall broken-method"):
         load_entry_points()
     assert "broken" not in METHODS
+
+
+def test_a_described_method_is_read_without_its_module(site):
+    """The config, the presets and `depthattn convert --help` read the guide's method from its description: neither
+    its module nor any of depthattn's modules that import torch is imported."""
+    code = """
+import contextlib, io, sys
+from depthattn.cli import main
+from depthattn.config import method_fields
+from depthattn.methods import DESCRIPTIONS
+from depthattn.presets import METHOD_PRESETS
+
+assert DESCRIPTIONS["prev_mix"].inference_state and "prev_mix" in METHOD_PRESETS
+method_fields()
+with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):
+    main(["convert", "--help"])
+assert "prev_mix" in out.getvalue()
+print(sorted(m for m in sys.modules if m in ("toy_method.model", "depthattn.methods.base", "depthattn.modeling")))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

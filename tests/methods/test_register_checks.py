@@ -3,7 +3,16 @@
 
 import pytest
 
-from depthattn.methods import METHODS, AttentionMixer, FlopTerm, NoExtraCost, register, unregister
+from depthattn.methods import (
+    DESCRIPTIONS,
+    METHODS,
+    AttentionMixer,
+    FlopTerm,
+    MethodDescription,
+    NoExtraCost,
+    register,
+    unregister,
+)
 from depthattn.methods.streams import MultiStreamResidual
 
 from ..helpers import tiny_config
@@ -63,3 +72,37 @@ def test_a_complete_multi_stream_residual_registers():
         assert len(METHODS["complete"].flop_terms(tiny_config())) == 5
     finally:
         unregister("complete")
+
+
+class Described(NoExtraCost, MethodDescription):
+    module = "tests.methods.test_register_checks:Hooked"
+
+
+class Hooked(Described, AttentionMixer):
+    step_sources = staticmethod(lambda config: [[u - 1] if u else [] for u in range(config.unrolled_depth)])
+
+    def forward(self, attention, query, state, step, states):
+        return state, None
+
+
+def test_a_description_brings_its_module_at_first_use_only():
+    register("described", Described)
+    try:
+        assert DESCRIPTIONS["described"] is Described and METHODS["described"] is Hooked
+    finally:
+        unregister("described")
+
+
+def test_a_description_must_name_a_module_deriving_from_it():
+    with pytest.raises(ValueError, match=r"Nameless \(cross_layer='nameless'\) is a description without its module: "
+                                         "set its module to 'package.module:Class'"):
+        register("nameless", type("Nameless", (Described,), {"module": ""}))
+    assert "nameless" not in DESCRIPTIONS
+    stranger = type("Stranger", (Described,), {"module": "tests.methods.test_register_checks:Described"})
+    register("stranger", stranger)  # its module is imported at first use only: then it is refused
+    try:
+        with pytest.raises(ValueError, match=r"Stranger.module is 'tests.methods.test_register_checks:Described', "
+                                             "which is not a CrossLayerMethod deriving from Stranger"):
+            METHODS["stranger"]
+    finally:
+        unregister("stranger")

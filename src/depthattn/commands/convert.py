@@ -9,16 +9,17 @@ import shutil
 from pathlib import Path
 
 from ..checksums import check_checksums, write_checksums
-from ..config import method_fields, registered_methods
+from ..config import method_fields
 from ..convert import TOKENIZER_FILES
 from ..files import atomic_directory
+from ..methods import DESCRIPTIONS
 
 
 def add_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("src", metavar="SRC_DIR", help="a Llama, Mistral, Qwen2 or Qwen3 model folder, or a "
                                                        "Depth-Attention reference-implementation checkpoint")
     parser.add_argument("out", metavar="OUT_DIR", help="the converted model folder (must not exist)")
-    parser.add_argument("--cross-layer", choices=registered_methods(),
+    parser.add_argument("--cross-layer", choices=DESCRIPTIONS,
                         help="default: a reference checkpoint's own method, else depth_attention")
     fields = parser.add_argument_group(
         "method settings", "any registered method's config field (docs/method.md); default: a reference "
@@ -61,6 +62,6 @@ def run(args: argparse.Namespace) -> int:
                 shutil.copy(item, tmp / item.name)
         write_checksums(tmp)
     config = model.config
-    settings = registered_methods()[config.cross_layer].settings(config)
+    settings = DESCRIPTIONS[config.cross_layer].settings(config)
     print(", ".join([f"{out}: cross_layer={config.cross_layer}", *(f"{k}={v!r}" for k, v in settings.items())]))
     return 0

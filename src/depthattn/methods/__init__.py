@@ -1,6 +1,6 @@
-"""Cross-layer methods behind `DepthAttentionConfig.cross_layer`: one small module each, one shared backbone,
-one registry (`METHODS`, filled by `register`) that the config, the model, the costs and the inference-state table
-read.
+"""Cross-layer methods behind `DepthAttentionConfig.cross_layer`: one registry (this module, which imports no torch),
+and per method a description (descriptions/: its config fields, variants, capabilities and costs, no torch) and a
+module (the nn.Module that runs it, deriving from its description), imported at its first use.
 
 - `vanilla`: the plain decoder (neither family below); `depth_attention`: Depth-Attention (an `AttentionMixer`; its
   mixing: `depthattn.ops`; the states it mixes: `depthattn.layer_states`);
@@ -11,134 +11,189 @@ read.
   `moda` (Mixture-of-Depths Attention: earlier layers' keys and values of the same token join the attention's
   softmax).
 
-Their parameters live under `DepthAttentionModel.cross_layer`; vanilla and Depth-Attention models have none.
-A method from another package registers itself through an entry point of the group `depthattn.methods`, loaded as
-this module is imported, so that every process (commands, pool workers, Slurm jobs, `AutoModel` after
-`import depthattn`) knows it (docs/methods.md).
+`DESCRIPTIONS` maps each name to its description, which the config, the presets and `--help` read; `METHODS` to its
+module class, imported when first asked for. Their parameters live under `DepthAttentionModel.cross_layer`; vanilla
+and Depth-Attention models have none. A method from another package registers itself through an entry point of the
+group `depthattn.methods`, loaded at the registry's first use, so that every process (commands, pool workers, Slurm
+jobs, `AutoModel` after `import depthattn`) knows it (docs/methods.md).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
-import torch
-from torch import nn
-
-from ..config import ENTRY_POINT_GROUP, METHODS, DepthAttentionConfig
-from .attnres import AttnRes
-from .base import (
+from ..lazy import lazy_names
+from .descriptions.attnres import AttnResDescription
+from .descriptions.base import (
     COST_MEMBERS,
-    AttentionMixer,
-    CrossLayerMethod,
+    ConfigField,
     FlopTerm,
+    MethodDescription,
     NoExtraCost,
-    Residual,
-    overrides_attention,
+    check_members,
+    is_module_class,
     undeclared_costs,
 )
-from .denseformer import DenseFormer
-from .depth_attention import DepthAttention
-from .hyper_connections import HyperConnections
-from .mhc import MHC
-from .moda import MoDA
-from .mudd import MUDD
-from .value_embeddings import ValueEmbeddings
-from .value_residual import ValueResidual
-from .vanilla import Vanilla
+from .descriptions.denseformer import DenseFormerDescription
+from .descriptions.depth_attention import DepthAttentionDescription
+from .descriptions.hyper_connections import HyperConnectionsDescription
+from .descriptions.mhc import MHCDescription
+from .descriptions.moda import MoDADescription
+from .descriptions.mudd import MUDDDescription
+from .descriptions.value_embeddings import ValueEmbeddingsDescription
+from .descriptions.value_residual import ValueResidualDescription
+from .descriptions.vanilla import VanillaDescription
 
-# The extra state each `cross_layer` holds at inference, over a vanilla decoder.
-INFERENCE_STATE: dict[str, str] = {}
+ENTRY_POINT_GROUP = "depthattn.methods"  # where another package declares its methods
+
+_descriptions: dict[str, type[MethodDescription]] = {}
+_modules: dict[str, type[Any]] = {}  # the module classes imported so far
+_backbone_fields: set[str] = set()  # the config's own fields, which no method may declare (`reserve_fields`)
+_entry_points_loaded = False
 
 
-def register(name: str, cls: type[CrossLayerMethod]):
-    """Make `cls` the method of `cross_layer=name`: accepted by the config with its own fields (`cls.config_fields`,
-    checked by `cls.check_config`), built by the model, in the costs and the presets."""
-    taken = {*DepthAttentionConfig.__dataclass_fields__,
-             *(field for other, method in METHODS.items() if other != name for field in method.config_fields)}
-    if clash := sorted(taken & set(cls.config_fields)):
-        raise ValueError(f"{cls.__name__} declares config fields that the backbone or another method has: {clash}")
-    if issubclass(cls, AttentionMixer) and issubclass(cls, Residual):
-        raise ValueError(f"{cls.__name__} derives from both AttentionMixer and Residual; a method is of one family "
-                         "(docs/methods.md#what-the-model-calls)")
-    if required := sorted(cls.__abstractmethods__):
-        raise ValueError(f"{cls.__name__} (cross_layer={name!r}) does not define {', '.join(required)}, which its "
-                         "family requires (docs/methods.md#what-the-model-calls)")
-    if issubclass(cls, AttentionMixer) and not overrides_attention(cls):
-        raise ValueError(f"{cls.__name__} (cross_layer={name!r}) is an AttentionMixer but defines neither forward (the "
-                         "state a step attends with) nor attend (sequence attention itself), so it would run as the "
-                         "plain decoder; define one (docs/methods.md#what-the-model-calls)")
-    if missing := undeclared_costs(cls):
-        raise ValueError(f"{cls.__name__} (cross_layer={name!r}) does not declare its costs: define the classmethods "
-                         f"{', '.join(missing)} (docs/methods.md#costs), or derive it from NoExtraCost "
-                         f"(class {cls.__name__}(NoExtraCost, CrossLayerMethod)) if it adds nothing over vanilla")
-    METHODS[name] = cls
-    INFERENCE_STATE[name] = cls.inference_state
+def _registered() -> dict[str, type[MethodDescription]]:
+    """The descriptions, once the installed packages' entry points are registered (at the first use, not at import:
+    a package's method module may import depthattn itself)."""
+    global _entry_points_loaded
+    if not _entry_points_loaded:
+        _entry_points_loaded = True
+        try:
+            load_entry_points()
+        except ImportError:
+            _entry_points_loaded = False  # the next use says it again
+            raise
+    return _descriptions
+
+
+Entry = TypeVar("Entry")
+
+
+class _Registry(Mapping[str, Entry]):
+    """A read-only view of the registry by name: `value(name)` gives each entry."""
+
+    def __init__(self, value: Callable[[str], Entry], what: str):
+        self._value, self.__doc__ = value, what
+
+    def __getitem__(self, name: str) -> Entry:
+        if name not in _registered():
+            raise KeyError(name)
+        return self._value(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _registered()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(_registered()))
+
+    def __len__(self) -> int:
+        return len(_registered())
+
+    def __repr__(self) -> str:
+        return f"<{self.__doc__}: {', '.join(self)}>"
+
+
+def _module_class(name: str) -> type[Any]:  # a CrossLayerMethod of its family, with its family's members
+    if name not in _modules:
+        loaded = _descriptions[name].module_class()
+        loaded.check_family(name)
+        _modules[name] = loaded
+    return _modules[name]
+
+
+DESCRIPTIONS: Mapping[str, type[MethodDescription]] = _Registry(_descriptions.__getitem__, "descriptions by name")
+METHODS: Mapping[str, type[Any]] = _Registry(_module_class, "module classes by name, imported at first use")
+INFERENCE_STATE: Mapping[str, str] = _Registry(lambda name: _descriptions[name].inference_state,
+                                               "the extra state each method holds at inference, over vanilla")
+
+
+def register(name: str, method: type[MethodDescription]):
+    """Make `method` the method of `cross_layer=name`: accepted by the config with its own fields
+    (`method.config_fields`, checked by `method.check_config`), built by the model, in the costs and the presets.
+    `method` is its description, whose `module` names its module class (imported at first use), or a
+    `CrossLayerMethod`, its own description."""
+    others = [described for other, described in _descriptions.items() if other != name]
+    taken = {*_backbone_fields, *(field for described in others for field in described.config_fields)}
+    if clash := sorted(taken & set(method.config_fields)):
+        raise ValueError(f"{method.__name__} declares config fields that the backbone or another method has: {clash}")
+    if is_module_class(method):
+        method.check_family(name)
+    else:
+        check_members(method, name)
+        if not method.module:
+            raise ValueError(f"{method.__name__} (cross_layer={name!r}) is a description without its module: set "
+                             "its module to 'package.module:Class', the CrossLayerMethod that runs it "
+                             "(docs/methods.md)")
+    if missing := undeclared_costs(method):
+        raise ValueError(f"{method.__name__} (cross_layer={name!r}) does not declare its costs: define the "
+                         f"classmethods {', '.join(missing)} (docs/methods.md#costs), or derive it from NoExtraCost "
+                         f"(class {method.__name__}(NoExtraCost, ...)) if it adds nothing over vanilla")
+    _descriptions[name] = method
+    _modules.pop(name, None)
+    if is_module_class(method):
+        _modules[name] = method
 
 
 def unregister(name: str):
     """Undo `register(name, ...)`: configs no longer accept `cross_layer=name` nor the method's fields."""
-    del METHODS[name], INFERENCE_STATE[name]
+    del _descriptions[name]
+    _modules.pop(name, None)
 
 
-for _name, _cls in (("vanilla", Vanilla), ("depth_attention", DepthAttention), ("value_residual", ValueResidual),
-                    ("value_embeddings", ValueEmbeddings), ("denseformer", DenseFormer), ("attnres", AttnRes),
-                    ("mhc", MHC), ("hyper_connections", HyperConnections), ("mudd", MUDD), ("moda", MoDA)):
-    register(_name, _cls)
+def reserve_fields(names):
+    """Refuse `names` (the config's own fields) as a method's fields, from now on and among those registered."""
+    if clash := sorted({f for described in _descriptions.values() for f in described.config_fields} & set(names)):
+        raise ValueError(f"registered methods declare config fields that the backbone has: {clash}")
+    _backbone_fields.update(names)
 
 
-def build_method(config) -> CrossLayerMethod:
-    """The module of `config.cross_layer`: its parameters (none for `vanilla` and `depth_attention`) and hooks.
-    The config is checked again first: fields set after it was built skipped the constructor's checks."""
-    config.validate()
-    with torch.random.fork_rng(devices=[]):  # what an nn.Linear of the method draws is not the backbone's
-        return METHODS[config.cross_layer](config)
-
-
-def count_parameters(model: nn.Module) -> dict[str, int]:
-    """`total`: distinct parameters (tied embeddings once); `extra_over_vanilla`: those of the cross-layer method;
-    `non_embedding`: the total without the input embedding and the output head (the count scaling laws and
-    "tokens per parameter" use in the field: Kaplan et al. 2020)."""
-    method = getattr(getattr(model, "model", model), "cross_layer", None)
-    tables = {id(p): p.numel() for module in (model.get_input_embeddings(), model.get_output_embeddings())
-              if module is not None for p in module.parameters()} if hasattr(model, "get_input_embeddings") else {}
-    total = sum(p.numel() for p in model.parameters())
-    return {
-        "total": total,
-        "extra_over_vanilla": sum(p.numel() for p in method.parameters()) if method is not None else 0,
-        "non_embedding": total - sum(tables.values()),
-    }
+for _name, _description in (
+        ("vanilla", VanillaDescription), ("depth_attention", DepthAttentionDescription),
+        ("value_residual", ValueResidualDescription), ("value_embeddings", ValueEmbeddingsDescription),
+        ("denseformer", DenseFormerDescription), ("attnres", AttnResDescription), ("mhc", MHCDescription),
+        ("hyper_connections", HyperConnectionsDescription), ("mudd", MUDDDescription), ("moda", MoDADescription)):
+    register(_name, _description)
 
 
 def load_entry_points():
     """Register every method that an installed package declares in the entry-point group `depthattn.methods`
-    (name: its `cross_layer`, value: `module:Class`)."""
+    (name: its `cross_layer`, value: `module:Class`, its description or its `CrossLayerMethod`)."""
     for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         package = entry.dist.name if entry.dist is not None else entry.value.split(":")[0]
         where = (f"the package {package} declares the cross-layer method {entry.name!r} ({entry.value}, entry point "
                  f"group {ENTRY_POINT_GROUP})")
         try:
-            cls = entry.load()
+            method = entry.load()
         except Exception as error:
             raise ImportError(f"{where}, which cannot be loaded ({type(error).__name__}: {error}); fix or reinstall "
                               f"{package}, or uninstall it") from error
-        if METHODS.get(entry.name) is cls:
+        if _descriptions.get(entry.name) is method:
             continue
-        if entry.name in METHODS:
-            raise ImportError(f"{where}, but {entry.name!r} is taken by {METHODS[entry.name].__name__}; rename the "
-                              f"entry point in {package}")
-        if not (isinstance(cls, type) and issubclass(cls, CrossLayerMethod)):
-            raise ImportError(f"{where}, which is not a CrossLayerMethod subclass; fix {package}")
+        if entry.name in _descriptions:
+            raise ImportError(f"{where}, but {entry.name!r} is taken by {_descriptions[entry.name].__name__}; rename "
+                              f"the entry point in {package}")
+        if not (isinstance(method, type) and issubclass(method, MethodDescription)):
+            raise ImportError(f"{where}, which is neither a MethodDescription nor a CrossLayerMethod subclass; fix "
+                              f"{package}")
         try:
-            register(entry.name, cls)
+            register(entry.name, method)
         except ValueError as error:
             raise ImportError(f"{where}, which depthattn refuses: {error}; fix {package}") from None
 
 
-load_entry_points()
+_TORCH_NAMES = {  # public name: the module (importing torch) that defines it, imported at its first use
+    "AttentionMixer": "base", "CrossLayerMethod": "base", "Residual": "base", "overrides_attention": "base",
+    "build_method": "build", "count_parameters": "build",
+    "Vanilla": "vanilla", "DepthAttention": "depth_attention", "ValueResidual": "value_residual",
+    "ValueEmbeddings": "value_embeddings", "DenseFormer": "denseformer", "AttnRes": "attnres", "MHC": "mhc",
+    "HyperConnections": "hyper_connections", "MUDD": "mudd", "MoDA": "moda",
+}
+__getattr__, __dir__ = lazy_names(__name__, _TORCH_NAMES)
 
 __all__ = [
-    "AttentionMixer", "AttnRes", "COST_MEMBERS", "CrossLayerMethod", "DenseFormer", "DepthAttention",
-    "ENTRY_POINT_GROUP", "FlopTerm", "HyperConnections", "INFERENCE_STATE", "METHODS", "MHC", "MUDD", "MoDA",
-    "NoExtraCost", "Residual", "ValueEmbeddings", "ValueResidual", "Vanilla", "build_method", "count_parameters",
-    "load_entry_points", "register", "undeclared_costs", "unregister",
+    "COST_MEMBERS", "DESCRIPTIONS", "ENTRY_POINT_GROUP", "INFERENCE_STATE", "METHODS", "ConfigField", "FlopTerm",
+    "MethodDescription", "NoExtraCost", "load_entry_points", "register", "reserve_fields", "undeclared_costs",
+    "unregister", *sorted(_TORCH_NAMES),
 ]

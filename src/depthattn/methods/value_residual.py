@@ -1,13 +1,5 @@
-"""Value residual learning, ResFormer (Zhou et al., arXiv 2410.17897).
-
-Every unrolled step `u >= 1` mixes the value of step 0 into its own before sequence attention:
-`V'_u = lambda_1 V_0 + lambda_2 V_u`, with learned scalars per step (ResFormer's initialisation: 0.5 each).
-Like Depth-Attention it acts inside attention, with step 0 as every later step's source, and the mixed value
-takes the plain value's KV-cache slot.
-
-Parameters: `2 (L - 1)` scalars (L = unrolled depth). At initialisation it equals Depth-Attention with
-`depth_mix="uniform"` and only layer 0 as source (the "depth_first_layer" + "depth_uniform" ablation).
-"""
+"""Value residual's module (descriptions/value_residual.py): `V'_u = lambda_1 V_0 + lambda_2 V_u` for every unrolled
+step `u >= 1`, with the lambdas at ResFormer's 0.5 each at initialisation."""
 
 from __future__ import annotations
 
@@ -15,17 +7,13 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .base import AttentionMixer, FlopTerm
+from .base import AttentionMixer
+from .descriptions.value_residual import ValueResidualDescription
 
 LAMBDA_INIT = 0.5
 
 
-class ValueResidual(AttentionMixer):
-    inference_state = (
-        "Across tokens: none; the KV cache has vanilla's size (mixed values in the value slots). Per token while "
-        "it is processed: layer 0's value, one KV-head vector set (Hkv x head_dim)."
-    )
-
+class ValueResidual(ValueResidualDescription, AttentionMixer):
     def __init__(self, config):
         super().__init__(config)
         self.lambdas = nn.Parameter(torch.empty(max(config.unrolled_depth - 1, 0), 2))
@@ -37,32 +25,8 @@ class ValueResidual(AttentionMixer):
         lambdas = self.lambdas.detach()
         return {"λ1 (layer 0)": lambdas[:, 0].tolist(), "λ2 (own)": lambdas[:, 1].tolist()}
 
-    @staticmethod
-    def step_sources(config):
-        return [[0] if u else [] for u in range(config.unrolled_depth)]
-
     def forward(self, attention, query, state, step, states):
         """V' = lambda_1 V_0 + lambda_2 V for this step's state; keys unchanged."""
         lambdas, first_value = self.lambdas[step - 1], states[0].value
         value = lambdas[0].to(state.value.dtype) * first_value + lambdas[1].to(state.value.dtype) * state.value
         return state._replace(value=value), None
-
-    @classmethod
-    def extra_parameters(cls, config):
-        return 2 * max(config.unrolled_depth - 1, 0)  # lambda_1, lambda_2 per step u >= 1
-
-    @classmethod
-    def flop_terms(cls, config):
-        # V' = lambda_1 V_0 + lambda_2 V: a weighted sum of 2 vectors, 2 * 2 d_kv (the model's ops: 2 mul + 1 add)
-        L, d_kv = config.unrolled_depth, config.num_key_value_heads * config.head_dim
-        return [FlopTerm("value mix lambda_1 V_0 + lambda_2 V_u, u >= 1", 4 * d_kv * max(L - 1, 0), "elementwise")]
-
-    @classmethod
-    def io_elements(cls, config):
-        # like Depth-Attention with uniform weights and layer 0 as the only source: read V_0 and V_u, write V'_u
-        L, d_kv = config.unrolled_depth, config.num_key_value_heads * config.head_dim
-        return {"read": 2 * max(L - 1, 0) * d_kv, "write": (L if L > 1 else 0) * d_kv}
-
-    @classmethod
-    def extra_state_elements(cls, config, context):
-        return 0  # V_0 of every position is what KV-cache slot 0 holds

@@ -1,14 +1,10 @@
-"""The vanilla decoder, `cross_layer="vanilla"`: Qwen3 (Qwen Team, arXiv 2505.09388) as it is, the reference every
-method's costs are counted against.
-
-Parameters: none beyond the backbone. Initialisation: the backbone's. Inference state: the KV cache only.
-"""
+"""The vanilla decoder's module (descriptions/vanilla.py): the plain decoder, no hooks."""
 
 from __future__ import annotations
 
-from .base import CrossLayerMethod, NoExtraCost
+from .base import CrossLayerMethod
+from .descriptions.vanilla import VanillaDescription
 
 
-class Vanilla(NoExtraCost, CrossLayerMethod):
-    inference_state = "Across tokens: none (the KV cache only). Per token while it is processed: none."
-    reentrant_checkpointing_safe = True
+class Vanilla(VanillaDescription, CrossLayerMethod):
+    pass
