@@ -1,4 +1,5 @@
-"""Two sweeps of the same methods compared by the order of their multipliers: planted orders are recovered."""
+"""Sweeps of the same methods on two or more corpora compared by the order of their multipliers: planted orders are
+recovered, pair by pair of sweeps."""
 
 import pytest
 
@@ -12,12 +13,12 @@ from tests.study.test_study import WSD_BUDGETS, write_study
 METHODS = ("vanilla", "depth_attention", "value_residual")
 
 
-def write_orderings(tmp_path, data, seeds=range(5)):
+def write_orderings(tmp_path, data, seeds=range(5), names=("a", "b")):
     axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS)
-    for name in ("a.toml", "b.toml"):
-        write_study(tmp_path, data, name=name, axes=axes, methods=METHODS, seeds=seeds)
+    for name in names:
+        write_study(tmp_path, data, name=f"{name}.toml", axes=axes, methods=METHODS, seeds=seeds)
     path = tmp_path / "orderings.toml"
-    path.write_text('[orderings]\nsweeps = ["a.toml", "b.toml"]\n')
+    path.write_text("[orderings]\nsweeps = [" + ", ".join(f'"{name}.toml"' for name in names) + "]\n")
     return path
 
 
@@ -69,5 +70,42 @@ def test_a_sweep_without_every_method_waits(tiny_data, tmp_path, monkeypatch):
 def test_an_orderings_config_needs_two_sweeps(tiny_data, tmp_path):
     path = write_orderings(tmp_path, tiny_data)
     path.write_text('[orderings]\nsweeps = ["a.toml"]\n')
-    with pytest.raises(ValueError, match="two study configs"):
+    with pytest.raises(ValueError, match="two or more study configs"):
         Orderings.load(path)
+
+
+def test_three_corpora_are_compared_pair_by_pair_with_each_methods_rank(tiny_data, tmp_path, monkeypatch):
+    orderings = Orderings.load(write_orderings(tmp_path, tiny_data, names=("a", "b", "c")))
+    same, swapped = {"depth_attention": 1.3, "value_residual": 1.1}, {"depth_attention": 1.1, "value_residual": 1.3}
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: planted(self, swapped if self.name == "b" else same))
+    found = compare(orderings)
+    assert found.compared == tuple(s.config_file for s in orderings.sweeps) and not found.missing
+    inside = [row for row in found.budgets if 20 <= row.x <= 200]
+    assert inside and all(not row.same for row in inside)
+    for row in inside:
+        assert {p.sweeps: p.same for p in row.pairs} == {(0, 1): False, (0, 2): True, (1, 2): False}
+        assert [(s.sweeps, s.pair) for s in row.swaps] == [((0, 1), ("depth_attention", "value_residual")),
+                                                             ((1, 2), ("depth_attention", "value_residual"))]
+        assert row.rank("depth_attention") == (1, 2, 1) and row.rank("value_residual") == (2, 1, 2)
+    page = format_orderings(orderings, found)
+    assert "no: a / b; b / c" in page and "b / c: depth_attention / value_residual (separated, separated;" in page
+    assert "| method | a | b | c |" in page
+    ranks = next(line for line in page.splitlines() if line.startswith("| depth_attention |"))
+    assert ranks.split(" | ")[2].split(", ")[-1] == "2"  # its rank in b at the largest budget
+
+
+def test_a_corpus_without_cells_waits_and_the_others_are_compared(tiny_data, tmp_path, monkeypatch):
+    orderings = Orderings.load(write_orderings(tmp_path, tiny_data, names=("a", "b", "c")))
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: [] if self.name == "c" else planted(
+        self, {"depth_attention": 1.3, "value_residual": 1.1}))
+    found = compare(orderings)
+    a, b, c = (s.config_file for s in orderings.sweeps)
+    assert found.missing == {c: "no cells yet"} and found.compared == (a, b)
+    assert found.budgets and all(row.same and len(row.orders) == 2 for row in found.budgets)
+    page = format_orderings(orderings, found)
+    assert f"- `{c}`: no cells yet" in page and "the others are compared without them meanwhile" in page
+    assert "| method | a | b |" in page  # ranked in the corpora that have cells
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: [] if self.name != "a" else planted(self, {}))
+    found = compare(orderings)  # one ready: nothing to compare, every other named
+    assert set(found.missing) == {b, c} and not found.budgets and "| tokens per parameter |" not in format_orderings(
+        orderings, found)

@@ -1,12 +1,13 @@
-"""Whether two budget sweeps of the same methods order them the same way: the same model on two corpora tells
-whether an ordering is about the method or about the text (configs/analysis/wikipedia_orderings.toml, whose rule
-budget_sweep_wiki.toml pre-registered before its cells ran).
+"""Whether budget sweeps of the same methods on different corpora order them the same way: the same model on two or
+more corpora tells whether an ordering is about the method or about the text (configs/analysis/wikipedia_orderings.toml,
+whose rule budget_sweep_wiki.toml pre-registered before its cells ran; configs/analysis/three_corpora_orderings.toml).
 
-At every budget both sweeps measure, each sweep's methods are ranked by their data multiplier over the baseline
-(`depthattn.study.sweep.Sweep`: the same multipliers and seed resamples as the sweeps' own reports).
-The orders agree or not; each pair of methods that swaps is named, with whether each sweep separates the two (the
-95% seed-bootstrap interval of their multipliers' ratio excludes 1; none below MIN_SEEDS seeds): a swap that
-neither sweep separates is within the seeds' noise.
+At every budget the sweeps all measure, each sweep's methods are ranked by their data multiplier over the baseline
+(`depthattn.study.sweep.Sweep`: the same multipliers and seed resamples as the sweeps' own reports). For every pair of
+sweeps the orders agree or not; each pair of methods that swaps is named, with whether each of the two sweeps
+separates the two methods (the 95% seed-bootstrap interval of their multipliers' ratio excludes 1; none below
+MIN_SEEDS seeds): a swap that neither sweep separates is within the seeds' noise. A sweep without every method's
+multipliers yet waits, named with what it lacks; the others are compared while two or more are ready.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..sweep import SeedBootstrap, one_model, read_sweeps
 
 @dataclass
 class Orderings:
-    """Two budget sweeps of the same methods, compared by the order of their multipliers."""
+    """Budget sweeps of the same methods (two or more), compared by the order of their multipliers."""
 
     title: str
     sweeps: list[Study]
@@ -34,42 +35,68 @@ class Orderings:
 
     @classmethod
     def load(cls, path: str | Path) -> Orderings:
-        title, sweeps, path = read_sweeps(path, "orderings", "two study configs (paths relative to it) of the same "
-                                          "methods", lambda n: n == 2)
+        title, sweeps, path = read_sweeps(path, "orderings", "two or more study configs (paths relative to it) of "
+                                          "the same methods", lambda n: n >= 2)
         return cls(title, sweeps, str(path))
 
 
 @dataclass(frozen=True)
 class Swap:
-    """A pair of methods the two sweeps order differently, and whether each sweep separates them: by the bootstrap
-    interval, by the calibrated one (None without resamples)."""
+    """A pair of methods that two sweeps (`sweeps`, their positions among the compared) order differently, and
+    whether each of the two separates them: by the bootstrap interval, by the calibrated one (None without
+    resamples)."""
 
     pair: tuple[str, str]
     separated: tuple[bool | None, bool | None]
     separated_calibrated: tuple[bool | None, bool | None]
+    sweeps: tuple[int, int] = (0, 1)
+
+
+@dataclass(frozen=True)
+class PairOrders:
+    """Two of the compared sweeps (their positions) at one budget: whether their orders agree, the pairs that swap."""
+
+    sweeps: tuple[int, int]
+    same: bool
+    swaps: tuple[Swap, ...]
 
 
 @dataclass(frozen=True)
 class BudgetOrders:
-    """At one budget: each sweep's order of the methods (highest multiplier first), their multipliers, whether the
-    orders agree and the pairs that swap."""
+    """At one budget: each compared sweep's order of the methods (highest multiplier first), their multipliers, and
+    every pair of sweeps' agreement."""
 
     label: str
     x: float
-    orders: tuple[list[str], list[str]]
-    k: tuple[dict[str, float], dict[str, float]]
-    same: bool
-    swaps: list[Swap]
+    orders: tuple[list[str], ...]
+    k: tuple[dict[str, float], ...]
+    pairs: tuple[PairOrders, ...]
+
+    @property
+    def same(self) -> bool:
+        """Whether every sweep orders the methods the same way."""
+        return all(pair.same for pair in self.pairs)
+
+    @property
+    def swaps(self) -> list[Swap]:
+        """The swaps of every pair of sweeps."""
+        return [swap for pair in self.pairs for swap in pair.swaps]
+
+    def rank(self, method: str) -> tuple[int, ...]:
+        """`method`'s rank in each sweep's order (1: the highest multiplier)."""
+        return tuple(order.index(method) + 1 for order in self.orders)
 
 
 @dataclass(frozen=True)
 class OrderingsFound:
-    """Per common budget its `BudgetOrders`, with each sweep's seed count; `missing`: the sweeps without cells yet,
-    each with what its first seed lacks."""
+    """Per budget every compared sweep measures its `BudgetOrders`, with each compared sweep's seed count; `compared`:
+    the sweeps with every method's multipliers (their config files; none unless two or more are ready); `missing`:
+    the others, each with what its first seed lacks."""
 
     missing: dict[str, str]
     budgets: list[BudgetOrders]
     seeds: list[int] | None = None
+    compared: tuple[str, ...] = ()
 
 
 def _separated(found: SeedBootstrap, a: str, b: str, i: int) -> bool | None:
@@ -90,27 +117,34 @@ def _separated_calibrated(found: SeedBootstrap, a: str, b: str, i: int) -> bool 
     return bool(low > 0 or high < 0)
 
 
+def _pair(found: list[SeedBootstrap], at: list[int], ks: tuple[dict[str, float], ...],
+          orders: tuple[list[str], ...], first: int, second: int) -> PairOrders:
+    """Sweeps `first` and `second` at one budget (`at`: its position in each sweep's budgets)."""
+    a_k, b_k = ks[first], ks[second]
+    swaps = tuple(Swap((a, b), tuple(_separated(found[s], a, b, at[s]) for s in (first, second)),
+                       tuple(_separated_calibrated(found[s], a, b, at[s]) for s in (first, second)), (first, second))
+                  for a, b in itertools.combinations(list(a_k), 2)
+                  if (a_k[a] > a_k[b]) != (b_k[a] > b_k[b]))
+    return PairOrders((first, second), orders[first] == orders[second], swaps)
+
+
 def compare(orderings: Orderings) -> OrderingsFound:
-    """Per common budget: each sweep's order of the methods, whether the orders agree, and the pairs that swap."""
+    """Per budget the ready sweeps all measure: each one's order of the methods, and every pair's agreement."""
     loaded = [(study, *one_model(study, CellStore.of(study))) for study in orderings.sweeps]  # each in its results
     missing = {study.config_file: sweep.first_seed_gaps() for study, sweep, f in loaded
                if f is None or set(f.k) != set(study.methods) - {study.baseline}}  # an order of every method
-    if missing:
+    ready = [(study, f) for study, _, f in loaded if f is not None and study.config_file not in missing]
+    if len(ready) < 2:
         return OrderingsFound(missing, [])
-    found = [f for _, _, f in loaded]
-    first, second = found
-    methods = [m for m in first.k if m in second.k]
+    found = [f for _, f in ready]
+    methods = [m for m in found[0].k if all(m in f.k for f in found[1:])]
     budgets = []
-    for label in (label for label in first.labels if label in second.labels):
+    for label in (label for label in found[0].labels if all(label in f.labels for f in found[1:])):
         at = [f.labels.index(label) for f in found]
-        ks = tuple({m: float(f.k[m][i]) for m in methods} for f, i in zip(found, at))
-        if any(np.isnan(k).any() for k in (np.array(list(k.values())) for k in ks)):
+        ks = tuple({m: float(f.k[m][i]) for m in methods} for f, i in zip(found, at, strict=True))
+        if any(np.isnan(list(k.values())).any() for k in ks):
             continue  # a budget only the baseline trains
-        orders = tuple(sorted(methods, key=k.get, reverse=True) for k in ks)
-        swaps = [Swap((a, b), tuple(_separated(f, a, b, i) for f, i in zip(found, at)),
-                      tuple(_separated_calibrated(f, a, b, i) for f, i in zip(found, at)))
-                 for a, b in itertools.combinations(methods, 2) if (ks[0][a] > ks[0][b]) != (ks[1][a] > ks[1][b])]
-        budgets.append(BudgetOrders(label, float(first.x[at[0]]), orders, ks, orders[0] == orders[1], swaps))
-    return OrderingsFound({}, budgets, [len(f.seeds) for f in found])
-
-
+        orders = tuple(sorted(methods, key=k.__getitem__, reverse=True) for k in ks)
+        pairs = tuple(_pair(found, at, ks, orders, i, j) for i, j in itertools.combinations(range(len(found)), 2))
+        budgets.append(BudgetOrders(label, float(found[0].x[at[0]]), orders, ks, pairs))
+    return OrderingsFound(missing, budgets, [len(f.seeds) for f in found], tuple(s.config_file for s, _ in ready))

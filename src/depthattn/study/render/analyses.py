@@ -1,5 +1,5 @@
-"""The analyses' pages from their records: the depth axis, the orderings on two corpora, a prediction's score and
-the tuned reading of a learning-rate sweep."""
+"""The analyses' pages from their records: the depth axis, the orderings on two or more corpora, a prediction's score
+and the tuned reading of a learning-rate sweep."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .numbers import bracket, format_multiplier
 
 if TYPE_CHECKING:  # the analyses' records; analyses/ imports this module to register their pages
     from ..analyses.depth_axis import DepthAxis, DepthTrend, InteractionSurface
-    from ..analyses.orderings import Orderings, OrderingsFound
+    from ..analyses.orderings import Orderings, OrderingsFound, Swap
     from ..analyses.predictions import Score
 
 
@@ -85,29 +85,61 @@ def _separation(value: bool | None) -> str:
     return "no resamples" if value is None else "separated" if value else "within noise"
 
 
+def _listed(items: list[str]) -> str:
+    """'a and b', 'a, b and c'."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _swap(swap: Swap) -> str:
+    (a, b), (s1, s2), (t1, t2) = swap.pair, swap.separated, swap.separated_calibrated
+    return (f"{a} / {b} ({_separation(s1)}, {_separation(s2)}; calibrated: {_separation(t1)}, "
+            f"{_separation(t2)})")
+
+
 def format_orderings(orderings: Orderings, found: OrderingsFound) -> str:
+    """The orders of every budget in a table, a column per compared sweep; with more than two sweeps, every pair of
+    them named where it disagrees, and each method's rank per corpus."""
     names = [f"`{s.config_file}`" for s in orderings.sweeps]
-    lines = [f"# {orderings.title}", "", f"Config: `{orderings.config_file}`; sweeps: {names[0]} and {names[1]}.", ""]
+    lines = [f"# {orderings.title}", "", f"Config: `{orderings.config_file}`; sweeps: {_listed(names)}.", ""]
     if found.missing:
         lines += ["Waiting for cells (every method at three budgets, with one seed that every method has at each, "
-                  "at least; `depthattn study` on a sweep runs what it lacks):", ""]
+                  "at least; `depthattn study` on a sweep runs what it lacks)"
+                  + (":" if not found.compared else "; the others are compared without them meanwhile:"), ""]
         lines += [f"- `{sweep}`: {gaps}" for sweep, gaps in found.missing.items()]
-        return "\n".join(lines) + "\n"
-    lines += [f"Methods by data multiplier over the baseline, highest first (seeds: {found.seeds[0]} and "
-              f"{found.seeds[1]}); a swapped pair is separated in a sweep when the 95% seed-bootstrap interval "
-              "of its multipliers' ratio excludes 1, said for the first sweep, then the second (no resamples below "
-              f"{MIN_SEEDS} seeds), then the same with the calibrated interval (the jackknife t over "
-              "leave-one-seed-out values, study/calibrated.py), which holds its coverage where the bootstrap's "
-              "percentiles do not: read it where the two disagree.", "",
-              f"| tokens per parameter | {names[0]} | {names[1]} | same order | pairs that swap |",
-              "|---|---|---|---|---|"]
+        if not found.compared:
+            return "\n".join(lines) + "\n"
+        lines.append("")
+    many = len(orderings.sweeps) > 2
+    short = {s.config_file: s.name for s in orderings.sweeps}
+    compared = [short[c] for c in found.compared]
+    seeds = _listed([str(n) for n in found.seeds])
+    order_of = "for the pair's first sweep, then its second" if many else "for the first sweep, then the second"
+    lines += [f"Methods by data multiplier over the baseline, highest first (seeds: {seeds}); a swapped pair is "
+              "separated in a sweep when the 95% seed-bootstrap interval of its multipliers' ratio excludes 1, said "
+              f"{order_of} (no resamples below {MIN_SEEDS} seeds), then the same with the calibrated interval (the "
+              "jackknife t over leave-one-seed-out values, study/calibrated.py), which holds its coverage where the "
+              "bootstrap's percentiles do not: read it where the two disagree.", "",
+              "| tokens per parameter | " + " | ".join(f"`{c}`" for c in found.compared)
+              + " | same order | pairs that swap |",
+              "|---" * (len(found.compared) + 3) + "|"]
     for row in found.budgets:
-        orders = [" > ".join(f"{m} {k[m]:.2f}x" for m in order) for order, k in zip(row.orders, row.k)]
-        swaps = "; ".join(f"{a} / {b} ({_separation(s1)}, {_separation(s2)}; calibrated: {_separation(t1)}, "
-                          f"{_separation(t2)})"
-                          for (a, b), (s1, s2), (t1, t2) in ((s.pair, s.separated, s.separated_calibrated)
-                                                             for s in row.swaps)) or "—"
-        lines.append(f"| {row.label} | {orders[0]} | {orders[1]} | {'yes' if row.same else 'no'} | {swaps} |")
+        orders = [" > ".join(f"{m} {k[m]:.2f}x" for m in order) for order, k in zip(row.orders, row.k, strict=True)]
+        if many:
+            same = "yes" if row.same else "no: " + "; ".join(
+                f"{compared[i]} / {compared[j]}" for (i, j) in (p.sweeps for p in row.pairs if not p.same))
+            swaps = "; ".join(f"{compared[p.sweeps[0]]} / {compared[p.sweeps[1]]}: " + ", ".join(map(_swap, p.swaps))
+                              for p in row.pairs if p.swaps) or "—"
+        else:
+            same, swaps = "yes" if row.same else "no", "; ".join(map(_swap, row.swaps)) or "—"
+        lines.append(f"| {row.label} | " + " | ".join(orders) + f" | {same} | {swaps} |")
+    if many and found.budgets:
+        lines += ["", "Each method's rank by its multiplier (1: the highest) in each corpus, at "
+                  + _listed([row.label for row in found.budgets]) + " tokens per parameter:", "",
+                  f"| method | {' | '.join(compared)} |", "|---" * (len(compared) + 1) + "|"]
+        for method in found.budgets[0].k[0]:
+            ranks = [row.rank(method) for row in found.budgets]
+            lines.append(f"| {method} | " + " | ".join(", ".join(str(rank[i]) for rank in ranks)
+                                                        for i in range(len(compared))) + " |")
     return "\n".join(lines) + "\n"
 
 
