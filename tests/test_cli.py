@@ -109,7 +109,7 @@ def test_generate_switches_any_method_field_that_changes_how_it_computes_not_wha
     ("depth_impl=reference", "depth_impl is not a switchable field of cross_layer='moda' (switchable: moda_impl)"),
     ("moda_impl=fused", "moda_impl must be one of 'reference', 'merged'; got 'fused'"),
     ("depth_mix=uniform", "--method-field 'depth_mix=uniform': give NAME=VALUE, NAME a field that a method switches "
-                          "(depth_impl, moda_impl; the others change what a model computes)"),
+                          "(attnres_impl, depth_impl, mhc_impl, moda_impl; the others change what a model computes)"),
     ("moda_impl", "--method-field 'moda_impl': give NAME=VALUE"),
 ])
 def test_generate_refuses_a_method_field_the_method_does_not_switch(moda_dir, capsys, field, message):

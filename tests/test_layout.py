@@ -12,7 +12,7 @@ import pytest
 SRC = Path(__file__).parents[1] / "src" / "depthattn"
 # what a function may import lazily: optional extras, and the parts of torch and transformers that need one
 OPTIONAL = ("vllm", "matplotlib", "lm_eval", "datasets", "pyarrow", "wandb", "huggingface_hub", "submitit", "scipy",
-            "triton", "starlette", "uvicorn", "transformers.cli", "torch.utils.tensorboard",
+            "triton", "fla", "liger_kernel", "starlette", "uvicorn", "transformers.cli", "torch.utils.tensorboard",
             "torch.utils.cpp_extension", "torch.utils")
 # a command imports the library when it runs, so --help stays fast
 COMMANDS_IMPORT_LAZILY = ("depthattn", "torch", "transformers")

@@ -40,7 +40,7 @@ from .config import DepthAttentionConfig
 from .convert import decoder_to_depth_attention
 from .layer_states import DepthState, DepthStates
 from .methods import METHODS, AttentionMixer, CrossLayerMethod, Residual, build_method
-from .methods.base import rms_normalize
+from .ops.norm import rms_normalize
 from .ops.rotary import apply_rotary
 
 
@@ -492,7 +492,7 @@ def _check_token_ids(input_ids: torch.Tensor, vocab_size: int):
         )
 
 
-# Auto classes find the models from here on; the first config imports this module (config.BEFORE_EACH_CONFIG)
+# Auto classes find the models from here on; the first DepthAttentionConfig imports this module (config.register_models)
 AutoModel.register(DepthAttentionConfig, DepthAttentionModel, exist_ok=True)
 AutoModelForCausalLM.register(DepthAttentionConfig, DepthAttentionForCausalLM, exist_ok=True)
 register_for_transformers_serve(DepthAttentionForCausalLM)  # `transformers serve` finds it by name

@@ -12,15 +12,17 @@ D = 32             # tiny_config's hidden size
 ATTNRES_BLOCK = 2  # sublayers per block: three blocks over three layers
 
 
-def attnres_away_from_init(recency_bias):
-    """Our AttnRes over three layers in blocks of two sublayers, its queries and gains random, its recency bias set."""
+def attnres_away_from_init(recency_bias=None, **fields):
+    """Our AttnRes over three layers in blocks of two sublayers, its queries and gains random, its recency bias set
+    (where it has one: `fields` may turn it off)."""
     torch.manual_seed(0)
-    config = tiny_config(cross_layer="attnres", attnres_block_size=ATTNRES_BLOCK, num_hidden_layers=3)
+    config = tiny_config(cross_layer="attnres", attnres_block_size=ATTNRES_BLOCK, num_hidden_layers=3, **fields)
     method = attnres.AttnRes(config)
     with torch.no_grad():  # away from the zero-query init (trained values), so that every term matters
         method.query.normal_(0, D ** -0.5)
         method.gain.uniform_(0.5, 1.5)
-        method.recency_bias.fill_(recency_bias)
+        if method.recency_bias is not None:
+            method.recency_bias.fill_(recency_bias)
     return method
 
 

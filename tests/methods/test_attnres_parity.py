@@ -12,6 +12,7 @@ accounts for where ours differs (docs/method.md, AttnRes); `test_each_difference
   Accounted for by our bias = 0.
 Both sides also aggregate before the final norm (ours does; fla's op says nothing about it), and neither before
 sublayer 0 (the paper's aggregator there has one source, the embedding, so it returns it).
+Our paper form (preset `attnres_paper`: block sums as sources, no recency bias) matches with nothing accounted for.
 """
 
 import importlib.util
@@ -21,6 +22,7 @@ import pytest
 import torch
 
 from depthattn.methods import attnres
+from depthattn.presets import METHOD_PRESETS
 from tests.methods.parity import D, attnres_away_from_init, paper_block_attnres, run_sublayers
 
 fla = pytest.importorskip("fla", reason="fla-core (the dev extra) is not installed")
@@ -31,6 +33,7 @@ _spec.loader.exec_module(naive)
 
 TOL = 2e-6   # float32, of each tensor's largest entry
 ACCOUNTED = dict(prefix_sums=True, recency_bias=0.0)
+PAPER = {field: value for field, value in METHOD_PRESETS["attnres_paper"].items() if field != "cross_layer"}
 
 
 def their_pass(method, embeds, weights, prefix_sums):
@@ -68,3 +71,14 @@ def output_deviation(**undone):
 def test_each_difference_is_real(undone):
     """Not accounted for, it moves the output a hundred times past the float32 disagreement of the accounted run."""
     assert output_deviation(**undone) > 100 * max(output_deviation(), 1e-7)
+
+
+def test_our_paper_form_matches_fla_with_nothing_accounted_for():
+    method = attnres_away_from_init(**PAPER)
+    weights = [(torch.randn(D, D) / D ** 0.5).requires_grad_() for _ in range(method.num_sublayers)]
+    embeds = torch.randn(2, 7, D, requires_grad=True)
+    leaves, probe = [embeds, *weights, method.query, method.gain], torch.randn(2, 7, D)
+    outs = method.final(run_sublayers(method, embeds, weights)), their_pass(method, embeds, weights, False)
+    for out_grads in zip(*([out, *torch.autograd.grad((out * probe).sum(), leaves)] for out in outs), strict=True):
+        mine, theirs = out_grads
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=TOL * theirs.abs().max().item())

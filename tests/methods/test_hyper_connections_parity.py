@@ -30,7 +30,8 @@ from torch.func import functional_call
 
 from depthattn.methods import hyper_connections as ours_hc
 from depthattn.methods import mhc as ours_mhc
-from depthattn.methods.base import rms_normalize
+from depthattn.ops.mhc import naive as mhc_ops
+from depthattn.ops.norm import rms_normalize
 from tests.helpers import tiny_config
 
 hc = pytest.importorskip("hyper_connections", reason="hyper-connections (the dev extra) is not installed")
@@ -187,7 +188,7 @@ def mhc_both(per_stream):
     weights, embeds = sublayer_weights(), torch.randn(2, 7, D, requires_grad=True)
     with pytest.MonkeyPatch.context() as patch:
         if per_stream:
-            patch.setattr(ours_mhc, "rms_normalize", per_stream_norm)
+            patch.setattr(mhc_ops, "rms_normalize", per_stream_norm)
         state = {f"method.{name}": value for name, value in mhc_our_parameters(leaves).items()}
         mine = N * functional_call(OurPass(method), state, (embeds, weights))  # the mean, n x: their sum
     _, reduce = hc.mc_get_expand_reduce_stream_functions(N)

@@ -29,6 +29,10 @@ layer), so a pass compares the streams after the last sublayer, before our final
   (`test_liger_sinkhorn_eps_is_real`).
 - iterations: its `tmax` counts the first row softmax and column normalisation as one iteration, so
   `tmax = mhc_sinkhorn_iters` (`test_liger_tmax_counts_as_our_iterations`: one more moves the streams).
+
+Our models select these kernels through switchable fields (`mhc_impl = "liger"`, `attnres_impl = "liger"` where
+AttnRes has no recency bias: ops/mhc/liger.py, ops/attnres/fused.py, set to the accounted settings above); a
+whole model switched to them gives the reference's logits and gradients (`test_a_model_switched_to_liger`).
 """
 
 import importlib.util
@@ -43,6 +47,7 @@ import pytest
 import torch
 
 from depthattn.methods import attnres
+from tests.helpers import perturb_method, tiny_model
 from tests.methods.parity import D, attnres_away_from_init, mhc_away_from_init, paper_block_attnres, run_sublayers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -245,3 +250,33 @@ def test_liger_tmax_counts_as_our_iterations(liger):
         mine, theirs = mhc_both(liger, 3, 0.0, extra_iteration, grads=False)
         return deviations(mine[:1], theirs[:1], ["streams"])["streams"]
     assert deviation(1) > 10 * max(deviation(0), 1e-7)
+
+
+# ---- our models on Liger's kernels ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fields, switch", [
+    (dict(cross_layer="mhc", mhc_streams=N), "mhc_impl"),  # Liger: n a power of two
+    (dict(cross_layer="attnres", attnres_block_size=3, attnres_recency_bias=False), "attnres_impl"),
+    (dict(cross_layer="attnres", attnres_block_size=3, attnres_recency_bias=False, attnres_sources="blocks"),
+     "attnres_impl"),
+], ids=["mhc", "attnres_prefix_sums", "attnres_paper"])
+def test_a_model_switched_to_liger_matches_the_reference(liger, fields, switch):
+    """Logits and every parameter's gradient of a two-layer model, the reference's and Liger's kernels'."""
+    model = perturb_method(tiny_model(num_hidden_layers=2, **fields))
+    ids = torch.randint(0, model.config.vocab_size, TOKENS, generator=torch.Generator().manual_seed(4))
+    probe = torch.randn(*TOKENS, model.config.vocab_size, generator=torch.Generator().manual_seed(5))
+    params = [param for _, param in sorted(model.named_parameters())]
+
+    def logits_and_grads():
+        logits = model(ids).logits
+        return [logits, *torch.autograd.grad((logits * probe).sum(), params)]
+
+    mine = logits_and_grads()
+    model.switch_method_field(switch, "liger")
+    names = ["logits", *(name for name, _ in sorted(model.named_parameters()))]
+    devs = {name: ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+            for name, a, b in zip(names, mine, logits_and_grads(), strict=True)}
+    print(f"  largest: {max(devs, key=devs.get)} {max(devs.values()):.1e}")
+    # float32 through a whole model; mHC's final_logits gradient, a softmax gradient (its entries sum to zero),
+    # cancels most: about 1e-5 of its largest entry, the rest under 1e-6
+    assert max(devs.values()) <= 5e-5, devs

@@ -16,6 +16,11 @@ from tests.helpers import tiny_config
     (dict(denseformer_dilation=0), "denseformer_dilation"),
     (dict(denseformer_period=-1), "denseformer_period"),
     (dict(attnres_block_size=0), "attnres_block_size"),
+    (dict(attnres_sources="block"), "attnres_sources"),
+    (dict(attnres_recency_bias="yes"), "attnres_recency_bias"),
+    (dict(attnres_impl="triton"), "attnres_impl"),
+    (dict(attnres_impl="fla"), "attnres_recency_bias false"),  # the kernels have no recency bias
+    (dict(mhc_impl="fused"), "mhc_impl"),
     (dict(mhc_streams=1), "mhc_streams"),
     (dict(mhc_sinkhorn_iters=0), "mhc_sinkhorn_iters"),
     (dict(mhc_alpha_init=-0.1), "mhc_alpha_init"),

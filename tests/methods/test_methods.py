@@ -10,7 +10,7 @@ import torch
 
 from depthattn import DepthAttentionForCausalLM, count_parameters
 from depthattn.methods import DESCRIPTIONS, INFERENCE_STATE, METHODS
-from depthattn.methods.mhc import sinkhorn
+from depthattn.ops.mhc import sinkhorn
 from tests.helpers import (
     METHOD_SETTINGS,
     perturb_method,

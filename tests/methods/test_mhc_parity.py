@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from depthattn.methods import mhc
+from depthattn.ops.mhc import naive as mhc_ops
 from tests.methods.parity import D, mhc_away_from_init, run_sublayers
 
 deepseek_v4 = pytest.importorskip("transformers.models.deepseek_v4.modeling_deepseek_v4",
@@ -29,7 +29,7 @@ N = 4       # streams: DeepSeek-V4's hc_mult and the paper's n
 TOL = 2e-6  # float32, of each tensor's largest entry (seen: 1e-6 for final_logits' gradient, a softmax's difference
             # of near-equal sums; 2.4e-7 for the rest)
 ACCOUNTED = dict(transpose=True, order=True, hc_eps=0.0, token_head=False)
-SINKHORN = mhc.sinkhorn
+SINKHORN = mhc_ops.sinkhorn
 
 
 class Block(nn.Module):
@@ -85,7 +85,7 @@ def both(iterations, transpose, order, hc_eps, token_head):
 
     with pytest.MonkeyPatch.context() as patch:
         if order:  # their normalisation order: our Sinkhorn on the transposed logits, transposed back
-            patch.setattr(mhc, "sinkhorn", lambda logits, iterations: SINKHORN(logits.mT, iterations).mT)
+            patch.setattr(mhc_ops, "sinkhorn", lambda logits, iterations: SINKHORN(logits.mT, iterations).mT)
         mine = method.final(run_sublayers(method, embeds, weights))
 
     layer, head = theirs(method, weights, hc_eps)

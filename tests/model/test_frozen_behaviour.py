@@ -16,7 +16,8 @@ runs, so their rounding is not in the measurement: one reason for the factor.
 
 Regenerate (only when a change of numbers is intended): `python -m tests.model.test_frozen_behaviour`;
 `--rekey` keeps every recorded number and, where this machine reproduces every sha256, names it as the recording
-machine and adds the summaries the record lacks (refused otherwise); `--tolerance` measures the tolerance again.
+machine and adds the summaries the record lacks (refused otherwise); `--tolerance` measures the tolerance again;
+`--add-cases` records the cases the record lacks (a new preset), every recorded one kept.
 """
 
 import argparse
@@ -247,10 +248,14 @@ if __name__ == "__main__":
                       "reproduces every sha256, name it as the recording machine and add the missing summaries")
     mode.add_argument("--tolerance", action="store_true", help="keep the numbers and the machine; measure the "
                       "tolerance again")
+    mode.add_argument("--add-cases", action="store_true", help="keep every recorded case; record those it lacks")
     args = parser.parse_args()
-    if args.rekey or args.tolerance:
+    if args.rekey or args.tolerance or args.add_cases:
         old = json.loads(RECORD.read_text())
-        if args.rekey:
+        if args.add_cases:
+            added = {case: summary(measure(fixed_model(case))) for case in CASES if case not in old["cases"]}
+            write(old["machine"], old["tolerance"], old["cases"] | added)
+        elif args.rekey:
             write(machine(), old["tolerance"], rekey(old))
         else:
             write(old["machine"], measure_tolerance(), old["cases"])

@@ -1,5 +1,5 @@
 """AttnRes's module (descriptions/attnres.py): the aggregators (pseudo-query, gain, recency bias) and the stream
-with its block snapshots.
+with its block snapshots; each aggregator is computed by ops/attnres (`attnres_impl`).
 
 Initialisation: pseudo-queries at zero, gains at one, recency biases at 3.0.
 """
@@ -12,7 +12,8 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .base import Residual, rms_normalize
+from ..ops.attnres import ATTNRES_IMPLS, attnres_mix, attnres_weights
+from .base import Residual
 from .descriptions.attnres import AttnResDescription
 
 RECENCY_BIAS_INIT = 3.0
@@ -27,29 +28,40 @@ class AttnResStream:
 class AttnRes(AttnResDescription, Residual):
     def __init__(self, config):
         super().__init__(config)
-        self.block_size = config.attnres_block_size
-        self.eps = config.rms_norm_eps
+        self.block_size, self.eps = config.attnres_block_size, config.rms_norm_eps
+        self.block_sums = config.attnres_sources == "blocks"
         count, size = self.num_sublayers, config.hidden_size  # aggregator a reads before sublayer a + 1
         self.query = nn.Parameter(torch.empty(count, size))
         self.gain = nn.Parameter(torch.empty(count, size))
-        self.recency_bias = nn.Parameter(torch.empty(count))
+        self.recency_bias = nn.Parameter(torch.empty(count)) if config.attnres_recency_bias else None
+        self.aggregate = ATTNRES_IMPLS[config.attnres_impl]
+
+    def switch(self, name, value):
+        self.aggregate = ATTNRES_IMPLS[value]  # name: attnres_impl
 
     def reset_parameters(self):
         init.zeros_(self.query)
         init.ones_(self.gain)
-        init.constant_(self.recency_bias, RECENCY_BIAS_INIT)
+        if self.recency_bias is not None:
+            init.constant_(self.recency_bias, RECENCY_BIAS_INIT)
 
     def snapshot_count(self, sublayer: int) -> int:
         """Snapshots the aggregator before `sublayer` reads: those taken at positions 0, b, 2b, ... < sublayer."""
         return 0 if sublayer == 0 else (sublayer - 1) // self.block_size + 1
 
+    def sources(self, stream: AttnResStream, sublayer: int) -> list[torch.Tensor]:
+        """What the aggregator before `sublayer` mixes, the most recent last: the snapshots and the running stream
+        (prefix sums), or their differences (the embedding, each completed block's sum, the current partial sum)."""
+        prefix = [*stream.snapshots[:self.snapshot_count(sublayer)], stream.hidden]
+        if not self.block_sums:
+            return prefix
+        return [prefix[0], *(later - earlier for earlier, later in zip(prefix, prefix[1:]))]
+
     def weights(self, candidates: torch.Tensor, sublayer: int) -> torch.Tensor:
-        """candidates: (n, B, T, D), the running stream last. Returns (n, B, T) softmax weights, float32 at least."""
+        """candidates: (n, B, T, D), the most recent last. Returns (n, B, T) softmax weights, float32 at least."""
         a = sublayer - 1
-        normed = rms_normalize(candidates, self.eps)
-        logits = normed @ (self.query[a] * self.gain[a]).to(normed.dtype)  # (n, B, T)
-        logits = torch.cat([logits[:-1], logits[-1:] + self.recency_bias[a].to(normed.dtype)])
-        return torch.softmax(logits, dim=0)
+        bias = None if self.recency_bias is None else self.recency_bias[a]
+        return attnres_weights(self.query[a], candidates, self.gain[a], self.eps, bias)
 
     def init(self, embeds):
         return AttnResStream(embeds, [embeds])
@@ -57,9 +69,12 @@ class AttnRes(AttnResDescription, Residual):
     def read(self, stream, sublayer):
         if sublayer == 0:
             return stream.hidden
-        candidates = torch.stack([*stream.snapshots[:self.snapshot_count(sublayer)], stream.hidden])
-        weights = self.weights(candidates, sublayer)
-        return (weights[..., None] * candidates).sum(0).to(stream.hidden.dtype)
+        sources = self.sources(stream, sublayer)
+        if self.aggregate is ATTNRES_IMPLS["reference"]:  # the only one with a recency bias (config checks)
+            candidates = torch.stack(sources)
+            return attnres_mix(self.weights(candidates, sublayer), candidates)
+        a = sublayer - 1
+        return self.aggregate(self.query[a], sources, self.gain[a], self.eps)
 
     def write(self, stream, sublayer, out):
         hidden = stream.hidden + out

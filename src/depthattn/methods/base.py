@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ..layer_states import DepthState, DepthStates
+from ..ops.norm import rms_normalize
 from .descriptions.base import (
     COST_MEMBERS,
     FlopTerm,
@@ -175,9 +176,3 @@ class Residual(CrossLayerMethod, ResidualDescription):
         """For an attention sublayer: the (B, T, D) inputs of its keys and of its values, before the norm, when
         they differ from what `read` gives the queries; None (the usual case) when all three read `read`'s."""
         return None
-
-
-def rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """x / rms(x) over the last dimension, in float32 at least."""
-    x = x.to(torch.promote_types(x.dtype, torch.float32))
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)

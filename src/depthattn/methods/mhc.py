@@ -1,5 +1,6 @@
 """mHC's module (the method, its initialisation and costs: descriptions/mhc.py): the projections phi, their biases
-and gating scales, the Sinkhorn projection and the final stream weights."""
+and gating scales and the final stream weights; the coefficients, the read and the update are ops/mhc's
+(`mhc_impl`)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,14 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .base import rms_normalize
+from ..ops.mhc import MHC_IMPLS
 from .descriptions.mhc import MHCDescription
 from .streams import MultiStreamResidual
 
 
-def sinkhorn(logits: torch.Tensor, iterations: int) -> torch.Tensor:
-    """Project exp(logits) (..., n, n) onto doubly stochastic matrices by alternate row and column normalisation."""
-    m = torch.exp(logits - logits.amax(dim=(-2, -1), keepdim=True))
-    for _ in range(iterations):
-        m = m / m.sum(-1, keepdim=True)
-        m = m / m.sum(-2, keepdim=True)
-    return m
-
-
 class MHC(MHCDescription, MultiStreamResidual):
     def __init__(self, config):
-        super().__init__(config, config.mhc_streams)
+        super().__init__(config, config.mhc_streams, MHC_IMPLS[config.mhc_impl])
         n, size = self.num_streams, config.hidden_size
         self.sinkhorn_iters, self.eps = config.mhc_sinkhorn_iters, config.rms_norm_eps
         self.alpha_init, self.std = config.mhc_alpha_init, config.initializer_range
@@ -42,16 +34,12 @@ class MHC(MHCDescription, MultiStreamResidual):
         init.constant_(self.alpha, self.alpha_init)
         init.zeros_(self.final_logits)
 
+    def switch(self, name, value):
+        self.connections = MHC_IMPLS[value]  # name: mhc_impl
+
     def coefficients(self, x, sublayer):
-        n = self.num_streams
-        z = rms_normalize(x.flatten(-2), self.eps)  # (B, T, nD) float32 at least; the parameters at its width
-        pre, post, res = (z @ self.phi[sublayer].to(z.dtype).T).split([n, n, n * n], dim=-1)
-        b_pre, b_post, b_res = self.bias[sublayer].to(z.dtype).split([n, n, n * n])
-        a_pre, a_post, a_res = self.alpha[sublayer].to(z.dtype)
-        pre = torch.sigmoid(a_pre * pre + b_pre)
-        post = 2 * torch.sigmoid(a_post * post + b_post)
-        res = sinkhorn((a_res * res + b_res).unflatten(-1, (n, n)), self.sinkhorn_iters)
-        return pre, post, res
+        return self.connections.coefficients(x, self.phi[sublayer], self.bias[sublayer], self.alpha[sublayer],
+                                             self.sinkhorn_iters, self.eps)
 
     def final(self, stream):
         weights = torch.softmax(self.final_logits.to(torch.promote_types(stream.x.dtype, torch.float32)), dim=0)

@@ -3,7 +3,8 @@ the sublayer output spread over the streams (their shared costs: descriptions/st
 
 Per sublayer, from the streams `x` (B, T, n, D) before it, a method computes `pre` (B, T, n), `post` (B, T, n)
 and `res` (B, T, n, n). The sublayer reads `sum_i pre_i x_i`; afterwards stream `i` becomes
-`sum_j res_ij x_j + post_i * out`. Coefficients and mixes run in float32 at least.
+`sum_j res_ij x_j + post_i * out`. Coefficients and mixes run in float32 at least; the read and the update are
+ops/mhc's (`connections`: the reference, or a library's kernels where a method switches them).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..ops.mhc import MHC_IMPLS, MHCOps
 from .base import Residual
 from .descriptions.streams import MultiStreamDescription
 
@@ -28,9 +30,9 @@ class MultiStreamResidual(Residual, MultiStreamDescription):
     """The shared stream handling; a subclass defines `coefficients` and `final` besides what
     `MultiStreamDescription` leaves to it (`streams`, `coefficient_term`, `final_term`, `extra_parameters`)."""
 
-    def __init__(self, config, num_streams: int):
+    def __init__(self, config, num_streams: int, connections: MHCOps = MHC_IMPLS["reference"]):
         super().__init__(config)
-        self.num_streams = num_streams
+        self.num_streams, self.connections = num_streams, connections
 
     @abc.abstractmethod
     def coefficients(self, x: torch.Tensor, sublayer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -41,11 +43,10 @@ class MultiStreamResidual(Residual, MultiStreamDescription):
 
     def read(self, stream, sublayer):
         pre, stream.post, stream.res = self.coefficients(stream.x, sublayer)
-        return (pre[..., None] * stream.x).sum(-2).to(stream.x.dtype)
+        return self.connections.pre(stream.x, pre)
 
     def write(self, stream, sublayer, out):
-        x = stream.res @ stream.x.to(stream.res.dtype) + stream.post[..., None] * out[..., None, :]
-        return Streams(x.to(stream.x.dtype))
+        return Streams(self.connections.post_res(stream.x, out, stream.post, stream.res))
 
     def hidden(self, stream):
         return stream.x.mean(-2)

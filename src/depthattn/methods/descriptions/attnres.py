@@ -13,18 +13,42 @@ Sublayer 0 has one candidate (the embedding) and no aggregator. Parameters: `2 *
 (sublayers 1 .. 2L-1 and the final one) of `2 * hidden_size + 1` each.
 At initialisation each aggregator weighs the running stream `e^3 / (e^3 + m)` and each of its `m` snapshots
 `1 / (e^3 + m)`: close to, but not exactly, the plain residual.
+
+The paper's form (preset `attnres_paper`): `attnres_sources = "blocks"` mixes the embedding, each completed
+block's sum of sublayer outputs and the current block's partial sum (differences of the same snapshots) instead of
+their prefix sums, and `attnres_recency_bias = false` drops the bias (`2 * hidden_size` parameters per aggregator).
+Without the bias the aggregator is the one fla-core and Liger-Kernel ship as Triton kernels (`attnres_impl`).
 """
 
 from __future__ import annotations
 
-from ...field_checks import check_int
+from ...field_checks import check_bool, check_choice, check_int
 from .base import ConfigField, FlopTerm, ResidualDescription
+
+SOURCES = ("prefix", "blocks")
+IMPL_NAMES = ("reference", "fla", "liger")  # depthattn.ops.attnres.ATTNRES_IMPLS
 
 
 class AttnResDescription(ResidualDescription):
     module = "depthattn.methods.attnres:AttnRes"
-    config_fields = {"attnres_block_size": ConfigField(12, "Sublayers (attention and MLP count one each) per block.")}
-    checked_variants = {"blocks_of_3": {"attnres_block_size": 3}}  # several blocks in a tiny model
+    config_fields = {
+        "attnres_block_size": ConfigField(12, "Sublayers (attention and MLP count one each) per block."),
+        "attnres_sources": ConfigField("prefix", (
+            'What an aggregator mixes: "prefix" (the running stream and its snapshots at the block ends) or '
+            '"blocks" (the paper\'s: the embedding, each completed block\'s output sum, the current partial sum).')),
+        "attnres_recency_bias": ConfigField(True, (
+            "A learned bias (3.0 at init) on the most recent source's logit; false: the paper's aggregator.")),
+        "attnres_impl": ConfigField("reference", (
+            'How an aggregator is computed, same results: "reference" (written out), "fla" (fla-core\'s fused '
+            'Triton kernel) or "liger" (Liger-Kernel\'s); the kernels need a GPU and attnres_recency_bias false.')),
+    }
+    presets = {"attnres_paper": {"attnres_sources": "blocks", "attnres_recency_bias": False}}
+    switchable_fields = ("attnres_impl",)
+    switch_values = {"attnres_impl": ("reference",)}  # "fla" and "liger" need a GPU
+    checked_variants = {
+        "blocks_of_3": {"attnres_block_size": 3},  # several blocks in a tiny model
+        "paper_blocks_of_3": {"attnres_block_size": 3, "attnres_sources": "blocks", "attnres_recency_bias": False},
+    }
     inference_state = (
         "Across tokens: none (the KV cache is vanilla's). Per token while it is processed: one snapshot of the "
         "stream per block, ceil(2L / block_size) hidden vectors (L = unrolled depth); over a prefill, T times that."
@@ -33,6 +57,12 @@ class AttnResDescription(ResidualDescription):
     @classmethod
     def check_config(cls, config):
         check_int("attnres_block_size", config.attnres_block_size, 1)
+        check_choice("attnres_sources", config.attnres_sources, SOURCES)
+        check_bool("attnres_recency_bias", config.attnres_recency_bias)
+        check_choice("attnres_impl", config.attnres_impl, IMPL_NAMES)
+        if config.attnres_impl != "reference" and config.attnres_recency_bias:
+            raise ValueError(f"attnres_impl {config.attnres_impl!r}: the library kernels have no recency bias; set "
+                             "attnres_recency_bias false (the paper's aggregator) or use attnres_impl 'reference'")
 
     @staticmethod
     def candidates(config, sublayer: int) -> int:
@@ -48,7 +78,8 @@ class AttnResDescription(ResidualDescription):
 
     @classmethod
     def extra_parameters(cls, config):
-        return 2 * config.unrolled_depth * (2 * config.hidden_size + 1)  # per aggregator: w, gain, recency bias
+        # per aggregator: w, gain and the recency bias
+        return 2 * config.unrolled_depth * (2 * config.hidden_size + bool(config.attnres_recency_bias))
 
     @classmethod
     def flop_terms(cls, config):

@@ -23,9 +23,11 @@ res, so with alpha = 0 the model computes exactly the vanilla decoder's function
 
 from __future__ import annotations
 
-from ...field_checks import check_int, check_number
+from ...field_checks import check_choice, check_int, check_number
 from .base import ConfigField, FlopTerm
 from .streams import MultiStreamDescription
+
+IMPL_NAMES = ("reference", "liger")  # depthattn.ops.mhc.MHC_IMPLS
 
 
 class MHCDescription(MultiStreamDescription):
@@ -34,7 +36,12 @@ class MHCDescription(MultiStreamDescription):
         "mhc_streams": ConfigField(4, "n, the residual streams (at least 2)."),
         "mhc_sinkhorn_iters": ConfigField(20, "Sinkhorn-Knopp iterations."),
         "mhc_alpha_init": ConfigField(0.01, "Initial value of the three gating scales alpha."),
+        "mhc_impl": ConfigField("reference", (
+            'How the coefficients, the read and the update are computed, same results: "reference" (written out) or '
+            '"liger" (Liger-Kernel\'s Triton kernels: a GPU, `pip install \'depthattn[liger]\'`).')),
     }
+    switchable_fields = ("mhc_impl",)
+    switch_values = {"mhc_impl": ("reference",)}  # "liger" needs a GPU
     inference_state = (
         "Across tokens: none (the KV cache is vanilla's). Per token while it is processed: n residual streams "
         "instead of one, n - 1 extra hidden vectors (3 at n = 4); over a prefill of T tokens, T x (n - 1)."
@@ -45,6 +52,7 @@ class MHCDescription(MultiStreamDescription):
         check_int("mhc_streams", config.mhc_streams, 2)
         check_int("mhc_sinkhorn_iters", config.mhc_sinkhorn_iters, 1)
         check_number("mhc_alpha_init", config.mhc_alpha_init, 0)
+        check_choice("mhc_impl", config.mhc_impl, IMPL_NAMES)
 
     @classmethod
     def streams(cls, config):
