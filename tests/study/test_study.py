@@ -255,6 +255,8 @@ def test_a_retrofitting_study_retrains_its_missing_starting_models(tiny_data, tm
     child.write_text(child.read_text().replace('extends = "s.toml"\n', ''))
     with pytest.raises(ValueError, match="start_from names a method of the study this one extends"):
         Study.load(child)
+    with pytest.raises(ValueError, match="extends none; add extends"):  # a Study made without load
+        dataclasses.replace(retrofit, parent=None).check()
 
 
 def test_a_setting_axis_changes_several_keys_and_keeps_the_cell_keys_of_one_key_axes(tiny_data, tmp_path):

@@ -7,12 +7,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from depthattn.train import TrainConfig, TrainingDiverged, train
+from depthattn.train.checkpoint import checkpoint_step, step_name
 
 
 def config(data, out_dir, *overrides):
@@ -144,3 +146,9 @@ def test_a_run_that_repeats_its_data_says_so(tiny_data, tmp_path, capsys):
                  "17", "--train.checkpoint_every", "100", "--model.overrides.hidden_size", "32",
                  "--model.overrides.intermediate_size", "64", "--model.overrides.num_hidden_layers", "1"))
     assert "training tokens 1.1 times: the data repeats" in capsys.readouterr().out
+
+
+def test_checkpoint_step_reads_a_checkpoint_folder_name_and_names_a_wrong_one():
+    assert checkpoint_step(Path("run/checkpoints") / step_name(1234)) == 1234
+    with pytest.raises(ValueError, match="step_XXXXXXXX"):
+        checkpoint_step(Path("run/final"))

@@ -24,7 +24,8 @@ from ..run_metrics import METRICS_FILE, read_metrics
 from ..train import train
 from ..train.branches import RECORD as BRANCHES
 from ..train.branches import branch_folder
-from ..train.checkpoint import STEP_DIR, list_checkpoints, newest_good_checkpoint
+from ..train.checkpoint import checkpoint_step, list_checkpoints, newest_good_checkpoint
+from ..train.config import TrainConfig
 from .plan import Budget, CellPlan, StartPlan
 from .records import CellResult
 from .spec import Study
@@ -68,14 +69,7 @@ def run_cell(plan: CellPlan, threads: int | None = None, bars: bool | None = Non
     if plan.branched:
         for budget in late_budgets(plan, budgets):
             budgets.remove(budget)
-            alone = copy.deepcopy(budget.config)
-            alone.train.batch_size, alone.train.progress = cfg.train.batch_size, cfg.train.progress
-            if rank == 0:
-                print(f"{budget.cell.label}: {cfg.train.out_dir} is past where this budget's branch would leave it, "
-                      "so it trains as a run of its own (a branch equals one)", flush=True)
-            train(alone, resume=True)
-            if rank == 0:
-                write_result(plan, budget, Path(alone.train.out_dir), Path(alone.train.out_dir), started, world_size)
+            _train_alone(plan, budget, cfg, started, world_size, rank)
         if not budgets:
             return plan.read_result() if rank == 0 else None
         cfg.train.branch_steps = [budget.config.train.steps for budget in budgets]
@@ -97,6 +91,18 @@ def run_cell(plan: CellPlan, threads: int | None = None, bars: bool | None = Non
     return plan.read_result()
 
 
+def _train_alone(plan: CellPlan, budget: Budget, cfg: TrainConfig, started: float, world_size: int, rank: int):
+    """Train a budget whose branch the run `cfg` is past as a WSD run of its own, and write its result."""
+    alone = copy.deepcopy(budget.config)
+    alone.train.batch_size, alone.train.progress = cfg.train.batch_size, cfg.train.progress
+    if rank == 0:
+        print(f"{budget.cell.label}: {cfg.train.out_dir} is past where this budget's branch would leave it, "
+              "so it trains as a run of its own (a branch equals one)", flush=True)
+    train(alone, resume=True)
+    if rank == 0:
+        write_result(plan, budget, Path(alone.train.out_dir), Path(alone.train.out_dir), started, world_size)
+
+
 def late_budgets(plan: CellPlan, budgets: list[Budget]) -> list[Budget]:
     """The budgets among `budgets` (still to train, of the run of `plan`) whose cooldown branch that run can no
     longer train: the run is past the step where the branch would leave it (a budget added to a sweep after its
@@ -105,7 +111,7 @@ def late_budgets(plan: CellPlan, budgets: list[Budget]) -> list[Budget]:
     newest = newest_good_checkpoint(run)
     if newest is None:
         return []
-    reached = int(STEP_DIR.match(newest.name)[1])
+    reached = checkpoint_step(newest)
     recorded = read_json_object(run / BRANCHES) if (run / BRANCHES).exists() else {}
     late = []
     for budget in budgets:

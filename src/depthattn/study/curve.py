@@ -78,5 +78,6 @@ def power_law(x: np.ndarray, loss: np.ndarray) -> tuple[float, float, float] | N
                                   bounds=([0, 1e-9, 1e-3], [loss.min(), np.inf, 2]), maxfev=20000)
     except (RuntimeError, ValueError):
         return None
-    return tuple(float(p) for p in params)
+    E, B, beta = (float(p) for p in params)
+    return E, B, beta
 

@@ -24,7 +24,7 @@ def percentile_interval(draws: np.ndarray, interpolate: bool = False, axis: int 
 def exp_linear(coefficients, features, draws: np.ndarray | None = None) -> tuple[float, float | None, float | None]:
     """exp(sum of coefficients x features), a multiplier read off a fit in log space, with the 95% percentile
     interval of the same read off each resample's coefficients (`draws`, (resamples, coefficients); none without)."""
-    value = math.exp(sum(c * f for c, f in zip(coefficients, features)))
+    value = math.exp(sum(c * f for c, f in zip(coefficients, features, strict=True)))
     if draws is None:
         return value, None, None
     return value, *percentile_interval(np.exp(sum(draws[:, i] * f for i, f in enumerate(features))))
@@ -53,7 +53,7 @@ def log_surface_fit(points: list[tuple[float, float, float]], interaction: bool 
     size = 4 if interaction else 3
     if len(rows) < size + 1 or len({r[1] for r in rows}) < 2 or len({r[0] for r in rows}) < 2:
         return np.full(size, math.nan)
-    x, depth, k = map(np.array, zip(*rows))
+    x, depth, k = map(np.array, zip(*rows, strict=True))
     columns = [np.ones(len(x)), np.log(x), np.log(depth)] + ([np.log(x) * np.log(depth)] if interaction else [])
     return np.linalg.lstsq(np.column_stack(columns), np.log(k), rcond=None)[0]
 

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import cast
 
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -53,8 +54,8 @@ def _start_worker(main_pid: int) -> None:
     global _main_pid
     _main_pid = main_pid
     cell_module.PROGRESS_BARS = False
-    if callable(getattr(sys.stdout, "reconfigure", None)):  # whole lines even into a pipe or a file
-        sys.stdout.reconfigure(line_buffering=True)
+    if callable(reconfigure := getattr(sys.stdout, "reconfigure", None)):  # whole lines even into a pipe or a file
+        reconfigure(line_buffering=True)
     os.setpgrp()
     if sys.platform == "linux":
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
@@ -107,16 +108,19 @@ class LocalExecutor:
             fn: Callable[[StartPlan, int | None], None] | None = None) -> bool:
         """Train the cells `plans` plan; a failing cell stops the study with its error. `fn(plan, threads)` instead
         runs that for each of `plans` (a retrofitting study's starting models)."""
+        # with fn the plans are a retrofitting study's starts, without it cells
         if fn is not None:
+            starts = cast(Sequence[StartPlan], plans)
             if self.workers == 1:
-                for plan in plans:
-                    fn(plan, self.threads)
+                for start in starts:
+                    fn(start, self.threads)
                 return True
-            self._in_pool([(fn, plan, self.threads) for plan in plans], [plan.label for plan in plans])
+            self._in_pool([(fn, start, self.threads) for start in starts], [start.label for start in starts])
             return True
         check_split(plans, self.tasks_per_cell)
+        cells = cast(Sequence[CellPlan], plans)
         if self.workers == 1:
-            for i, plan in enumerate(plans, 1):
+            for i, plan in enumerate(cells, 1):
                 print(f"[{i}/{len(plans)}] {plan.label}", flush=True)
                 try:
                     self._cell(plan)
@@ -136,7 +140,7 @@ class LocalExecutor:
                                  initargs=(os.getpid(),)) as pool, _PassOn(pool) as signals:
             futures = [pool.submit(_in_worker, *call) for call in calls]
             try:
-                for i, (label, future) in enumerate(zip(labels, futures), 1):
+                for i, (label, future) in enumerate(zip(labels, futures, strict=True), 1):
                     if signals.signum:
                         future.cancel()  # one not handed out yet
                     result = _outcome(future)
@@ -173,7 +177,8 @@ class _PassOn(SignalHandlers):
     handlers found (Ctrl-C raises KeyboardInterrupt). A signal ignored stays ignored."""
 
     def __init__(self, pool: ProcessPoolExecutor):
-        self.pool, self.signum, self.count, self.previous = pool, None, 0, {}
+        self.pool, self.count, self.previous = pool, 0, {}
+        self.signum: int | None = None
 
     def _handle(self, signum, frame):
         self.signum, self.count = self.signum or signum, self.count + 1

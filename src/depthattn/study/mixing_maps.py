@@ -22,7 +22,8 @@ def explain(study: Study, seed: int = 0) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    root, found = Path(study.results), {}
+    root = Path(study.results)
+    found: dict[str, dict[str, dict]] = {}
     for setting in study.settings():
         label = setting_label(setting) or "base"
         for method in study.methods:

@@ -159,7 +159,7 @@ def sweep_multipliers(sweep: Sweep, flops_ratio: dict[str, float] | None = None)
     labels, x, table = sample.labels, sample.x, sample.table
     fitted = sample.in_fit
     found = []
-    for method, k in sample.k.items():
+    for method in sample.k:
         points = tuple(point(sample, method, i) for i in range(len(labels))
                        if not np.isnan(table[method][i]).all())  # not a budget only the baseline trains
         found.append((method, points, budget_trend(sample, method)))
@@ -171,12 +171,13 @@ def sweep_multipliers(sweep: Sweep, flops_ratio: dict[str, float] | None = None)
     shown = ~stacked.all(axis=(0, 2))  # some method has points: not a budget only the baseline trains (so far)
     fitted &= ~stacked.any(axis=(0, 2))  # every method has its cells
     return Multipliers(
-        [label for label, keep in zip(labels, shown) if keep], x[shown].tolist(), sample.seeds, sweep.study.baseline,
+        [label for label, keep in zip(labels, shown, strict=True) if keep], x[shown].tolist(), sample.seeds,
+        sweep.study.baseline,
         rows, sample.documents is not None,
         joint_fit(x[fitted], {m: t[fitted] for m, t in table.items()}, sweep.study.baseline,
                   sample.generator() if sample.boot is not None else None, len(sample.seeds))
         if fitted.sum() >= MIN_FIT_BUDGETS else None,
-        [label for label, keep in zip(labels, fitted) if keep], sample.curve.power)
+        [label for label, keep in zip(labels, fitted, strict=True) if keep], sample.curve.power)
 
 
 def budget_trend(sample: SeedBootstrap, method: str) -> BudgetTrend:
@@ -186,9 +187,9 @@ def budget_trend(sample: SeedBootstrap, method: str) -> BudgetTrend:
     gamma, log_c = log_log_fit(x[fitted], k[fitted])
     if sample.boot is None:
         return BudgetTrend(Slope(gamma), log_c)
-    draws = np.array([log_log_fit(x[fitted], b[fitted]) for b in sample.boot[method]])  # (RESAMPLES, 2)
+    draws = np.array([log_log_fit(x[fitted], b[fitted]) for b in sample.boot_of(method)])  # (RESAMPLES, 2)
     low, high = percentile_interval(draws[:, 0])
-    gammas = np.array([log_log_fit(x[fitted], b[fitted])[0] for b in sample.loo[method]])  # (seeds,)
+    gammas = np.array([log_log_fit(x[fitted], b[fitted])[0] for b in sample.loo_of(method)])  # (seeds,)
     by_documents = None if sample.documents is None else np.array(
         [log_log_fit(x[fitted], b[fitted])[0] for b in sample.documents[method]])  # (DOCUMENT_GROUPS,)
     t_low, t_high = jackknife_t(np.array(gamma), gammas, documents=by_documents)
@@ -201,10 +202,10 @@ def point(sample: SeedBootstrap, method: str, i: int, calibrated: bool = True) -
     outside = max(read[i] / x[-1], x[0] / read[i]) if read[i] > 0 else math.inf
     low = high = t_low = t_high = None
     if sample.boot is not None:
-        low, high = percentile_interval(sample.boot[method][:, i])
+        low, high = percentile_interval(sample.boot_of(method)[:, i])
     if calibrated and sample.loo is not None:
         documents = None if sample.documents is None else sample.documents[method][:, i]
-        t_low, t_high = map(float, log_jackknife_t(k[i], sample.loo[method][:, i], documents=documents))
+        t_low, t_high = map(float, log_jackknife_t(k[i], sample.loo_of(method)[:, i], documents=documents))
     epochs_per_x = sample.epochs_per_x
     return MultiplierPoint(labels[i], float(x[i]), float(k[i]), float(read[i]), not x[0] <= read[i] <= x[-1],
                            bool(outside <= EXTRAPOLATION_LIMIT) if not math.isnan(read[i]) else False,
@@ -235,7 +236,7 @@ def at_bounds(params: np.ndarray, means: np.ndarray, methods: list[str]) -> list
     lower, upper = _bounds(means)
     names = ["E", "log B", "beta", *(f"{name} of {m}" for m in methods[1:] for name in ("log k", "gamma"))]
     found = []
-    for name, value, low, high in zip(names, params, lower, upper):
+    for name, value, low, high in zip(names, params, lower, upper, strict=True):
         if not (math.isfinite(low) and math.isfinite(high)):
             continue
         near = 1e-3 * (high - low)
@@ -281,6 +282,6 @@ def joint_fit(x: np.ndarray, table: dict[str, np.ndarray], baseline: str, rng: n
     # FIT_AT further than EXTRAPOLATION_LIMIT x past the fitted budgets: the fit's multiplier there is not stated
     return JointFit(float(params[0]), float(math.exp(params[1])), float(params[2]),
                     float(np.sqrt((residual ** 2).mean())), found, at_bounds(params, means, methods),
-                    bool(FIT_AT <= EXTRAPOLATION_LIMIT * float(np.max(x))))
+                    bool(EXTRAPOLATION_LIMIT * float(np.max(x)) >= FIT_AT))
 
 

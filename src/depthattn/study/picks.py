@@ -36,7 +36,7 @@ class SearchResult:
 def search_result(study: Study, store: CellStore) -> SearchResult:
     """Each candidate's mean and sd of the metric over the finished search seeds of `study`'s search, best first,
     and the picks (None until every candidate cell of the search seeds is finished in `store`)."""
-    search = study.search
+    search = study.search_rule
     ranking, missing = [], 0
     for method in search.candidates:
         values = [result.metric(search.metric) for seed in search.seeds
@@ -112,7 +112,8 @@ def confirmation(study: Study, tables: dict[str, SettingSummary]) -> Confirmatio
         verdicts = [verdict(d) if d else "not run" for d in found]
         if verdicts and all(v == "better" for v in verdicts):
             status = "yes"
-        elif any(v == "worse" or (v == "no difference shown" and d.n >= all_seeds) for v, d in zip(verdicts, found)):
+        elif any(v == "worse" or (v == "no difference shown" and d is not None and d.n >= all_seeds)
+                 for v, d in zip(verdicts, found, strict=True)):
             status = "no"
         else:
             status = "not decided"

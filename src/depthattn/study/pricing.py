@@ -9,6 +9,7 @@ cross-layer method's own arithmetic (`depthattn.evaluate.costs`). Training is 3 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..data.manifest import MANIFEST_NAME
@@ -28,7 +29,7 @@ def _vocab_size(study: Study, data_path: str) -> int:
     return study.datasets.get(data_path, {}).get("vocab_size", 50304)
 
 
-def cell_flops(study: Study, setting: dict, method: str) -> dict:
+def cell_flops(study: Study, setting: Mapping[str, str], method: str) -> dict:
     """Training tokens, parameters (`params` every one, `params_non_embedding` without the input embedding and the
     output head: the field's count) and FLOPs of one cell (any seed)."""
     cfg = study.cell_config(Cell(setting, method, study.seeds[0]))
@@ -37,7 +38,8 @@ def cell_flops(study: Study, setting: dict, method: str) -> dict:
     D, L, T = config.hidden_size, config.unrolled_depth, cfg.data.seq_len
     embeddings = config.vocab_size * D
     weights = costs["params_total"] - (0 if config.tie_word_embeddings else embeddings)  # the head is a matmul
-    attention = 2 * L * T * config.num_attention_heads * config.head_dim
+    # head_dim: None only before the config's __post_init__, which sets it from hidden_size
+    attention = 2 * L * T * config.num_attention_heads * config.head_dim  # type: ignore[operator]
     forward = 2 * weights + attention + costs["extra_flops_per_token"]
     tokens = cfg.train.steps * cfg.train.batch_size * cfg.train.grad_accum * T
     tables = embeddings * (1 if config.tie_word_embeddings else 2)
@@ -45,7 +47,7 @@ def cell_flops(study: Study, setting: dict, method: str) -> dict:
             "flops": 3 * forward * tokens}
 
 
-def run_flops(study: Study, setting: dict, method: str) -> dict:
+def run_flops(study: Study, setting: Mapping[str, str], method: str) -> dict:
     """`cell_flops` of the run that trains `setting`'s cell: with a branched budget axis the longest budget's run
     plus the decay of each shorter branch, beside the FLOPs of training every budget as a run of its own."""
     run = cell_flops(study, setting, method)
@@ -55,7 +57,7 @@ def run_flops(study: Study, setting: dict, method: str) -> dict:
     optim = study.cell_config(Cell(setting, method, study.seeds[0])).optim
     decays = sum(b["flops"] * optim.decay_steps(steps) / steps for b, steps in (
         (b, study.cell_config(Cell(s, method, study.seeds[0])).train.steps)
-        for b, s in zip(budgets, study.budget_settings(setting, method))) if b["tokens"] < run["tokens"])
+        for b, s in zip(budgets, study.budget_settings(setting, method), strict=True)) if b["tokens"] < run["tokens"])
     return {**run, "flops": run["flops"] + decays, "separate_flops": sum(b["flops"] for b in budgets)}
 
 

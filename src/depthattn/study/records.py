@@ -20,7 +20,7 @@ class Setting(dict):
     """A setting, {axis name: label}, that cannot change, so that a cell can be a dict key or a set member.
     `{**setting, name: label}` makes another."""
 
-    def __hash__(self):
+    def __hash__(self):  # type: ignore[override]  # dict is unhashable; a setting that cannot change is hashable
         return hash(frozenset(self.items()))
 
     def _frozen(self, *args, **kwargs):

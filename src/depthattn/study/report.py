@@ -167,8 +167,8 @@ def report_study(study: Study, store: CellStore) -> Report:
             if fits := [fit for fit in fits if fit]:
                 plot_trend(study, fits, root / f"{name}_trend.png")
                 figures.append((f"gains against the budget{shown}", f"{name}_trend.png"))
-            if found[label]:
-                plot_multipliers(study, found[label], root / f"{name}_multiplier.png")
+            if multipliers := found[label]:
+                plot_multipliers(study, multipliers, root / f"{name}_multiplier.png")
                 figures.append((f"multipliers against the budget{shown}", f"{name}_multiplier.png"))
     text = markdown + format_figures(figures)
     atomic_write_bytes(root / f"{study.name}.md", text.encode())
@@ -283,7 +283,7 @@ def setting_differences(studies: list[Study], store: CellStore, index: IndexPage
     """Per distinct setting where the index's anchor method has results: its `IndexEntry`, each column filled from
     the first study that has it once the setting has its row."""
     index = index or IndexPage.load()
-    entries = {}
+    entries: dict[str, IndexEntry] = {}
     for study in studies:
         results = store.read_results(study)
         for label, table in summarize(study, results).items():

@@ -53,6 +53,9 @@ class ExecutorOptions:
     def executor_for(self, study: Study) -> Executor:
         if self.executor == "local":
             return LocalExecutor(self.workers, self.threads, self.tasks_per_cell)
+        return self.slurm_executor(study)
+
+    def slurm_executor(self, study: Study) -> SlurmExecutor:
         return SlurmExecutor(self.slurm_settings(study), study.out_dir, self.poll, wait=not self.detach)
 
 

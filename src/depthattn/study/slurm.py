@@ -19,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
 
 from ..files import atomic_write_json
 from .cell import check_split, run_cell
@@ -45,7 +46,7 @@ class SlurmSettings:
     setup: list = dataclasses.field(default_factory=list)  # shell lines before each cell ("module load cuda")
 
     @classmethod
-    def from_table(cls, table: dict, overrides: list[str] = ()) -> SlurmSettings:
+    def from_table(cls, table: dict, overrides: Sequence[str] = ()) -> SlurmSettings:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         values = dict(table)
         for item in overrides:
@@ -67,7 +68,7 @@ class SlurmSettings:
                                      f"got {values[name]}")
         settings = cls(**values)
         settings.minutes()  # a bad time shows now
-        if not isinstance(settings.sbatch, dict) or not isinstance(settings.setup, list):
+        if not isinstance(values.get("sbatch", {}), dict) or not isinstance(values.get("setup", []), list):
             raise ValueError("[slurm] sbatch must be a table of sbatch options and setup a list of shell lines")
         return settings
 
@@ -79,11 +80,11 @@ class SlurmSettings:
         """`time` in whole minutes (what submitit takes), from any of sbatch's forms: M, M:S, H:M:S, D-H, D-H:M,
         D-H:M:S."""
         text = str(self.time)
-        days, dash, rest = text.partition("-") if "-" in text else ("0", "", text)
+        day_text, dash, rest = text.partition("-") if "-" in text else ("0", "", text)
         try:
-            days, numbers = int(days), [int(part) for part in rest.split(":")]
+            days, numbers = int(day_text), [int(part) for part in rest.split(":")]
         except ValueError:
-            numbers = []
+            days, numbers = 0, []
         if dash and 1 <= len(numbers) <= 3:
             hours, minutes, seconds = (numbers + [0, 0])[:3]
         elif not dash and 1 <= len(numbers) <= 3:
@@ -200,9 +201,12 @@ class SlurmExecutor:
         self.need_slurm()
         submitit = _submitit()
         check_split(plans, self.settings.tasks)
-        states = self._states(plans) if fn is None else [
-            {"plan": plan, "key": f"start/{name}/seed_{plan.seed}", "state": "not submitted"} for plan in plans]
+        # with fn the plans are a retrofitting study's starts, without it cells
+        cells, starts = cast(Sequence[CellPlan], plans), cast(Sequence[StartPlan], plans)
+        states = self._states(cells) if fn is None else [
+            {"plan": plan, "key": f"start/{name}/seed_{plan.seed}", "state": "not submitted"} for plan in starts]
         todo = [s for s in states if s["state"] in ("not submitted", "failed")]
+        job_ids = []
         if todo:
             executor = submitit.SlurmExecutor(folder=self.folder / "%j")
             executor.update_parameters(**self.settings.submitit_parameters(f"depthattn-{name}"))
@@ -211,18 +215,19 @@ class SlurmExecutor:
                 jobs = [executor.submit(_Resumable(fn), s["plan"], threads) if fn is not None else
                         executor.submit(_Resumable(run_cell_task), s["plan"], threads, tasks) for s in todo]
             records = self.records()
-            for state, job in zip(todo, jobs):
+            for state, job in zip(todo, jobs, strict=True):
                 records[state["key"]] = {"job_id": job.job_id, "stdout": str(job.paths.stdout).replace("%t", "0"),
                                          "stderr": str(job.paths.stderr).replace("%t", "0"),
                                          "submitted": time.strftime("%Y-%m-%dT%H:%M:%S")}
             atomic_write_json(self.record_path, records)
+            job_ids = [job.job_id for job in jobs]
             print(f"study {name}: submitted {len(jobs)} job(s) (array {jobs[0].job_id.split('_')[0]}); "
                   f"logs in {self.folder}", flush=True)
         if not self.wait:
             return False
         if fn is not None:
-            return self._wait_for_jobs([records[s["key"]]["job_id"] for s in todo] if todo else [])
-        return self._wait(name, plans)
+            return self._wait_for_jobs(job_ids)
+        return self._wait(name, cells)
 
     def _wait_for_jobs(self, job_ids: list[str]) -> bool:
         while set(job_ids) & set(self.queued()):
@@ -232,10 +237,10 @@ class SlurmExecutor:
     def _states(self, plans: Sequence[CellPlan]) -> list[dict]:
         """`cell_states` of the planned cells, each with its plan."""
         states = self.cell_states(plans[0].store, [(plan.cell, plan.path) for plan in plans]) if plans else []
-        return [{**state, "plan": plan} for state, plan in zip(states, plans)]
+        return [{**state, "plan": plan} for state, plan in zip(states, plans, strict=True)]
 
     def _wait(self, name: str, plans: Sequence[CellPlan]) -> bool:
-        seen = {}
+        seen: dict[str, str] = {}
         while True:
             states = self._states(plans)
             for s in states:

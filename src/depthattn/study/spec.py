@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,9 +141,23 @@ class Study:
         return study.check()
 
     def check(self) -> Study:
-        if self.start_from and self.start_from not in self.parent.methods:
+        self._check_methods()
+        if self.search is not None:
+            self._check_search(self.search)
+        if sum(axis.branches for axis in self.axes) > 1:
+            raise ValueError("one axis at most may set branches = true")
+        seeds = self.seeds + self.more_seeds
+        if not self.seeds or len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds and more_seeds must be distinct and seeds non-empty, got {seeds}")
+        for setting in self.settings():  # every cell's config is valid before anything trains
+            self.cell_config(Cell(setting, self.methods[0], self.seeds[0]))
+        return self
+
+    def _check_methods(self):
+        """The methods are presets, and every method the study names elsewhere is one of them."""
+        if self.start_from and self.start_from not in self.started_from.methods:
             raise ValueError(f"start_from {self.start_from!r} must be one of the parent study's methods "
-                             f"{self.parent.methods}")
+                             f"{self.started_from.methods}")
         for method in self.methods:
             if method not in METHOD_PRESETS:
                 raise ValueError(f"study method {method!r} is not a preset{did_you_mean(method, METHOD_PRESETS)}; "
@@ -156,49 +171,67 @@ class Study:
         for pair in self.contrasts:
             if len(pair) != 2 or not set(pair) <= set(self.methods):
                 raise ValueError(f"contrast {pair} must name two of the study's methods {self.methods}")
-        if self.search is not None:
-            if not self.search.candidates or set(self.search.candidates) - set(self.methods):
-                raise ValueError(f"[study.search] candidates {self.search.candidates} must be some of the study's "
-                                 f"methods {self.methods}")
-            if not 1 <= self.search.pick <= len(self.search.candidates) or self.axes:
-                raise ValueError("[study.search] picks 1 .. len(candidates) methods, in a study without axes")
-            if set(self.search.seeds) - set(self.seeds):
-                raise ValueError(f"[study.search] seeds {self.search.seeds} must be among the study's seeds "
-                                 f"{self.seeds}")
-        if sum(axis.branches for axis in self.axes) > 1:
-            raise ValueError("one axis at most may set branches = true")
-        seeds = self.seeds + self.more_seeds
-        if not self.seeds or len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds and more_seeds must be distinct and seeds non-empty, got {seeds}")
-        for setting in self.settings():  # every cell's config is valid before anything trains
-            self.cell_config(Cell(setting, self.methods[0], self.seeds[0]))
-        return self
+
+    def _check_search(self, search: Search):
+        if not search.candidates or set(search.candidates) - set(self.methods):
+            raise ValueError(f"[study.search] candidates {search.candidates} must be some of the study's "
+                             f"methods {self.methods}")
+        if not 1 <= search.pick <= len(search.candidates) or self.axes:
+            raise ValueError("[study.search] picks 1 .. len(candidates) methods, in a study without axes")
+        if set(search.seeds) - set(self.seeds):
+            raise ValueError(f"[study.search] seeds {search.seeds} must be among the study's seeds {self.seeds}")
 
     def settings(self) -> list[dict[str, str]]:
         """Every combination of axis labels, in the order of the axes: [{axis name: label}, ...]."""
         combos = itertools.product(*[list(axis.values) for axis in self.axes])
-        return [dict(zip([axis.name for axis in self.axes], labels)) for labels in combos]
+        return [dict(zip([axis.name for axis in self.axes], labels, strict=True)) for labels in combos]
 
-    def setting_config(self, setting: dict) -> dict:
+    def setting_config(self, setting: Mapping[str, str]) -> dict:
         data = json.loads(json.dumps(self.base))  # a deep copy
         for axis in self.axes:
             axis.apply(data, setting[axis.name])
         if self.start_from:  # the parent's models by their path, so that the cell key tells where a cell started
-            start = Path(self.parent.out_dir) / self.parent.cell_path(Cell({}, self.start_from, "{seed}")) / "final"
+            # "{seed}": a placeholder, filled in per cell (cell_config)
+            template = Cell({}, self.start_from, "{seed}")  # type: ignore[arg-type]
+            start = Path(self.started_from.out_dir) / self.started_from.cell_path(template) / "final"
             data.setdefault("model", {})["init_from"] = str(start)
         return data
+
+    @property
+    def started_from(self) -> Study:
+        """The parent study, whose models `start_from` names."""
+        if self.parent is None:
+            raise ValueError(f"study {self.name}: start_from {self.start_from!r} names a method of the study this "
+                             "one extends, but it extends none; add extends")
+        return self.parent
+
+    @property
+    def search_rule(self) -> Search:
+        """The study's [study.search], for the readings of a search study (search: None without one)."""
+        if self.search is None:
+            raise ValueError(f"study {self.name} has no [study.search] to read")
+        return self.search
 
     @property
     def branch_axis(self) -> Axis | None:
         return next((axis for axis in self.axes if axis.branches), None)
 
-    def trains(self, setting: dict, method: str) -> bool:
+    @property
+    def branched_axis(self) -> Axis:
+        """The branched axis, for the readings only a branched study has (branch_axis: None without one)."""
+        axis = self.branch_axis
+        if axis is None:
+            raise ValueError(f"study {self.name} has no branched axis (one with branches = true), which this "
+                             "reading of its budgets needs")
+        return axis
+
+    def trains(self, setting: Mapping[str, str], method: str) -> bool:
         """Whether the study has a cell of `method` in `setting`: every method has, but at the budgets only the
         baseline trains (a branched axis's baseline_only, to read its curve past the others' longest budget)."""
         axis = self.branch_axis
         return axis is None or method == self.baseline or setting[axis.name] not in axis.baseline_only
 
-    def run_setting(self, setting: dict, method: str) -> dict:
+    def run_setting(self, setting: Mapping[str, str], method: str) -> Mapping[str, str]:
         """The setting of the run that trains `setting`'s cell of `method`: itself, or with a branched axis the
         longest budget `method` trains, whose run branches off every shorter one."""
         axis = self.branch_axis
@@ -206,7 +239,7 @@ class Study:
             return setting
         return self.budget_settings(setting, method)[-1]
 
-    def budget_settings(self, setting: dict, method: str) -> list[dict]:
+    def budget_settings(self, setting: Mapping[str, str], method: str) -> list[Mapping[str, str]]:
         """The settings a run of `method` trains: `setting`, or with a branched axis one per budget, shortest
         first."""
         axis = self.branch_axis
@@ -237,7 +270,7 @@ class Study:
 
     def start_config(self, seed: int) -> TrainConfig:
         """The training config of the parent study's base-setting cell that `start_from` names."""
-        return self.parent.cell_config(Cell({}, self.start_from, seed))
+        return self.started_from.cell_config(Cell({}, self.start_from, seed))
 
 
 # settings that change neither the model nor its training, so they do not enter a cell's key

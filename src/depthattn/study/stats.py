@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from .records import CellResult
@@ -82,7 +83,8 @@ class SettingSummary:
                 "contrasts": [c.to_dict() for c in self.contrasts]}
 
 
-def paired_difference(values: list[float], baseline: list[float], confidence: float = CONFIDENCE) -> Difference:
+def paired_difference(values: Sequence[float], baseline: Sequence[float], confidence: float = CONFIDENCE
+                      ) -> Difference:
     """method - baseline over paired seeds: mean, sd, two-sided paired t-test and its confidence interval."""
     diffs = [a - b for a, b in zip(values, baseline, strict=True)]
     n, mean = len(diffs), statistics.fmean(diffs)
@@ -244,9 +246,9 @@ def compare_studies(study: Study, results: list[CellResult], other: str, theirs:
             if not seeds:
                 continue
             shift = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
-            pair = tuple(row.difference if (row := table[label].row(method)) else None for table in gains)
+            here, there = (row.difference if (row := table[label].row(method)) else None for table in gains)
             overlap = None
-            if all(g and not math.isnan(g.diff_low) for g in pair):
-                overlap = pair[0].diff_low <= pair[1].diff_high and pair[1].diff_low <= pair[0].diff_high
-            rows.append(ComparedMethod(label, method, shift, pair, overlap))
+            if here and there and not math.isnan(here.diff_low) and not math.isnan(there.diff_low):
+                overlap = here.diff_low <= there.diff_high and there.diff_low <= here.diff_high
+            rows.append(ComparedMethod(label, method, shift, (here, there), overlap))
     return Comparison(other, tolerance, tuple(rows))

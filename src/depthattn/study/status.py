@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from ..train.checkpoint import STEP_DIR, newest_good_checkpoint
+from ..train.checkpoint import checkpoint_step, newest_good_checkpoint
 from .pricing import H100_BF16_TFLOPS, gpu_hours, run_flops, tokens_left
 from .records import Cell
 from .runner import ExecutorOptions
@@ -69,7 +69,7 @@ def _status(study: Study, store: CellStore, executor: ExecutorOptions, methods: 
     cells = [Cell(setting, method, seed) for seed in study.seeds + study.more_seeds for setting in study.settings()
              for method in study.methods]
     if executor.executor == "slurm":
-        print_status(study, store, executor.executor_for(study), cells)
+        print_status(study, store, executor.slurm_executor(study), cells)
         return
     wanted = {store.result_path(study, cell) for cell in wanted_cells(study, store, methods, seeds)}
     done = sum(store.has_result(study, cell) for cell in cells)
@@ -88,7 +88,7 @@ def _status(study: Study, store: CellStore, executor: ExecutorOptions, methods: 
 def _resumes_at(study: Study, cell: Cell) -> int:
     """The step a cell's run resumes at on this machine: its newest whole checkpoint's, 0 without one."""
     checkpoint = newest_good_checkpoint(Path(study.out_dir) / study.cell_path(cell))
-    return 0 if checkpoint is None else int(STEP_DIR.match(checkpoint.name)[1])
+    return 0 if checkpoint is None else checkpoint_step(checkpoint)
 
 
 def _time_left(study: Study, store: CellStore, resumes: dict[Cell, int]) -> str:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,9 +54,21 @@ class SeedBootstrap:
     read: dict[str, np.ndarray]  # method -> the tokens per parameter where the baseline reaches its loss
     boot: dict[str, np.ndarray] | None  # method -> (RESAMPLES, budgets); None below MIN_SEEDS seeds
     loo: dict[str, np.ndarray] | None  # method -> (seeds, budgets), each seed left out once; None below MIN_SEEDS
-    rng_state: dict  # the generator's state after the resamples, for draws that follow them (the joint fit's)
+    rng_state: Mapping[str, Any]  # the generator's state after the resamples, for the draws that follow (joint fit's)
     documents: dict[str, np.ndarray] | None = None  # method -> (DOCUMENT_GROUPS, budgets), each group of held-out
     # documents left out once; None unless every cell stores its documents' losses
+
+    def boot_of(self, method: str) -> np.ndarray:
+        """`boot[method]`, for the readings made only where the seeds carry resamples."""
+        if self.boot is None:
+            raise ValueError(f"{len(self.seeds)} seeds carry no resamples; they need {MIN_SEEDS} seeds at least")
+        return self.boot[method]
+
+    def loo_of(self, method: str) -> np.ndarray:
+        """`loo[method]`, for the readings made only where the seeds carry resamples."""
+        if self.loo is None:
+            raise ValueError(f"{len(self.seeds)} seeds carry no resamples; they need {MIN_SEEDS} seeds at least")
+        return self.loo[method]
 
     @property
     def in_fit(self) -> np.ndarray:
@@ -84,7 +98,7 @@ class Sweep:
 
     def models(self) -> dict[str, Sweep]:
         """A branched study's sweeps per setting of its other axes (a ladder's sizes), by that setting's label."""
-        axis = self.study.branch_axis
+        axis = self.study.branched_axis
         found: dict[str, list[CellResult]] = {}
         for result in self.results:
             rest = {name: label for name, label in result.setting.items() if name != axis.name}
@@ -111,7 +125,7 @@ class Sweep:
     def epochs_per_x(self) -> float | None:
         """Passes over the training data per token per parameter of the baseline model (from the cells'
         data_epochs)."""
-        axis = self.study.branch_axis
+        axis = self.study.branched_axis
         for r in self.results:
             if r.method == self.study.baseline and r.data_epochs is not None:
                 return r.data_epochs / self.tokens_per_parameter[r.setting[axis.name]]
@@ -125,7 +139,7 @@ class Sweep:
         (its curve), or left out while the baseline too lacks a seed's cell, so that cells still to come never
         cost the table a seed."""
         study, x_of = self.study, self.tokens_per_parameter
-        axis = study.branch_axis
+        axis = study.branched_axis
         loss = {(r.method, r.setting[axis.name], r.seed): r.val_loss for r in self.results}
         methods = [m for m in study.methods if any(key[0] == m for key in loss)]
 
@@ -140,7 +154,7 @@ class Sweep:
         def complete(method: str, label: str) -> bool:
             return all((method, label, s) in loss for s in seeds)
 
-        labels = sorted((label for label in x_of if complete(study.baseline, label)), key=x_of.get)
+        labels = sorted((label for label in x_of if complete(study.baseline, label)), key=x_of.__getitem__)
         table = {m: np.array([[loss[m, label, s] if complete(m, label) else math.nan for s in seeds]
                               for label in labels]).reshape(len(labels), len(seeds))
                  for m in methods}
@@ -181,7 +195,7 @@ class Sweep:
         """The loss table once per group of held-out documents, that group left out of every cell's loss (its nats
         and tokens taken out of the whole split's); None unless every cell of the table stores its documents'
         losses (`val_documents`)."""
-        axis, found = self.study.branch_axis, self.loss_table
+        axis, found = self.study.branched_axis, self.loss_table
         table = found.losses
         cells = {(r.method, r.setting[axis.name], r.seed): r for r in self.results}
         kept = {}
@@ -258,7 +272,7 @@ def resampled_multipliers(x: np.ndarray, base: np.ndarray, tables: dict[str, np.
     drawn = [tuple(sorted(d)) for d in draws]
     fitted = {drew: BaselineCurve.fit(x, base[:, drew].mean(axis=1)) for drew in set(drawn)}
     curves = [fitted[drew] for drew in drawn]
-    return {m: np.array([data_multipliers(x, c, t[:, d])[0] for c, d in zip(curves, draws)])
+    return {m: np.array([data_multipliers(x, c, t[:, d])[0] for c, d in zip(curves, draws, strict=True)])
             for m, t in tables.items()}
 
 

@@ -96,14 +96,13 @@ def trend(study: Study, results: list[CellResult], method: str, against: str, se
     seeds = sorted(set.intersection(*[set(p) for p in pairs.values()])) if pairs else []
     if len(pairs) < 3 or len(seeds) < 2:
         return None
-    labels = sorted(pairs, key=x_of.get)
+    labels = sorted(pairs, key=x_of.__getitem__)
     x = np.array([x_of[label] for label in labels])
     table = np.array([[pairs[label][s][0] - pairs[label][s][1] for s in seeds] for label in labels])  # (budgets, seeds)
     a, b = semi_log_fit(x, table.mean(axis=1))
     points = []  # at each budget every seed that has both cells, not only the seeds common to all budgets
     for label in labels:
-        values, baseline = zip(*pairs[label].values())
-        points.append(GainPoint(label, x_of[label], paired_difference(values, baseline)))
+        points.append(GainPoint(label, x_of[label], _paired_gain(pairs[label])))
     if len(seeds) < MIN_SEEDS:
         return GainTrend(method, against, seeds, points, a, b)
     rng = np.random.default_rng(seed)
@@ -111,7 +110,7 @@ def trend(study: Study, results: list[CellResult], method: str, against: str, se
     fits = np.array([semi_log_fit(x, table[:, draw].mean(axis=1)) for draw in draws])  # (RESAMPLES, 2)
     curves = fits[:, :1] + fits[:, 1:] * np.log10(GRID)[None, :]  # (RESAMPLES, grid)
     low, high = percentile_interval(curves, interpolate=True, axis=0)
-    holds_zero = (low <= 0) & (high >= 0) & (GRID >= x.min())
+    holds_zero = (low <= 0) & (high >= 0) & (x.min() <= GRID)
     zero = float(GRID[np.argmax(holds_zero)]) if holds_zero.any() else None
     beyond = zero is not None and zero > ZERO_LIMIT * x.max()
     slope_low, slope_high = percentile_interval(fits[:, 1], interpolate=True)
@@ -123,9 +122,15 @@ def trend(study: Study, results: list[CellResult], method: str, against: str, se
 
 
 
+def _paired_gain(pairs: dict[int, tuple[float, float]]) -> Difference:
+    """method - baseline at one budget over its pairs {seed: (method's loss, baseline's)}."""
+    values, baseline = zip(*pairs.values(), strict=True)
+    return paired_difference(values, baseline)
+
+
 def trend_pairs(study: Study) -> list[tuple[str, str]]:
     """The gains a budget study fits: every method against the baseline, then the study's contrasts."""
-    return [(m, study.baseline) for m in study.methods if m != study.baseline] + [tuple(c) for c in study.contrasts]
+    return [(m, study.baseline) for m in study.methods if m != study.baseline] + [(c[0], c[1]) for c in study.contrasts]
 
 
 def budget_trends(study: Study, results: list[CellResult]) -> dict[str, list[GainTrend | None]]:
@@ -164,15 +169,14 @@ def gain_table(sweep: Sweep, fits: list[GainTrend | None]) -> GainTable | None:
     study, results, x_of = sweep.study, list(sweep.results), sweep.tokens_per_parameter
     if not x_of:
         return None
-    labels = sorted(x_of, key=x_of.get)
-    epochs = {r.setting[study.branch_axis.name]: r.data_epochs for r in results}
+    labels = sorted(x_of, key=x_of.__getitem__)
+    epochs = {r.setting[study.branched_axis.name]: r.data_epochs for r in results}
     pairs = trend_pairs(study)
     paired = [paired_by_budget(study, results, *pair) for pair in pairs]
     columns = tuple(label for label in labels if any(label in by_budget for by_budget in paired))
     rows = []
     for (method, against), fit, by_budget in zip(pairs, fits, paired, strict=True):
-        gains = tuple(paired_difference(*map(list, zip(*by_budget[label].values()))) if label in by_budget else None
-                      for label in columns)
+        gains = tuple(_paired_gain(by_budget[label]) if label in by_budget else None for label in columns)
         rows.append(GainRow(method, against, gains, fit))
     return GainTable({label: x_of[label] for label in labels},
-                     {label: epochs[label] for label in labels if epochs.get(label) is not None}, columns, tuple(rows))
+                     {label: e for label in labels if (e := epochs.get(label)) is not None}, columns, tuple(rows))

@@ -105,35 +105,60 @@ def _multipliers(x: np.ndarray, by_rate: dict[str, dict[str, np.ndarray]], basel
     return read(best), read(at_reference), rates, baseline_rates
 
 
+def _rate_tables(study: Study, results: list[CellResult], rate_key: str, reference: str
+                 ) -> tuple[list[str], np.ndarray, list[int], dict[str, dict[str, np.ndarray]]] | None:
+    """(labels, x, seeds, per rate each method's loss table (labels, seeds)) over the budgets and seeds every rate
+    has; None where a rate lacks the baseline, the reference rate or a second rate is missing, or under three
+    budgets or no seed are shared."""
+    by_rate = {}
+    for sweep in Sweep(study, tuple(results)).models().values():
+        loss_table = sweep.loss_table
+        if study.baseline not in loss_table.losses:
+            return None
+        by_rate[sweep.results[0].setting[rate_key]] = loss_table
+    if reference not in by_rate or len(by_rate) < 2:
+        return None
+    labels = [label for label in by_rate[reference].labels if all(label in t.labels for t in by_rate.values())]
+    seeds = sorted(set.intersection(*(set(t.seeds) for t in by_rate.values())))
+    if len(labels) < 3 or not seeds:
+        return None
+    x = np.array([by_rate[reference].x[by_rate[reference].labels.index(label)] for label in labels])
+    tables = {}
+    for rate, loss_table in by_rate.items():
+        rows = [loss_table.labels.index(label) for label in labels]
+        columns = [loss_table.seeds.index(s) for s in seeds]
+        tables[rate] = {m: t[np.ix_(rows, columns)] for m, t in loss_table.losses.items()}
+    return labels, x, seeds, tables
+
+
+def _tuned_points(k: np.ndarray, loo: list[np.ndarray], chosen: list[str], labels: list[str], rates: list[str]
+                  ) -> list[TunedPoint]:
+    """A method's multipliers `k` per budget, each with its calibrated interval from the leave-one-seed-out
+    multipliers `loo` (none without), read at the rates `chosen`."""
+    out = []
+    for i, label in enumerate(labels):
+        low = high = None
+        if loo and not math.isnan(k[i]):
+            lo, hi = log_jackknife_t(k[i], np.array([left_out[i] for left_out in loo]))
+            low, high = float(lo), float(hi)
+        out.append(TunedPoint(label, float(k[i]), low, high, chosen[i], chosen[i] in (rates[0], rates[-1])))
+    return out
+
+
 def tuned_multipliers(study: Study, results: list[CellResult], reference: str = "2e-3", verdict_at: str | None = None
                       ) -> Tuning | None:
     """The tuned reading of a learning-rate sweep; None without a rate axis, a branched axis and one seed every rate
     has at every budget. `verdict_at`: the budget of the verdict, by default the longest that every method trains."""
-    axis = rate_axis(study)
-    if axis is None or study.branch_axis is None:
+    axis, branch = rate_axis(study), study.branch_axis
+    if axis is None or branch is None:
         return None
-    by_rate = {}
-    for sweep in Sweep(study, tuple(results)).models().values():
-        rate = sweep.results[0].setting[axis.name]
-        found = sweep.loss_table
-        if study.baseline not in found.losses:
-            return None
-        by_rate[rate] = (found.labels, found.x, found.seeds, found.losses)
-    if reference not in by_rate or len(by_rate) < 2:
+    shared_tables = _rate_tables(study, results, axis.name, reference)
+    if shared_tables is None:
         return None
-    labels = [label for label in by_rate[reference][0] if all(label in v[0] for v in by_rate.values())]
-    seeds = sorted(set.intersection(*(set(v[2]) for v in by_rate.values())))
-    if len(labels) < 3 or not seeds:
-        return None
-    x = np.array([by_rate[reference][1][by_rate[reference][0].index(label)] for label in labels])
-    tables = {}
-    for rate, (group_labels, _, group_seeds, table) in by_rate.items():
-        rows = [group_labels.index(label) for label in labels]
-        columns = [group_seeds.index(s) for s in seeds]
-        tables[rate] = {m: t[np.ix_(rows, columns)] for m, t in table.items()}
+    labels, x, seeds, tables = shared_tables
     if verdict_at is None:
-        shared = [label for label in study.branch_axis.values if label not in study.branch_axis.baseline_only]
-        verdict_at = max(shared, key=study.branch_axis.values.get)
+        shared = [label for label in branch.values if label not in branch.baseline_only]
+        verdict_at = max(shared, key=lambda label: branch.values[label])
     n = len(seeds)
     everyone = np.arange(n)
     leave_out = [np.delete(everyone, j) for j in range(n)] if n >= MIN_SEEDS else []
@@ -144,20 +169,9 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     for method in methods:
         best, at_reference, best_rates, _ = _multipliers(x, tables, study.baseline, method, reference, everyone)
         loo = [_multipliers(x, tables, study.baseline, method, reference, keep) for keep in leave_out]
-
-        def points(k: np.ndarray, which: int, chosen: list[str]) -> list[TunedPoint]:
-            out = []
-            for i, label in enumerate(labels):
-                low = high = None
-                if loo and not math.isnan(k[i]):
-                    lo, hi = log_jackknife_t(k[i], np.array([values[which][i] for values in loo]))
-                    low, high = float(lo), float(hi)
-                out.append(TunedPoint(label, float(k[i]), low, high, chosen[i],
-                                      chosen[i] in (rates[0], rates[-1])))
-            return out
-
-        best_points = points(best, 0, best_rates)
-        found.append((method, best_points, points(at_reference, 1, [reference] * len(labels))))
+        best_points = _tuned_points(best, [values[0] for values in loo], best_rates, labels, rates)
+        found.append((method, best_points, _tuned_points(at_reference, [values[1] for values in loo],
+                                                         [reference] * len(labels), labels, rates)))
         if loo and verdict_at in labels:
             i = labels.index(verdict_at)
             p_values[method] = jackknife_p(math.log(best[i]), np.log([values[0][i] for values in loo]))

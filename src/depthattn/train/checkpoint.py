@@ -109,6 +109,14 @@ def step_name(step: int) -> str:
     return f"step_{step:08d}"
 
 
+def checkpoint_step(checkpoint: Path) -> int:
+    """The step of a checkpoint folder, read off its name (step_name's inverse)."""
+    match = STEP_DIR.match(checkpoint.name)
+    if match is None:
+        raise ValueError(f"{checkpoint} is not a checkpoint folder: its name should read step_XXXXXXXX (8 digits)")
+    return int(match[1])
+
+
 def list_checkpoints(out_dir: Path) -> list[Path]:
     folder = Path(out_dir) / "checkpoints"
     if not folder.is_dir():

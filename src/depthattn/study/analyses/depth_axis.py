@@ -135,13 +135,15 @@ def _interaction_surface(sweeps: list[AtDepth], method: str, groups: int | None)
     2026-12-05)."""
     coefficients = log_surface_fit(_surface_points(sweeps, method), interaction=True)
     delta_at = {x: float(coefficients[2] + coefficients[3] * math.log(x)) for x in INTERACTION_AT}
+    c = [float(value) for value in coefficients]
+    fitted = (c[0], c[1], c[2], c[3])
     if not groups:
-        return InteractionSurface(tuple(map(float, coefficients)), Slope(float(coefficients[3])),
+        return InteractionSurface(fitted, Slope(float(coefficients[3])),
                                   {x: Slope(delta) for x, delta in delta_at.items()})
     loo = np.array([log_surface_fit(_surface_points(sweeps, method, left_out=j), interaction=True)
                     for j in range(groups)])
     eta = Slope(float(coefficients[3]), *_calibrated(coefficients[3], loo[:, 3]))
-    return InteractionSurface(tuple(map(float, coefficients)), eta, {
+    return InteractionSurface(fitted, eta, {
         x: Slope(delta, *_calibrated(delta, loo[:, 2] + loo[:, 3] * math.log(x))) for x, delta in delta_at.items()})
 
 
@@ -167,20 +169,22 @@ def depth_trend(axis: DepthAxis) -> DepthTrend:
         budgets = []
         for label in labels:
             at = [s.sample.labels.index(label) for s in sweeps]
-            k = np.array([s.sample.k[method][i] for s, i in zip(sweeps, at)])
+            k = np.array([s.sample.k[method][i] for s, i in zip(sweeps, at, strict=True)])
             if np.isnan(k).any():  # a budget that only the baseline trains in some sweep
                 continue
             delta = log_log_fit(depths, k)[0]
             low = high = t_low = t_high = None
             if resampled:
                 # (RESAMPLES, depths)
-                boot = np.stack([s.sample.boot[method][:, i] for s, i in zip(sweeps, at)], axis=1)
+                boot = np.stack([s.sample.boot_of(method)[:, i] for s, i in zip(sweeps, at, strict=True)], axis=1)
                 low, high = percentile_interval(np.array([log_log_fit(depths, b)[0] for b in boot]))
             if groups:
-                loo = np.stack([s.sample.loo[method][:, i] for s, i in zip(sweeps, at)], axis=1)  # (seeds, depths)
+                # (seeds, depths)
+                loo = np.stack([s.sample.loo_of(method)[:, i] for s, i in zip(sweeps, at, strict=True)], axis=1)
                 _, _, t_low, t_high = _calibrated(delta, np.array([log_log_fit(depths, b)[0] for b in loo]))
             budgets.append(DepthBudget(label, float(sweeps[0].sample.x[at[0]]), k.tolist(),
-                                       [point(s.sample, method, i, calibrated=False) for s, i in zip(sweeps, at)],
+                                       [point(s.sample, method, i, calibrated=False)
+                                        for s, i in zip(sweeps, at, strict=True)],
                                        Slope(delta, low, high, t_low, t_high)))
         out[method] = DepthMethod(budgets, _surface(sweeps, method, resampled, groups),
                                   _interaction_surface(sweeps, method, groups))
@@ -191,13 +195,14 @@ def _surface(sweeps: list[AtDepth], method: str, resampled: bool, groups: int | 
     coefficients = log_surface_fit(_surface_points(sweeps, method))
     draws = low = high = t_low = t_high = None
     if resampled:
-        resamples = len(sweeps[0].sample.boot[method])
+        resamples = len(sweeps[0].sample.boot_of(method))
         draws = np.array([log_surface_fit(_surface_points(sweeps, method, r)) for r in range(resamples)])
         low, high = percentile_interval(draws[:, 2])
     if groups:
         loo = np.array([log_surface_fit(_surface_points(sweeps, method, left_out=j))[2] for j in range(groups)])
         _, _, t_low, t_high = _calibrated(coefficients[2], loo)
-    return DepthSurface(tuple(float(c) for c in coefficients), draws,
+    a, gamma, delta = (float(c) for c in coefficients)
+    return DepthSurface((a, gamma, delta), draws,
                         Slope(float(coefficients[2]), low, high, t_low, t_high))
 
 
@@ -210,7 +215,8 @@ def _at_depths(axis: DepthAxis, x_scales: dict[str, float] | None = None) -> tup
         return missing, []
     scales = x_scales or {}
     return {}, independent_resamples(sorted((AtDepth(sweep.depth, sample, scales.get(study.config_file, 1.0))
-                                             for study, sweep, sample in found), key=lambda s: s.depth))
+                                             for study, sweep, sample in found if sample is not None),
+                                            key=lambda s: s.depth))
 
 
 def _surface_points(sweeps: list[AtDepth], method: str, resample: int | None = None, left_out: int | None = None,
@@ -219,8 +225,8 @@ def _surface_points(sweeps: list[AtDepth], method: str, resample: int | None = N
     bootstrap resample `resample`, or those with seed `left_out` (its position) left out of every sweep."""
     def k(s: SeedBootstrap, i):
         if resample is not None:
-            return s.boot[method][resample, i]
-        return s.k[method][i] if left_out is None else s.loo[method][left_out, i]
+            return s.boot_of(method)[resample, i]
+        return s.k[method][i] if left_out is None else s.loo_of(method)[left_out, i]
 
     return [(float(s.sample.x[i] * s.x_scale), s.depth, float(k(s.sample, i))) for s in sweeps
             for i in np.flatnonzero(within_repeats(s.sample.x, s.sample.epochs_per_x, epochs))]
@@ -288,7 +294,7 @@ def prediction_surfaces(axis: DepthAxis, x_scales: dict[str, float]) -> Predicti
     for method in methods:
         fits = []
         for shape in PREDICTION_SHAPES:
-            def fit(left_out=None, shape=shape):
+            def fit(left_out=None, shape=shape, method=method):
                 return log_surface_fit(_surface_points(sweeps, method, left_out=left_out, epochs=shape.epochs),
                                        interaction=shape.interaction)
             left_out = np.array([fit(j) for j in range(groups)]) if groups else None

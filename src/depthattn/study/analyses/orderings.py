@@ -104,7 +104,7 @@ def _separated(found: SeedBootstrap, a: str, b: str, i: int) -> bool | None:
     resamples)."""
     if found.boot is None:
         return None
-    low, high = percentile_interval(np.log(found.boot[a][:, i]) - np.log(found.boot[b][:, i]))
+    low, high = percentile_interval(np.log(found.boot_of(a)[:, i]) - np.log(found.boot_of(b)[:, i]))
     return bool(low > 0 or high < 0)
 
 
@@ -113,7 +113,7 @@ def _separated_calibrated(found: SeedBootstrap, a: str, b: str, i: int) -> bool 
     if found.loo is None:
         return None
     log_ratio = np.log(found.k[a][i]) - np.log(found.k[b][i])
-    low, high = jackknife_t(np.array(log_ratio), np.log(found.loo[a][:, i]) - np.log(found.loo[b][:, i]))
+    low, high = jackknife_t(np.array(log_ratio), np.log(found.loo_of(a)[:, i]) - np.log(found.loo_of(b)[:, i]))
     return bool(low > 0 or high < 0)
 
 
@@ -121,8 +121,9 @@ def _pair(found: list[SeedBootstrap], at: list[int], ks: tuple[dict[str, float],
           orders: tuple[list[str], ...], first: int, second: int) -> PairOrders:
     """Sweeps `first` and `second` at one budget (`at`: its position in each sweep's budgets)."""
     a_k, b_k = ks[first], ks[second]
-    swaps = tuple(Swap((a, b), tuple(_separated(found[s], a, b, at[s]) for s in (first, second)),
-                       tuple(_separated_calibrated(found[s], a, b, at[s]) for s in (first, second)), (first, second))
+    swaps = tuple(Swap((a, b), (_separated(found[first], a, b, at[first]), _separated(found[second], a, b, at[second])),
+                       (_separated_calibrated(found[first], a, b, at[first]),
+                        _separated_calibrated(found[second], a, b, at[second])), (first, second))
                   for a, b in itertools.combinations(list(a_k), 2)
                   if (a_k[a] > a_k[b]) != (b_k[a] > b_k[b]))
     return PairOrders((first, second), orders[first] == orders[second], swaps)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,8 +44,8 @@ def target_budgets(target: Study) -> list[dict]:
         if not target.trains(setting, target.baseline):
             continue
         cost = cell_flops(target, setting, target.baseline)
-        rest = {name: label for name, label in setting.items() if name != target.branch_axis.name}
-        out.append({"group": setting_label(rest), "budget": setting[target.branch_axis.name],
+        rest = {name: label for name, label in setting.items() if name != target.branched_axis.name}
+        out.append({"group": setting_label(rest), "budget": setting[target.branched_axis.name],
                     "tokens_per_parameter": cost["tokens"] / cost["params"],
                     "tokens_per_non_embedding_parameter": cost["tokens"] / cost["params_non_embedding"],
                     "depth": model_depth(target, setting)})
@@ -54,7 +55,7 @@ def target_budgets(target: Study) -> list[dict]:
 def unscorable(target: Study) -> str:
     """Why no cells of `target` can ever score a prediction: fewer budgets than a multiplier needs; '' when they
     can."""
-    axis = target.branch_axis
+    axis = target.branched_axis
     budgets = [setting[axis.name] for setting in target.budget_settings(target.settings()[0], target.baseline)]
     if len(budgets) >= MIN_BUDGETS:
         return ""
@@ -64,7 +65,8 @@ def unscorable(target: Study) -> str:
 
 
 def _at(trend: BudgetTrend, x: float) -> dict:
-    multiplier, low, high = exp_linear((trend.log_c, trend.gamma.value), (1.0, math.log(x)), trend.draws[:, ::-1])
+    draws = None if trend.draws is None else trend.draws[:, ::-1]  # (log c, gamma), the coefficients' order
+    multiplier, low, high = exp_linear((trend.log_c, trend.gamma.value), (1.0, math.log(x)), draws)
     return {"multiplier": multiplier, "low": low, "high": high}
 
 
@@ -86,7 +88,7 @@ def predict(source: Study, store: CellStore, target: Study, date: str, assumes: 
                          "can predict (`depthattn study` runs what is missing)")
     budgets = target_budgets(target)
     depth = model_depth(source, source.settings()[0])
-    x_of = dict(zip(found.labels, found.x))
+    x_of = dict(zip(found.labels, found.x, strict=True))
     fitted = [x_of[label] for label in found.fit_budgets] or found.x
     reach = {"depths": [depth], "fit_tokens_per_parameter": [min(fitted), max(fitted)]}
 
@@ -150,7 +152,7 @@ def predict_with_depth(axis: DepthAxis, target: Study, date: str, assumes: str) 
     if why := unscorable(target):
         raise ValueError(f"no prediction for {target.name}: {why}")
     found = prediction_surfaces(axis, {sweep.config_file: _non_embedding_scale(sweep) for sweep in axis.sweeps})
-    few = ", ".join(f"{n} at {depth} layers" for n, depth in zip(found.seeds or [], found.depths or [])
+    few = ", ".join(f"{n} at {depth} layers" for n, depth in zip(found.seeds or [], found.depths or [], strict=True)
                     if n < MIN_SEEDS)
     if found.missing or few:
         raise ValueError(f"{axis.config_file}: every sweep needs every method at {MIN_SEEDS} seeds or more at three "
@@ -159,24 +161,30 @@ def predict_with_depth(axis: DepthAxis, target: Study, date: str, assumes: str) 
     if any(fit.left_out is None for fits in found.methods.values() for fit in fits):
         raise ValueError(f"{axis.config_file}: a calibrated interval leaves one seed position out of every sweep at "
                          f"once, so every sweep needs the same seeds (they have {found.seeds})")
-    reach = {"depths": found.depths, "fit_tokens_per_parameter": list(found.fitted_x)}
+    reach = {"depths": found.depths, "fit_tokens_per_parameter": list(found.fitted_x or ())}
 
     def at(fits: list[ShapeFit], budget: dict) -> dict:
-        shapes = {fit.shape.name: fit.at(budget["tokens_per_parameter"], budget["depth"]) for fit in fits}
-        shapes = {name: [None if math.isnan(v) else v for v in read] for name, read in shapes.items()}
-        fitted = [(low, high) for _, low, high in shapes.values() if low is not None]  # a shape too few budgets fit
+        read_off = (fit.at(budget["tokens_per_parameter"], budget["depth"]) for fit in fits)
+        shapes = {fit.shape.name: [None if v is None or math.isnan(v) else v for v in read]
+                  for fit, read in zip(fits, read_off, strict=True)}
+        # a shape too few budgets fit (low and high: nan together)
+        fitted = [(low, high) for _, low, high in shapes.values() if low is not None and high is not None]
         return {**budget, "multiplier": shapes[fits[0].shape.name][0],
                 "low": min((low for low, _ in fitted), default=None),
                 "high": max((high for _, high in fitted), default=None),
-                "shapes": {name: dict(zip(("multiplier", "low", "high"), read)) for name, read in shapes.items()},
+                "shapes": {name: dict(zip(("multiplier", "low", "high"), read, strict=True))
+                           for name, read in shapes.items()},
                 "extrapolated": bool(far_past(reach, budget))}
 
     methods = {}
     for method, fits in found.methods.items():
         if method not in target.methods:
             continue
-        trend = {fit.shape.name: dict(zip(("a", "gamma", "delta", "eta"), fit.coefficients)) for fit in fits}
-        methods[method] = {"trend": {**trend[fits[0].shape.name], "shapes": trend},
+        # eta only where the shape has the interaction term (three coefficients otherwise)
+        trend = {fit.shape.name: dict(zip(("a", "gamma", "delta", "eta"), fit.coefficients, strict=False))
+                 for fit in fits}
+        shown: dict[str, object] = {**trend[fits[0].shape.name], "shapes": trend}
+        methods[method] = {"trend": shown,
                            "at": [at(fits, _in_the_fields_unit(budget)) for budget in target_budgets(target)],
                            "paper": at(fits, PAPER_SHAPE)}
     return {"format": FORMAT, "date": date, "source": axis.config_file, "target": target.config_file,
@@ -254,8 +262,8 @@ def score(prediction: dict, target: Study, store: CellStore) -> list[Score]:
     for label, sweep in Sweep.load(target, store).models().items():
         found = sweep_multipliers(sweep)
         for row in found.rows if found else []:
-            for point in row.points:
-                measured[row.method, label, point.label] = point
+            for measured_point in row.points:
+                measured[row.method, label, measured_point.label] = measured_point
     rows = []
     for method, entry in prediction["methods"].items():
         for at in entry["at"]:
@@ -278,7 +286,7 @@ def why_unscored(prediction: dict, target: Study, store: CellStore) -> str:
     if not sweep.results:
         return f"{target.config_file} has no finished cells yet (`depthattn study {target.config_file}` trains them)"
     found = sweep.models()
-    axis = target.branch_axis
+    axis = target.branched_axis
     reasons = []
     for group in dict.fromkeys(at["group"] for entry in prediction["methods"].values() for at in entry["at"]):
         named = f"{group}: " if group else ""
@@ -301,8 +309,8 @@ def why_unscored(prediction: dict, target: Study, store: CellStore) -> str:
     return "; ".join(reasons)
 
 
-def _group(study: Study, setting: dict) -> str:
+def _group(study: Study, setting: Mapping[str, str]) -> str:
     """The label of `setting` without its budget: the model `Sweep.models` files its cells under."""
-    return setting_label({name: label for name, label in setting.items() if name != study.branch_axis.name})
+    return setting_label({name: label for name, label in setting.items() if name != study.branched_axis.name})
 
 

@@ -45,8 +45,8 @@ def format_depth_axis(axis: DepthAxis, trend: DepthTrend) -> str:
                   "`depthattn study` on a sweep runs what it lacks):", ""]
         lines += [f"- `{sweep}`: {gaps}" for sweep, gaps in trend.missing.items()]
         return "\n".join(lines) + "\n"
-    depths = trend.depths
-    seeds = ", ".join(f"{n} at {d} layers" for n, d in zip(trend.seeds, depths))
+    depths = trend.depths or []  # set once nothing is missing
+    seeds = ", ".join(f"{n} at {d} layers" for n, d in zip(trend.seeds or [], depths, strict=True))
     baseline = axis.sweeps[0].baseline
     lines += [f"Data multiplier over {baseline} at each depth (seeds: {seeds}), as each sweep's own report states "
               f"it: † read on {baseline}'s fitted curve beyond that sweep's measured budgets (more than "
@@ -112,7 +112,7 @@ def format_orderings(orderings: Orderings, found: OrderingsFound) -> str:
     many = len(orderings.sweeps) > 2
     short = {s.config_file: s.name for s in orderings.sweeps}
     compared = [short[c] for c in found.compared]
-    seeds = _listed([str(n) for n in found.seeds])
+    seeds = _listed([str(n) for n in found.seeds or []])
     order_of = "for the pair's first sweep, then its second" if many else "for the first sweep, then the second"
     lines += [f"Methods by data multiplier over the baseline, highest first (seeds: {seeds}); a swapped pair is "
               "separated in a sweep when the 95% seed-bootstrap interval of its multipliers' ratio excludes 1, said "
@@ -167,8 +167,9 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
 
     n = len(tuning.seeds)
     head = " | ".join(f"{label} tok/param" for label in tuning.labels)
+    best_rates = ", ".join(f"{label}: {rate}" for label, rate in zip(tuning.labels, tuning.baseline_rates, strict=True))
     lines = [f"**Tuned**: multipliers against {study.baseline}'s envelope, its best rate at every budget "
-             f"({', '.join(f'{label}: {rate}' for label, rate in zip(tuning.labels, tuning.baseline_rates))}), over "
+             f"({best_rates}), over "
              f"the rates {', '.join(tuning.rates)}; {n} seeds every rate has. Each method at its own best rate "
              f"(@rate), then at {tuning.reference}; intervals calibrated (jackknife t, n − 1 = {n - 1} degrees of "
              f"freedom, the rate choices redone with each seed left out; none below {MIN_SEEDS} seeds, t quantile "

@@ -43,7 +43,10 @@ def plot_differences(study: Study, results: list[CellResult], out_png: Path) -> 
             x = j + (i - (len(methods) - 1) / 2) * 0.08 if axis else i
             mean = d.diff_mean
             low, high = (mean, mean) if math.isnan(d.diff_low) else (d.diff_low, d.diff_high)
-            xs.append(x), ys.append(mean), lows.append(mean - low), highs.append(high - mean)
+            xs.append(x)
+            ys.append(mean)
+            lows.append(mean - low)
+            highs.append(high - mean)
         if xs:
             ax.errorbar(xs, ys, yerr=[lows, highs], fmt="o-" if axis else "o", capsize=3, color=f"C{i}", label=method)
     ax.axhline(0, color="black", lw=0.8)
@@ -79,11 +82,12 @@ def plot_curve_differences(study: Study, results: list[CellResult], out_png: Pat
                 continue
             tokens = list(runs[0].curve)
             diffs = [[v - base[r.seed][t] for t, v in r.curve.items()] for r in runs]
-            mean = [statistics.fmean(d) for d in zip(*diffs)]
+            mean = [statistics.fmean(d) for d in zip(*diffs, strict=True)]
             ax.plot(tokens, mean, styles[s % len(styles)], color=f"C{i}",
                     label=f"{method} {setting_label(setting)} ({len(runs)} seeds)")
             if len(runs) > 1:
-                ax.fill_between(tokens, [min(d) for d in zip(*diffs)], [max(d) for d in zip(*diffs)],
+                by_token = list(zip(*diffs, strict=True))
+                ax.fill_between(tokens, [min(d) for d in by_token], [max(d) for d in by_token],
                                 color=f"C{i}", alpha=0.1)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xlabel("training tokens")
@@ -111,8 +115,8 @@ def plot_overview(entries: list, columns: list[str], out_png: Path, title: str) 
                  if (d := entry.difference(name)) and not math.isnan(d.diff_low)]
         if shown:
             means = [d.diff_mean for _, d in shown]
-            errors = [[m - d.diff_low for m, (_, d) in zip(means, shown)],
-                      [d.diff_high - m for m, (_, d) in zip(means, shown)]]
+            errors = [[m - d.diff_low for m, (_, d) in zip(means, shown, strict=True)],
+                      [d.diff_high - m for m, (_, d) in zip(means, shown, strict=True)]]
             offset = (i - (len(names) - 1) / 2) * 0.15
             ax.errorbar([j + offset for j, _ in shown], means, yerr=errors, fmt="o", capsize=3, color=f"C{i}",
                         label=name)
@@ -139,14 +143,14 @@ def plot_trend(study: Study, fits: list[GainTrend], out_png: Path) -> Path:
     references = list(dict.fromkeys(fit.against for fit in fits))
     fig, axes = plt.subplots(1, len(references), figsize=(6.5 * len(references), 4.5), squeeze=False)
     colours = {m: f"C{i}" for i, m in enumerate(study.methods)}
-    for ax, against in zip(axes[0], references):
+    for ax, against in zip(axes[0], references, strict=True):
         for fit in (f for f in fits if f.against == against):
             colour = colours[fit.method]
             xs = [p.tokens_per_parameter for p in fit.points]
             gains = [p.difference for p in fit.points]
             means = [d.diff_mean for d in gains]
-            low = [m - (d.diff_low if not math.isnan(d.diff_low) else m) for m, d in zip(means, gains)]
-            high = [(d.diff_high if not math.isnan(d.diff_high) else m) - m for m, d in zip(means, gains)]
+            low = [m - (d.diff_low if not math.isnan(d.diff_low) else m) for m, d in zip(means, gains, strict=True)]
+            high = [(d.diff_high if not math.isnan(d.diff_high) else m) - m for m, d in zip(means, gains, strict=True)]
             ax.errorbar(xs, means, yerr=[low, high], fmt="o", capsize=3, color=colour,
                         label=f"{fit.method} ({len(fit.seeds)} seeds)")
             band = fit.band
@@ -193,7 +197,8 @@ def plot_multipliers(study: Study, found: Multipliers, out_png: Path) -> Path:
         label = row.method + (f" (slope {gamma.value:+.3f}: {gamma.verdict})" if gamma.verdict else "")
         for i, p in enumerate(points):
             k = p.multiplier
-            yerr = [[k - p.low], [p.high - k]] if p.low is not None and math.isfinite(p.high) else None
+            yerr = ([[k - p.low], [p.high - k]]
+                    if p.low is not None and p.high is not None and math.isfinite(p.high) else None)
             ax.errorbar(p.tokens_per_parameter, k, yerr=yerr, fmt="o", capsize=3, color=colour,
                         mfc="white" if p.extrapolated else colour, label=label if i == 0 else None)
         if not points:  # every multiplier a bound: the legend still names the method (below)

@@ -36,7 +36,7 @@ def format_multiplier(point: MultiplierPoint, flops_ratio: float = 1.0, calibrat
         return f"{'>' if read > x else '<'} {bound / x / flops_ratio:.2f}x†"
     text = f"{point.multiplier / flops_ratio:.2f}x"
     low, high = (point.t_low, point.t_high) if calibrated else (point.low, point.high)
-    if low is not None:
+    if low is not None and high is not None:  # set together
         text += f" [{low / flops_ratio:.2f}, {high / flops_ratio:.2f}]"
     if point.extrapolated:
         text += "†"

@@ -66,7 +66,8 @@ def _setting_table(study: Study, setting: SettingPage) -> list[str]:
         lines.append(
             f"| {r.method} |" + (f" {study.describe.get(r.method, '')} |" if study.describe else "") +
             f" {r.seeds} | {_mean_sd(r)} | "
-            f"{setting.bits_per_byte.row(r.method).mean:.4f} | {format_interval(d)} | {p} | {wins} | "
+            f"{setting.bits_per_byte.row(r.method).mean:.4f} | "  # type: ignore[union-attr]  # same methods as loss's
+            f"{format_interval(d)} | {p} | {wins} | "
             f"{verdict(d) if d else '—'} | {r.extra_params:,} |"
             + (f" {study.paper.get(r.method, '—')} |" if study.paper else ""))
     if setting.throughput:
@@ -89,7 +90,7 @@ def _mean_sd(row) -> str:
 
 def _search_table(study: Study, result: SearchResult) -> list[str]:
     """The pre-registered search: its rule, each candidate's mean over the search seeds, and the picks."""
-    search = study.search
+    search = study.search_rule
     seeds = ", ".join(map(str, search.seeds))
     lines = [f"Pre-registered search (written in `{study.config_file}` before its cells ran): the "
              f"{search.pick} candidates with the lowest mean {search.metric} over seeds {seeds} go on.", "",
@@ -158,7 +159,7 @@ def _multiplier_tables(study: Study, found: Multipliers | None) -> list[str]:
     with the budget (the verdict) and the joint fit."""
     if found is None:
         return []
-    x = dict(zip(found.labels, found.x))
+    x = dict(zip(found.labels, found.x, strict=True))
     head = " | ".join(f"{x[label]:.2g} tok/param" for label in found.labels)
     n = len(found.seeds)
     fit = found.fit
@@ -183,7 +184,7 @@ def _multiplier_tables(study: Study, found: Multipliers | None) -> list[str]:
     for row in found.rows:
         ratio = row.flops_ratio or 1.0
         lines.append(f"| {row.method} | {ratio:.3f} | "
-                     + " | ".join(_at_each(found, row, lambda p: format_multiplier(p, ratio))) + " |")
+                     + " | ".join(_at_each(found, row, lambda p, ratio=ratio: format_multiplier(p, ratio))) + " |")
     epochs = [f"{x[p.label]:.2g}: {p.read_epochs:.2f}" for p in found.rows[0].points
               if p.read_epochs is not None] if found.rows else []
     if fit is None:
