@@ -157,6 +157,7 @@ class DepthAttentionConfig(PreTrainedConfig):
         self.layer_types = ["sliding_attention" if self.use_sliding_window and i >= self.max_window_layers
                             else "full_attention" for i in range(self.num_hidden_layers)]
         super().__post_init__(**kwargs)
+        assert self.rope_parameters is not None  # transformers' __post_init__ makes it a dict
         self.rope_theta = self.rope_parameters.get("rope_theta", self.rope_theta)
         self.validate()
 
@@ -207,6 +208,7 @@ class DepthAttentionConfig(PreTrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        assert self.num_key_value_heads is not None and self.head_dim is not None  # checked just above
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be divisible by num_key_value_heads "
@@ -224,8 +226,9 @@ class DepthAttentionConfig(PreTrainedConfig):
             raise ValueError(f"use_sliding_window needs sliding_window, a number of tokens >= 1; got {window!r}")
         check_int("max_window_layers", self.max_window_layers, 0)
         check_int("num_loops", self.num_loops, 1)
-        if isinstance(self.cross_layer, str) and self.cross_layer not in DESCRIPTIONS:
-            raise ValueError(f"the config names {missing_method(self.cross_layer)}")
+        method: object = self.cross_layer  # whatever was set, a str or not
+        if isinstance(method, str) and method not in DESCRIPTIONS:
+            raise ValueError(f"the config names {missing_method(method)}")
         check_choice("cross_layer", self.cross_layer, DESCRIPTIONS)
         for described in DESCRIPTIONS.values():
             described.check_config(self)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Unpack
+from typing import Unpack, cast
 
 import torch
 from torch import nn
-from transformers import AutoModel, AutoModelForCausalLM, GenerationMixin, PreTrainedModel
+from transformers import AutoModel, AutoModelForCausalLM, GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
@@ -86,6 +86,7 @@ class DepthAttentionRotaryEmbedding(nn.Module):
         super().__init__()
         self.config = config
         self.max_seq_len_cached = self.original_max_seq_len = config.max_position_embeddings
+        assert config.rope_parameters is not None  # transformers' config __post_init__ makes it a dict
         self.rope_type = config.rope_parameters["rope_type"]
         init_fn = self.compute_default_rope_parameters if self.rope_type == "default" else ROPE_INIT_FUNCTIONS[
             self.rope_type]
@@ -96,6 +97,7 @@ class DepthAttentionRotaryEmbedding(nn.Module):
     @staticmethod
     def compute_default_rope_parameters(config: DepthAttentionConfig, **kwargs) -> tuple[torch.Tensor, float]:
         dim = config.head_dim
+        assert config.rope_parameters is not None and dim is not None  # both set by the config's __post_init__
         inv_freq = 1.0 / (config.rope_parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
         return inv_freq, 1.0
 
@@ -134,6 +136,7 @@ class DepthAttentionAttention(nn.Module):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx
+        assert config.head_dim is not None and config.num_key_value_heads is not None  # the config derives both
         self.head_dim = config.head_dim
         self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
         self.scaling = self.head_dim**-0.5
@@ -144,6 +147,8 @@ class DepthAttentionAttention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=qkv_bias)
         self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size,
                                 bias=config.attention_bias)
+        self.q_norm: nn.Module
+        self.k_norm: nn.Module
         if config.use_qk_norm:
             self.q_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
             self.k_norm = DepthAttentionRMSNorm(self.head_dim, eps=config.rms_norm_eps)
@@ -240,7 +245,9 @@ class DepthAttentionDecoderLayer(GradientCheckpointingLayer):
         return residual.write(stream, sublayer + 1, self.mlp(x))
 
 
-class DepthAttentionPreTrainedModel(ModelBackports, PreTrainedModel):
+# the ignore: ModelBackports defines gradient_checkpointing_enable only under releases before 5.23 (compat.py), whose
+# PreTrainedModel has that signature; mypy reads the installed release
+class DepthAttentionPreTrainedModel(ModelBackports, PreTrainedModel):  # type: ignore[misc]
     config: DepthAttentionConfig
     config_class = DepthAttentionConfig
     base_model_prefix = "model"
@@ -293,7 +300,7 @@ class DepthAttentionPreTrainedModel(ModelBackports, PreTrainedModel):
         super()._initialize_weights(module, is_custom_code and not isinstance(module, CrossLayerMethod))
 
     def _init_weights(self, module):
-        method = getattr(self, self.base_model_prefix, self).cross_layer
+        method = cast(nn.Module, getattr(self, self.base_model_prefix, self).cross_layer)
         if isinstance(module, CrossLayerMethod):
             # the method's documented initialisation of all its parameters, its submodules' too (guarded: loaded
             # values stay), drawn from its own random stream, so that with the same seed the backbone starts from
@@ -320,7 +327,8 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         self.post_init()
 
     @cache_kwarg
-    def forward(
+    # the ignore: TransformersKwargs repeats position_ids and the output flags, which this signature names
+    def forward(  # type: ignore[misc]
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
@@ -359,6 +367,7 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
+            assert input_ids is not None  # exactly one of the two, checked above
             inputs_embeds = _embed(self.embed_tokens, input_ids)
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         if use_cache is None:
@@ -370,9 +379,12 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
             raise ValueError(f"this cache holds {len(cache)} layer slots; the model needs {slots} "
                              "(num_hidden_layers x num_loops): build it from this model's config, e.g. "
                              "DynamicCache(config=model.config)")
+        positions: torch.Tensor
         if position_ids is None:
             past = cache.get_seq_length() if cache is not None else 0
-            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + past  # (1, T)
+            positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + past  # (1, T)
+        else:
+            positions = position_ids
 
         # attention weights come from the eager path only, and each path wants its own kind of mask
         configured = attn_implementation(self.config)
@@ -382,16 +394,16 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
                 raise ValueError("output_attentions with a prepared mask needs attn_implementation='eager'")
             masks = attention_mask
         else:
-            mask_config = self.config
+            mask_config: PreTrainedConfig = self.config
             if implementation != configured:
                 mask_config = with_attn_implementation(self.config, implementation)
             mask_functions = {"full_attention": create_causal_mask,
                               "sliding_attention": create_sliding_window_causal_mask}
             # positional: the cache's parameter is `cache`, before 5.24 `past_key_values` (compat.CACHE_NAME)
-            masks = {kind: mask_functions[kind](mask_config, inputs_embeds, attention_mask, cache, position_ids)
+            masks = {kind: mask_functions[kind](mask_config, inputs_embeds, attention_mask, cache, positions)
                      for kind in set(self.config.layer_types)}
 
-        position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
+        position_embeddings = self.rotary_emb(inputs_embeds, positions)
         residual = self.cross_layer if self.owns_stream else None
         mixer = self.cross_layer if self.mixes else None
         stream = residual.init(inputs_embeds) if residual is not None else inputs_embeds
@@ -399,7 +411,7 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         need_weights = kwargs.get("output_depth_weights", getattr(self.config, "output_depth_weights", False))
         depth_states = DepthStates(self.config.unrolled_depth, need_weights=bool(need_weights), token_ids=input_ids)
         for loop in range(self.config.num_loops):
-            for layer_type, layer in zip(self.config.layer_types, self.layers):
+            for layer_type, layer in zip(self.config.layer_types, self.layers, strict=True):
                 stream = layer(
                     stream, residual=residual, mixer=mixer, loop=loop, position_embeddings=position_embeddings,
                     attention_mask=masks[layer_type], depth_states=depth_states, cache=cache,
@@ -411,10 +423,11 @@ class DepthAttentionModel(DepthAttentionPreTrainedModel):
         )
 
 
-class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):
+class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):  # type: ignore[misc]  # as above
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
     _tp_plan = {"lm_head": "colwise_gather_output"}
-    _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
+    # transformers annotates it tuple[str, str]; its own models (Qwen3's) give lists, which its pipeline code reads
+    _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}  # type: ignore[dict-item]
 
     def __init__(self, config: DepthAttentionConfig):
         super().__init__(config)
@@ -424,7 +437,7 @@ class DepthAttentionForCausalLM(DepthAttentionPreTrainedModel, GenerationMixin):
 
     @cache_kwarg
     @can_return_tuple
-    def forward(
+    def forward(  # type: ignore[misc]  # TransformersKwargs repeats position_ids, as in Qwen3's signature
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,

@@ -6,6 +6,7 @@ Initialisation: pseudo-queries at zero, gains at one, recency biases at 3.0.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -55,7 +56,7 @@ class AttnRes(AttnResDescription, Residual):
         prefix = [*stream.snapshots[:self.snapshot_count(sublayer)], stream.hidden]
         if not self.block_sums:
             return prefix
-        return [prefix[0], *(later - earlier for earlier, later in zip(prefix, prefix[1:]))]
+        return [prefix[0], *(later - earlier for earlier, later in itertools.pairwise(prefix))]
 
     def weights(self, candidates: torch.Tensor, sublayer: int) -> torch.Tensor:
         """candidates: (n, B, T, D), the most recent last. Returns (n, B, T) softmax weights, float32 at least."""

@@ -46,7 +46,7 @@ class CrossLayerMethod(MethodDescription, nn.Module):
         super().__init__()
 
     @classmethod
-    def module_class(cls) -> type:
+    def module_class(cls) -> type[CrossLayerMethod]:
         return cls
 
     @classmethod

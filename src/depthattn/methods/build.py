@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 from . import METHODS
 from .base import CrossLayerMethod
@@ -21,9 +24,11 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
     """`total`: distinct parameters (tied embeddings once); `extra_over_vanilla`: those of the cross-layer method;
     `non_embedding`: the total without the input embedding and the output head (the count scaling laws and
     "tokens per parameter" use in the field: Kaplan et al. 2020)."""
-    method = getattr(getattr(model, "model", model), "cross_layer", None)
-    tables = {id(p): p.numel() for module in (model.get_input_embeddings(), model.get_output_embeddings())
-              if module is not None for p in module.parameters()} if hasattr(model, "get_input_embeddings") else {}
+    method = cast(nn.Module | None, getattr(getattr(model, "model", model), "cross_layer", None))
+    tables = {}
+    if hasattr(model, "get_input_embeddings"):  # a transformers model: its input embedding and output head
+        ends = cast(PreTrainedModel, model).get_input_embeddings(), cast(PreTrainedModel, model).get_output_embeddings()
+        tables = {id(p): p.numel() for module in ends if module is not None for p in module.parameters()}
     total = sum(p.numel() for p in model.parameters())
     return {
         "total": total,

@@ -29,7 +29,7 @@ class DenseFormer(DenseFormerDescription, Residual):
         self.dwas = self.dwa_sources(config)
         sizes = [len(sources) for sources in self.dwas.values()]
         ends = list(itertools.accumulate(sizes))
-        self._weights_of = {i: (end - size, end) for i, size, end in zip(self.dwas, sizes, ends)}
+        self._weights_of = {i: (end - size, end) for i, size, end in zip(self.dwas, sizes, ends, strict=True)}
         self.alphas = nn.Parameter(torch.empty(sum(sizes)))  # every DWA's weights, one after the other
 
     def weights(self, block: int) -> torch.Tensor:

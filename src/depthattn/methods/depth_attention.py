@@ -30,7 +30,7 @@ class DepthAttention(DepthAttentionDescription, AttentionMixer):
         # itself (last), one after the other in a single vector (transformers initialises a method's own parameters)
         sizes = {u: len(sources) + 1 for u, sources in enumerate(self.sources) if sources}
         self.mix_slices = {u: slice(end - size, end) for (u, size), end in
-                           zip(sizes.items(), itertools.accumulate(sizes.values()))}
+                           zip(sizes.items(), itertools.accumulate(sizes.values()), strict=True)}
         learned = config.depth_score_bias or self.rule == "linear"
         self.learned_mix = nn.Parameter(torch.zeros(sum(sizes.values()))) if learned else None
         self.self_bias_init = config.depth_self_bias_init

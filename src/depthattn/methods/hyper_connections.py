@@ -34,10 +34,10 @@ class HyperConnections(HyperConnectionsDescription, MultiStreamResidual):
         for weight in (self.w_pre, self.w_post, self.w_res):
             init.zeros_(weight)
         init.constant_(self.scales, SCALE_INIT)
-        like = dict(dtype=self.static_pre.dtype, device=self.static_pre.device)
-        init.copy_(self.static_pre, torch.eye(n, **like)[torch.arange(count, device=like["device"]) % n])  # e_{s mod n}
+        eye = torch.eye(n, dtype=self.static_pre.dtype, device=self.static_pre.device)
+        init.copy_(self.static_pre, eye[torch.arange(count, device=eye.device) % n])  # e_{s mod n}
         init.ones_(self.static_post)
-        init.copy_(self.static_res, torch.eye(n, **like).expand(count, n, n))
+        init.copy_(self.static_res, eye.expand(count, n, n))
 
     def coefficients(self, x, sublayer):
         s = sublayer

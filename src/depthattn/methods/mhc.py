@@ -27,9 +27,9 @@ class MHC(MHCDescription, MultiStreamResidual):
         self.final_logits = nn.Parameter(torch.empty(n))
 
     def reset_parameters(self):
-        n, like = self.num_streams, dict(dtype=self.bias.dtype, device=self.bias.device)
+        n = self.num_streams
         init.normal_(self.phi, mean=0.0, std=self.std)
-        bias = torch.cat([torch.full((n,), -math.log(n - 1), **like), torch.zeros(n + n * n, **like)])
+        bias = torch.cat([self.bias.new_full((n,), -math.log(n - 1)), self.bias.new_zeros(n + n * n)])
         init.copy_(self.bias, bias.expand(self.bias.shape))
         init.constant_(self.alpha, self.alpha_init)
         init.zeros_(self.final_logits)

@@ -57,4 +57,4 @@ class MoDA(MoDADescription, AttentionMixer):
             keys += [states[j].score_key, apply_rotary(mlp_key, *position_embeddings)]
             values += [states[j].value, mlp_value]
         depth_key, depth_value = torch.stack(keys, dim=3), torch.stack(values, dim=3)  # (B, Hkv, T, 2 step, d)
-        return self.attend_with(query, key, value, depth_key, depth_value, mask, kwargs.get("scaling"))
+        return self.attend_with(query, key, value, depth_key, depth_value, mask, kwargs["scaling"])

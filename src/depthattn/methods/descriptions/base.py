@@ -7,6 +7,10 @@ from __future__ import annotations
 import abc
 import dataclasses
 import importlib
+from typing import TYPE_CHECKING, TypeGuard
+
+if TYPE_CHECKING:  # the module classes import torch; a description names them only in annotations
+    from ..base import CrossLayerMethod
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +36,9 @@ class FlopTerm:
     model: bool = True
 
 
-class MethodDescription(metaclass=abc.ABCMeta):
+# ABCMeta, with no abstract member here: a family (descriptions/streams.py, methods/base.py) declares its own, which
+# `check_members` reads from `__abstractmethods__`
+class MethodDescription(metaclass=abc.ABCMeta):  # noqa: B024
     """What is known about a `DepthAttentionConfig.cross_layer` method without building a model: its config, where it
     runs, what it tells about itself and its costs, all class attributes and classmethods of the config. It imports
     no torch, so that the config and `depthattn --help` read it without the model.
@@ -84,7 +90,7 @@ class MethodDescription(metaclass=abc.ABCMeta):
     depth_map_title: str = "{cross_layer} depth weights ({samples} x {seq_len} tokens)"
 
     @classmethod
-    def module_class(cls) -> type:
+    def module_class(cls) -> type[CrossLayerMethod]:
         """The nn.Module class named by `module`, which must derive from this description."""
         path, _, name = cls.module.partition(":")
         if not (path and name):
@@ -96,7 +102,7 @@ class MethodDescription(metaclass=abc.ABCMeta):
                              f"{cls.__name__}; derive it from the description and its family (docs/methods.md)")
         return loaded
 
-    @classmethod
+    @classmethod  # noqa: B027  (a hook with a default: a method without fields checks none)
     def check_config(cls, config):
         """Raise ValueError, naming the field, if a value of `config_fields` is invalid (every config is checked by
         every method, whatever its `cross_layer`)."""
@@ -106,7 +112,7 @@ class MethodDescription(metaclass=abc.ABCMeta):
         """The method's config fields as the model runs them (defaults resolved), for messages and records."""
         return {name: getattr(config, name) for name in cls.config_fields}
 
-    @classmethod
+    @classmethod  # noqa: B027  (a hook with a default: most methods split over any number of ranks)
     def check_tensor_parallel(cls, config, ranks: int):
         """Raise ValueError, naming `tensor_parallel_size` and the fix, where the method cannot be split over `ranks`
         tensor-parallel ranks (vLLM's, and transformers' `tp_plan`)."""
@@ -137,9 +143,10 @@ class MethodDescription(metaclass=abc.ABCMeta):
         return {}
 
 
-def is_module_class(cls: type[MethodDescription]) -> bool:
+def is_module_class(cls: type[MethodDescription]) -> TypeGuard[type[CrossLayerMethod]]:
     """Whether `cls` is a module class (a `CrossLayerMethod`, its own `module_class`), not a description only."""
-    return cls.module_class.__func__ is not MethodDescription.module_class.__func__
+    # mypy types a classmethod read from a class as a plain callable, without the `__func__` it has
+    return cls.module_class.__func__ is not MethodDescription.module_class.__func__  # type: ignore[attr-defined]
 
 
 class ResidualDescription(MethodDescription):
