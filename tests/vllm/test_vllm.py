@@ -105,7 +105,7 @@ def toy_site(tmp_path_factory):
     """The toy method registered here and installed by entry point for vLLM's processes (as another package's
     method would be): a folder for their PYTHONPATH."""
     site = tmp_path_factory.mktemp("site")
-    install(site, "depthattn_toy", "", {TOY: "tests.methods.toy_method:ToyValueGain"})
+    install(site, "depthattn_toy", {"__init__.py": ""}, {TOY: "tests.methods.toy_method:ToyValueGain"})
     with registered_toy():
         yield site
 
