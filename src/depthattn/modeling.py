@@ -505,7 +505,7 @@ def _check_token_ids(input_ids: torch.Tensor, vocab_size: int):
         )
 
 
-# Auto classes find the models from here on; the first DepthAttentionConfig imports this module (config.register_models)
+# Auto classes find the models from here on; the first config imports this module (config.BEFORE_EACH_CONFIG)
 AutoModel.register(DepthAttentionConfig, DepthAttentionModel, exist_ok=True)
 AutoModelForCausalLM.register(DepthAttentionConfig, DepthAttentionForCausalLM, exist_ok=True)
 register_for_transformers_serve(DepthAttentionForCausalLM)  # `transformers serve` finds it by name
