@@ -24,3 +24,8 @@ def test_a_study_prepares_its_declared_dataset_from_the_input_it_names(tmp_path)
 def test_a_report_names_the_config_file_it_was_run_from(tiny_data, tmp_path):
     study = Study.load(write_study(tmp_path, tiny_data, name="mine.toml"))
     assert f"`depthattn study {tmp_path / 'mine.toml'}`" in markdown_report(study, CellStore.of(study), [])
+
+
+def test_a_report_without_finished_cells_says_how_many_are_to_run(tiny_data, tmp_path):
+    study = Study.load(write_study(tmp_path, tiny_data, name="mine.toml"))
+    assert f"None of its {len(study.cells())} cells has finished yet" in markdown_report(study, CellStore.of(study), [])

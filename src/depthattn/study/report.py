@@ -78,6 +78,7 @@ class StudyPage:
     budgets: tuple[BudgetGroup, ...]
     tuned: Tuning | None
     settings: tuple[SettingPage, ...]
+    to_run: int  # where no cell has finished yet, how many cells the study has (else 0): the page says so
 
 
 def study_page(study: Study, store: CellStore, results: list[CellResult] | None = None,
@@ -113,7 +114,7 @@ def study_page(study: Study, store: CellStore, results: list[CellResult] | None 
     return StudyPage(study, search_result(study, store) if study.search else None,
                      confirmation(study, loss) if study.confirm and not study.waiting else None, comparison, budgets,
                      tuned_multipliers(study, results) if study.branch_axis and rate_axis(study) else None,
-                     tuple(settings))
+                     tuple(settings), 0 if results else len(study.cells()))
 
 
 def markdown_report(study: Study, store: CellStore, results: list[CellResult] | None = None,

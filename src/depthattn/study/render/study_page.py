@@ -28,6 +28,9 @@ def format_study_page(page: StudyPage) -> str:
              "negative is better.", ""]
     if study.waiting:
         lines += [f"Waiting: {study.waiting}.", ""]
+    if page.to_run:
+        lines += [f"None of its {page.to_run} cells has finished yet (`depthattn study {study.config_file} "
+                  "--status` lists them).", ""]
     if page.search:
         lines += [*_search_table(study, page.search), ""]
     if page.confirmation:
