@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from depthattn.ops.attnres import ATTNRES_IMPLS, attnres_reference
-from depthattn.ops.mhc import MHC_IMPLS
+from tests.helpers import tiny_model
 
 D = 64
 
@@ -19,17 +19,18 @@ def sources(device, dtype=torch.float32, n=3, seed=0):
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="in the interpreter the kernels run on a CPU")
-@pytest.mark.parametrize("impl", ["fla", "liger"])
-def test_attnres_kernels_refuse_a_cpu_naming_the_reference(impl):
-    with pytest.raises(RuntimeError, match="attnres_impl 'reference'"):
-        ATTNRES_IMPLS[impl](torch.ones(D), sources("cpu"), torch.ones(D), 1e-5)
-
-
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="in the interpreter the kernels run on a CPU")
-def test_mhc_kernels_refuse_a_cpu_naming_the_reference():
-    x = torch.randn(2, 5, 4, D)
-    with pytest.raises(RuntimeError, match="mhc_impl 'reference'"):
-        MHC_IMPLS["liger"].coefficients(x, torch.randn(24, 4 * D), torch.zeros(24), torch.ones(3), 20, 1e-5)
+@pytest.mark.parametrize("settings", [dict(cross_layer="attnres", attnres_impl="fla", attnres_recency_bias=False),
+                                      dict(cross_layer="attnres", attnres_impl="liger", attnres_recency_bias=False),
+                                      dict(cross_layer="mhc", mhc_impl="liger")],
+                         ids=["attnres-fla", "attnres-liger", "mhc-liger"])
+def test_library_kernels_refuse_a_cpu_naming_the_reference(settings):
+    """On a CPU a model whose method selects a library's kernels refuses to run, naming the value that runs there."""
+    field = next(name for name in settings if name.endswith("_impl"))
+    model = tiny_model(**settings)
+    with pytest.raises(RuntimeError, match=f"use {field} 'reference'"):
+        model(torch.randint(0, 97, (1, 4)))
+    model.switch_method_field(field, "reference")
+    assert torch.isfinite(model(torch.randint(0, 97, (1, 4))).logits).all()
 
 
 def test_attnres_reference_weights_sum_to_one_and_the_bias_favours_the_last():

@@ -14,6 +14,7 @@ from torch import nn
 from transformers import initialization as init
 
 from ..ops.attnres import ATTNRES_IMPLS, attnres_mix, attnres_weights
+from ..ops.library_kernels import check_library_kernels
 from .base import Residual
 from .descriptions.attnres import AttnResDescription
 
@@ -35,10 +36,10 @@ class AttnRes(AttnResDescription, Residual):
         self.query = nn.Parameter(torch.empty(count, size))
         self.gain = nn.Parameter(torch.empty(count, size))
         self.recency_bias = nn.Parameter(torch.empty(count)) if config.attnres_recency_bias else None
-        self.aggregate = ATTNRES_IMPLS[config.attnres_impl]
+        self.switch("attnres_impl", config.attnres_impl)
 
     def switch(self, name, value):
-        self.aggregate = ATTNRES_IMPLS[value]  # name: attnres_impl
+        self.impl, self.aggregate = value, ATTNRES_IMPLS[value]  # name: attnres_impl
 
     def reset_parameters(self):
         init.zeros_(self.query)
@@ -65,6 +66,7 @@ class AttnRes(AttnResDescription, Residual):
         return attnres_weights(self.query[a], candidates, self.gain[a], self.eps, bias)
 
     def init(self, embeds):
+        check_library_kernels("attnres_impl", self.impl, embeds.device)
         return AttnResStream(embeds, [embeds])
 
     def read(self, stream, sublayer):

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
+from ..ops.library_kernels import check_library_kernels
 from ..ops.mhc import MHC_IMPLS
 from .descriptions.mhc import MHCDescription
 from .streams import MultiStreamResidual
@@ -18,6 +19,7 @@ from .streams import MultiStreamResidual
 class MHC(MHCDescription, MultiStreamResidual):
     def __init__(self, config):
         super().__init__(config, config.mhc_streams, MHC_IMPLS[config.mhc_impl])
+        self.impl = config.mhc_impl
         n, size = self.num_streams, config.hidden_size
         self.sinkhorn_iters, self.eps = config.mhc_sinkhorn_iters, config.rms_norm_eps
         self.alpha_init, self.std = config.mhc_alpha_init, config.initializer_range
@@ -35,7 +37,11 @@ class MHC(MHCDescription, MultiStreamResidual):
         init.zeros_(self.final_logits)
 
     def switch(self, name, value):
-        self.connections = MHC_IMPLS[value]  # name: mhc_impl
+        self.impl, self.connections = value, MHC_IMPLS[value]  # name: mhc_impl
+
+    def init(self, embeds):
+        check_library_kernels("mhc_impl", self.impl, embeds.device)
+        return super().init(embeds)
 
     def coefficients(self, x, sublayer):
         return self.connections.coefficients(x, self.phi[sublayer], self.bias[sublayer], self.alpha[sublayer],

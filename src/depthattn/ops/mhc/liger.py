@@ -1,29 +1,13 @@
 """mHC's connections through Liger-Kernel's Triton kernels (liger_mhc_coeffs, liger_mhc_pre, liger_mhc_post_res),
 set to compute naive.py's: no epsilon in the Sinkhorn projection or in pre, `2 sigmoid` post, float32 streams
 allowed, phi in Liger's layout (nD, 2n + n^2). They run where Triton runs: a CUDA GPU, or Triton's interpreter
-(`TRITON_INTERPRET=1` before triton is imported: tests). Liger's coefficient matmul is TF32 on a GPU."""
+(`TRITON_INTERPRET=1` before triton is imported: tests); the method checks that first
+(ops/library_kernels.py). Liger's coefficient matmul is TF32 on a GPU."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
-import torch
-
-
-def check_runs(device: torch.device) -> None:
-    """Raise, naming the fix, where Liger-Kernel is missing or its kernels cannot run on `device`."""
-    missing = [name for name in ("liger_kernel", "triton") if importlib.util.find_spec(name) is None]
-    if missing:
-        raise RuntimeError(f"mhc_impl 'liger' needs {' and '.join(missing)}: pip install 'depthattn[liger]'; or use "
-                           "mhc_impl 'reference'")
-    if device.type not in ("cuda", "xpu") and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError(f"mhc_impl 'liger' runs Triton kernels, which need a GPU; the tensors are on {device.type}: "
-                           "use mhc_impl 'reference' there")
-
 
 def mhc_coefficients_liger(x, phi, bias, alpha, iterations, eps):
-    check_runs(x.device)
     from liger_kernel.transformers.functional import liger_mhc_coeffs
     a_pre, a_post, a_res = alpha
     return liger_mhc_coeffs(x, phi.T, bias, a_pre, a_post, a_res, allow_fp32=True, tmax=iterations, rms_eps=eps,
