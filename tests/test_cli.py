@@ -119,9 +119,9 @@ def test_generate_refuses_a_method_field_the_method_does_not_switch(moda_dir, ca
 
 def test_a_method_field_value_is_a_literal_where_the_default_is_not_a_string(monkeypatch):
     from depthattn.loading import parse_method_fields
-    from depthattn.methods import DepthAttention
+    from depthattn.methods import DESCRIPTIONS
 
-    monkeypatch.setattr(DepthAttention, "switchable_fields", ("depth_impl", "depth_window"))
+    monkeypatch.setattr(DESCRIPTIONS["depth_attention"], "switchable_fields", ("depth_impl", "depth_window"))
     assert parse_method_fields(["depth_window=2", "depth_impl=1"]) == {"depth_window": 2, "depth_impl": "1"}
     with pytest.raises(ValueError, match="depth_window=two: not a Python literal, as depth_window's values are "
                                          r"\(its default: 0\)"):

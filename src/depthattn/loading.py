@@ -27,7 +27,7 @@ from .checksums import check_checksums
 from .config import RENAMED_METHODS, missing_method
 from .data.tokenizer import load_tokenizer
 from .files import read_json_object
-from .methods import METHODS
+from .methods import DESCRIPTIONS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_CHOICES = (*DTYPES, "auto")
@@ -135,7 +135,7 @@ def parse_method_fields(assignments: Iterable[str]) -> dict[str, object]:
     """`NAME=VALUE` assignments (`--method-field`) of fields that a method switches (its `switchable_fields`), as
     `load_model` takes them: each value a Python literal where the field's default is not a string. Whether the
     loaded model's method switches them, and to these values, is checked when they are set."""
-    defaults = {name: method.config_fields[name].default for method in METHODS.values()
+    defaults = {name: method.config_fields[name].default for method in DESCRIPTIONS.values()
                 for name in method.switchable_fields}
     fields = {}
     for assignment in assignments:
@@ -223,7 +223,7 @@ def check_shapes_fit(path: Path) -> None:
 def _missing_method(path: Path, error: Exception) -> str | None:
     """Where config.json names a cross-layer method this process does not know: which, and how to get it."""
     name = read_json_object(path / "config.json").get("cross_layer") if "cross_layer" in str(error) else None
-    if not isinstance(name, str) or name in METHODS or name in RENAMED_METHODS:
+    if not isinstance(name, str) or name in DESCRIPTIONS or name in RENAMED_METHODS:
         return None
     return f"{path / 'config.json'} names {missing_method(name)}"
 

@@ -39,7 +39,7 @@ from .compat import (
 from .config import DepthAttentionConfig
 from .convert import decoder_to_depth_attention
 from .layer_states import DepthState, DepthStates
-from .methods import METHODS, AttentionMixer, CrossLayerMethod, Residual, build_method
+from .methods import DESCRIPTIONS, AttentionMixer, CrossLayerMethod, Residual, build_method
 from .ops.norm import rms_normalize
 from .ops.rotary import apply_rotary
 
@@ -264,7 +264,7 @@ class DepthAttentionPreTrainedModel(ModelBackports, PreTrainedModel):  # type: i
     }
 
     def _activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers=1, offload=False):
-        reentrant_safe = METHODS[self.config.cross_layer].reentrant_checkpointing_safe
+        reentrant_safe = DESCRIPTIONS[self.config.cross_layer].reentrant_checkpointing_safe
         if (activation_checkpointing_kwargs or {}).get("use_reentrant") and not reentrant_safe:
             raise ValueError("use_reentrant=True would lose the gradients that reach earlier layers through depth "
                              "mixing and the cross-layer methods (they are not positional tensor inputs of a layer); "
@@ -275,7 +275,7 @@ class DepthAttentionPreTrainedModel(ModelBackports, PreTrainedModel):  # type: i
         """Set a config field that changes how the cross-layer method computes, not what (its class's
         `switchable_fields`, e.g. Depth-Attention's `depth_impl`), on a built model in place, as
         `set_attn_implementation` switches attention: the weights and the outputs stay the same."""
-        method = METHODS[self.config.cross_layer]
+        method = DESCRIPTIONS[self.config.cross_layer]
         if name not in method.switchable_fields:
             switchable = ", ".join(method.switchable_fields) or "none"
             raise ValueError(f"{name} is not a switchable field of cross_layer={self.config.cross_layer!r} "

@@ -43,7 +43,7 @@ import dataclasses
 import math
 
 from ..config import DepthAttentionConfig
-from ..methods import METHODS, FlopTerm
+from ..methods import DESCRIPTIONS, FlopTerm
 from ..presets import method_settings
 
 DEFAULT_CONTEXT = 131072  # 128K, the paper's prefill length for the state column
@@ -53,7 +53,7 @@ DEFAULT_DTYPE_BYTES = 2  # bf16
 def default_methods() -> list[str]:
     """The method presets (depthattn.presets) of the table's rows: vanilla, then every registered `cross_layer`
     in the order of registration (a method registered later has its row too)."""
-    return list(METHODS)
+    return list(DESCRIPTIONS)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -81,22 +81,22 @@ def backbone_parameters(config: DepthAttentionConfig) -> int:
 
 def extra_parameters(config: DepthAttentionConfig) -> int:
     """Parameters of the cross-layer method (`count_parameters(model)["extra_over_vanilla"]`)."""
-    return METHODS[config.cross_layer].extra_parameters(config)
+    return DESCRIPTIONS[config.cross_layer].extra_parameters(config)
 
 
 def flop_terms(config: DepthAttentionConfig) -> list[FlopTerm]:
     """The extra arithmetic per token, term by term (see the module docstring for the conventions)."""
-    return METHODS[config.cross_layer].flop_terms(config)
+    return DESCRIPTIONS[config.cross_layer].flop_terms(config)
 
 
 def io_elements(config: DepthAttentionConfig) -> dict[str, int]:
     """Extra activation elements read and written per token (paper convention; see the module docstring)."""
-    return METHODS[config.cross_layer].io_elements(config)
+    return DESCRIPTIONS[config.cross_layer].io_elements(config)
 
 
 def extra_state_elements(config: DepthAttentionConfig, context: int) -> int:
     """Elements held beyond the vanilla KV cache at the peak of a prefill of `context` tokens."""
-    return METHODS[config.cross_layer].extra_state_elements(config, context)
+    return DESCRIPTIONS[config.cross_layer].extra_state_elements(config, context)
 
 
 def kv_cache_bytes_per_token(config: DepthAttentionConfig, dtype_bytes: int = DEFAULT_DTYPE_BYTES) -> int:
@@ -142,7 +142,7 @@ def method_costs(config: DepthAttentionConfig, context: int = DEFAULT_CONTEXT,
         "kv_cache_bytes_at_context": kv * context,
         "extra_state_bytes_at_context": extra_state_elements(config, context) * dtype_bytes,
     }
-    record.update(METHODS[config.cross_layer].cost_details(config))
+    record.update(DESCRIPTIONS[config.cross_layer].cost_details(config))
     return record
 
 

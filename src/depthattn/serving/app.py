@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..config import DepthAttentionConfig
 from ..loading import check_saved_model, default_context_length, resolve_device
-from ..methods import METHODS
+from ..methods import DESCRIPTIONS
 from .cache import paged_cache_bytes, paged_cache_config
 from .server import RequestChecks, SharedSampling
 from .transformers_serve import serve_available, transformers_server
@@ -51,7 +51,7 @@ def serve(folder: str, options: ServeOptions) -> int:
     if not serve_available():
         raise ImportError('depthattn serve needs the serve extra: pip install "depthattn[serve]"')
     config = DepthAttentionConfig.from_pretrained(path)
-    refusal = METHODS[config.cross_layer].packed_refusal
+    refusal = DESCRIPTIONS[config.cross_layer].packed_refusal
     if options.continuous_batching and refusal:
         raise ValueError(f"--continuous-batching: {refusal}")
     blocks = paged_cache_blocks(options, config) if options.continuous_batching else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from transformers import AutoConfig
 
 from ...config import DepthAttentionConfig
-from ...methods import METHODS
+from ...methods import DESCRIPTIONS
 
 ARCHITECTURE = "DepthAttentionForCausalLM"
 
@@ -28,9 +28,9 @@ def register():
 def check_servable(config: DepthAttentionConfig, ranks: int):
     """Raise, with the method's own reason, where the vLLM model cannot serve `config` over `ranks`
     tensor-parallel ranks (the methods' `vllm_refusal` and `check_tensor_parallel`)."""
-    method = METHODS[config.cross_layer]
+    method = DESCRIPTIONS[config.cross_layer]
     if method.vllm_refusal:
-        served = ", ".join(name for name, other in METHODS.items() if not other.vllm_refusal)
+        served = ", ".join(name for name, other in DESCRIPTIONS.items() if not other.vllm_refusal)
         raise ValueError(f"cross_layer={config.cross_layer!r} cannot be served by vLLM (depthattn.serving.vllm): "
                          f"{method.vllm_refusal}; vLLM serves {served}. `depthattn serve` serves every method.")
     if config.hidden_act != "silu":
