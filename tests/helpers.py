@@ -29,23 +29,6 @@ def tiny_model(dtype=torch.float32, seed=0, **overrides) -> depthattn.DepthAtten
     return model
 
 
-# Cross-layer methods in tiny settings that exercise their options (4 layers = 8 sublayers), for the tests of a
-# method's own behaviour (tests/methods/test_methods.py); what every method must do runs over `method_cases()`.
-METHOD_SETTINGS = {
-    "denseformer": dict(cross_layer="denseformer"),
-    "denseformer-k2p2": dict(cross_layer="denseformer", denseformer_dilation=2, denseformer_period=2),
-    "attnres": dict(cross_layer="attnres", attnres_block_size=3),
-    "mhc": dict(cross_layer="mhc", mhc_streams=3),
-    "hyper_connections": dict(cross_layer="hyper_connections", hc_streams=3),
-    "value_residual": dict(cross_layer="value_residual"),
-    "value_embeddings": dict(cross_layer="value_embeddings"),  # tables on steps 0, 1, 2, 3: "0101"
-    "value_embeddings-pattern": dict(cross_layer="value_embeddings", value_embedding_pattern=".0.1"),
-    "mudd": dict(cross_layer="mudd"),
-    "moda": dict(cross_layer="moda"),
-    "moda-merged": dict(cross_layer="moda", moda_impl="merged"),
-}
-
-
 def perturb_method(model, scale=0.2, seed=1):
     """Move the method's parameters away from their initialisation, as training would."""
     generator = torch.Generator().manual_seed(seed)

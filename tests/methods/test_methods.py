@@ -11,14 +11,23 @@ import torch
 from depthattn import DepthAttentionForCausalLM, count_parameters
 from depthattn.methods import DESCRIPTIONS, INFERENCE_STATE, METHODS
 from depthattn.ops.mhc import sinkhorn
-from tests.helpers import (
-    METHOD_SETTINGS,
-    perturb_method,
-    tiny_config,
-    tiny_model,
-    with_backbone_of,
-)
+from tests.helpers import perturb_method, tiny_config, tiny_model, with_backbone_of
 
+# Each method in tiny settings that exercise its options (4 layers = 8 sublayers); what every method must do runs over
+# tests/helpers.py's `method_cases()`, from the registry.
+METHOD_SETTINGS = {
+    "denseformer": dict(cross_layer="denseformer"),
+    "denseformer-k2p2": dict(cross_layer="denseformer", denseformer_dilation=2, denseformer_period=2),
+    "attnres": dict(cross_layer="attnres", attnres_block_size=3),
+    "mhc": dict(cross_layer="mhc", mhc_streams=3),
+    "hyper_connections": dict(cross_layer="hyper_connections", hc_streams=3),
+    "value_residual": dict(cross_layer="value_residual"),
+    "value_embeddings": dict(cross_layer="value_embeddings"),  # tables on steps 0, 1, 2, 3: "0101"
+    "value_embeddings-pattern": dict(cross_layer="value_embeddings", value_embedding_pattern=".0.1"),
+    "mudd": dict(cross_layer="mudd"),
+    "moda": dict(cross_layer="moda"),
+    "moda-merged": dict(cross_layer="moda", moda_impl="merged"),
+}
 NAMES = list(METHOD_SETTINGS)
 ATOL = 1e-5
 
