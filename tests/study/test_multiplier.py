@@ -112,7 +112,8 @@ def test_the_report_says_which_reading_stands_where_the_joint_fit_differs(study,
     found = multipliers(study, results)
     assert found.rows[0].trend.holm_verdict == "holds"
     fit = found.fit
-    growing = dataclasses.replace(fit.methods["depth_attention"], gamma=Slope(0.05, 0.01, 0.09))
+    growing = dataclasses.replace(fit.methods["depth_attention"], gamma=Slope(0.05, 0.01, 0.09, 0.01, 0.09),
+                                  p_holm=0.001)
     text = "\n".join(which_reading(found, dataclasses.replace(fit, methods={"depth_attention": growing})))
     assert "They differ for depth_attention (holds; the joint fit: grows): there the primary reading's" in text
 

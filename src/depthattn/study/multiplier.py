@@ -27,13 +27,14 @@ ran):
 - Beside it, the joint fit over the same budgets: L_m(D) = E + B (k_m D^(1 + gamma_m))^-beta, E, B and beta shared
   by every method, the baseline's k = 1 and gamma = 0 (k_m D^gamma_m is method m's multiplier at D tokens per
   parameter), with its residual: where the power law misses the baseline's curve by as much as the gains, its
-  gammas say more about the misfit than about the methods.
+  gammas say more about the misfit than about the methods. Its intervals: the bootstrap percentiles, and the
+  calibrated ones (the fit redone with each seed left out), whose gamma verdict carries Holm's adjustment.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -42,7 +43,8 @@ from .curve import power_law
 from .fits import Slope, exp_linear, log_log_fit, percentile_interval
 from .records import CellResult
 from .spec import Study
-from .sweep import SeedBootstrap, Sweep
+from .stats import MIN_SEEDS
+from .sweep import SeedBootstrap, Sweep, leave_one_out
 
 FIT_RESAMPLES = 400  # the joint fit is a nonlinear least squares: fewer resamples, each warm-started
 EXTRAPOLATION_LIMIT = 2.0
@@ -102,14 +104,22 @@ class MethodMultipliers:
 
 @dataclass(frozen=True)
 class JointFitMethod:
-    """A method in the joint fit: k (its multiplier at 1 token per parameter), gamma with its bootstrap interval,
-    and the fitted multiplier at FIT_AT tokens per parameter with its interval."""
+    """A method in the joint fit: k (its multiplier at 1 token per parameter), gamma with its bootstrap and
+    calibrated intervals, the fitted multiplier at FIT_AT tokens per parameter with both, and gamma's
+    Holm-adjusted p-value over the methods (nan below MIN_SEEDS seeds)."""
 
     k: float
     gamma: Slope
     at: float
     at_low: float | None = None
     at_high: float | None = None
+    at_t_low: float | None = None
+    at_t_high: float | None = None
+    p_holm: float = math.nan
+
+    @property
+    def holm_verdict(self) -> str | None:
+        return holm_verdict(self.p_holm, self.gamma.value)
 
 
 @dataclass(frozen=True)
@@ -260,7 +270,9 @@ def joint_fit(x: np.ndarray, table: dict[str, np.ndarray], baseline: str, rng: n
               n_seeds: int) -> JointFit:
     """The joint fit of every method's mean losses; per method k (its multiplier at 1 token per parameter),
     gamma, the fitted multiplier at FIT_AT tokens per parameter and, with a generator (enough seeds), bootstrap
-    intervals and the verdict on gamma."""
+    intervals; from MIN_SEEDS seeds the calibrated ones (the fit redone with each seed left out: it holds its
+    coverage where the bootstrap percentiles do not, tests/study/test_calibrated.py) and gamma's Holm-adjusted
+    p-value."""
     methods = [baseline, *(m for m in table if m != baseline)]
     stack = np.stack([table[m] for m in methods])  # (methods, budgets, seeds)
     means = stack.mean(axis=2)
@@ -271,14 +283,26 @@ def joint_fit(x: np.ndarray, table: dict[str, np.ndarray], baseline: str, rng: n
     if rng is not None:
         draws = rng.integers(0, n_seeds, size=(FIT_RESAMPLES, n_seeds))
         boot = np.array([_solve(x, stack[:, :, d].mean(axis=2), params) for d in draws])
+    loo = None
+    if n_seeds >= MIN_SEEDS:
+        loo = np.array([_solve(x, stack[:, :, keep].mean(axis=2), params) for keep in leave_one_out(n_seeds)])
     residual = _predict(params, x, len(methods)) - means
-    found = {}
+    found, p_values = {}, {}
     for i, method in enumerate(methods[1:]):
         log_k, gamma = params[3 + 2 * i], params[4 + 2 * i]  # a resample's: boot[:, 3 + 2 i], boot[:, 4 + 2 i]
         own = None if boot is None else boot[:, 3 + 2 * i:5 + 2 * i]
-        gamma_interval = (None, None) if own is None else percentile_interval(own[:, 1])
-        found[method] = JointFitMethod(math.exp(log_k), Slope(float(gamma), *gamma_interval),
-                                       *exp_linear((log_k, gamma), (1.0, math.log(FIT_AT)), own))
+        low, high = (None, None) if own is None else percentile_interval(own[:, 1])
+        t_low = t_high = at_t_low = at_t_high = None
+        if loo is not None:  # a left-out fit's: loo[:, 3 + 2 i] (log k), loo[:, 4 + 2 i] (gamma)
+            t_low, t_high = map(float, jackknife_t(np.array(gamma), loo[:, 4 + 2 * i]))
+            log_at = loo[:, 3 + 2 * i] + loo[:, 4 + 2 * i] * math.log(FIT_AT)
+            at_t_low, at_t_high = map(float, log_jackknife_t(np.exp(log_k + gamma * math.log(FIT_AT)), np.exp(log_at)))
+            p_values[method] = jackknife_p(float(gamma), loo[:, 4 + 2 * i])
+        found[method] = JointFitMethod(math.exp(log_k), Slope(float(gamma), low, high, t_low, t_high),
+                                       *exp_linear((log_k, gamma), (1.0, math.log(FIT_AT)), own),
+                                       at_t_low, at_t_high)
+    adjusted = holm(p_values)
+    found = {method: replace(row, p_holm=adjusted.get(method, math.nan)) for method, row in found.items()}
     # FIT_AT further than EXTRAPOLATION_LIMIT x past the fitted budgets: the fit's multiplier there is not stated
     return JointFit(float(params[0]), float(math.exp(params[1])), float(params[2]),
                     float(np.sqrt((residual ** 2).mean())), found, at_bounds(params, means, methods),

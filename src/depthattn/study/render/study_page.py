@@ -242,16 +242,20 @@ def _joint_fit_table(found: Multipliers, fit: JointFit, n: int) -> list[str]:
                  f"over the data at most {REPEATS_FLAG:g} times): L_m(D) = E + B (k_m D^(1 + gamma_m))^-beta, "
                  f"E = {fit.E:.3f}, B = {fit.B:.3f}, beta = {fit.beta:.3f}, root-mean-square residual "
                  f"{fit.rms_residual:.4f} nats" + _bound_note(fit) + ":", "",
-             "| method | k (at 1 tok/param) | gamma [95% CI] | multiplier at 20 tok/param [95% CI] | joint fit says |",
-             "|---|---|---|---|---|"]
+             "| method | k (at 1 tok/param) | gamma [95% CI] | gamma [calibrated 95% CI] | multiplier at 20 tok/param "
+             "[95% CI] | multiplier at 20 tok/param [calibrated 95% CI] | p (Holm) | joint fit says (Holm) |",
+             "|---|---|---|---|---|---|---|---|"]
     for method, row in fit.methods.items():
         gamma = row.gamma
         interval = f" [{gamma.low:+.3f}, {gamma.high:+.3f}]" if gamma.low is not None else ""
+        calibrated = f" [{gamma.t_low:+.3f}, {gamma.t_high:+.3f}]" if gamma.t_low is not None else ""
         at = f"{row.at:.2f}x" + (f" [{row.at_low:.2f}, {row.at_high:.2f}]" if row.at_low else "")
+        at_calibrated = f"{row.at:.2f}x" + (f" [{row.at_t_low:.2f}, {row.at_t_high:.2f}]" if row.at_t_low else "")
         if not fit.at_printable:
-            at = f"— (past {EXTRAPOLATION_LIMIT:g} x the fitted budgets)"
-        lines.append(f"| {method} | {row.k:.3f} | {gamma.value:+.4f}{interval}"
-                     f" | {at} | {gamma.verdict or f'too few seeds ({n})'} |")
+            at = at_calibrated = f"— (past {EXTRAPOLATION_LIMIT:g} x the fitted budgets)"
+        p = "—" if math.isnan(row.p_holm) else f"{row.p_holm:.3f}"
+        lines.append(f"| {method} | {row.k:.3f} | {gamma.value:+.4f}{interval} | {gamma.value:+.4f}{calibrated}"
+                     f" | {at} | {at_calibrated} | {p} | {row.holm_verdict or f'too few seeds ({n})'} |")
     return lines
 
 
@@ -261,13 +265,13 @@ def which_reading(found: Multipliers, fit: JointFit) -> list[str]:
     primary = {row.method: row.trend.holm_verdict for row in found.rows if row.trend.holm_verdict}
     if not primary:
         return []
-    differ = [f"{method} ({primary[method]}; the joint fit: {row.gamma.verdict})" for method, row in fit.methods.items()
-              if method in primary and row.gamma.verdict and row.gamma.verdict != primary[method]]
+    differ = [f"{method} ({primary[method]}; the joint fit: {row.holm_verdict})" for method, row in fit.methods.items()
+              if method in primary and row.holm_verdict and row.holm_verdict != primary[method]]
     return ["", "The primary reading is the first: gamma fitted to each budget's multiplier, as the sweep's rule "
             "states it, its verdict read by the calibrated interval with Holm's adjustment (the bootstrap percentiles "
             "under-cover). The joint fit is a check beside it: it reads every method through one loss curve shared "
-            "by all (E, B, beta), so its gamma also carries that curve's shape, and its interval is a bootstrap "
-            "percentile one. "
+            "by all (E, B, beta), so its gamma also carries that curve's shape; its verdict is read the same way "
+            "(the fit redone with each seed left out, Holm over the methods). "
             + (f"They differ for {', '.join(differ)}: there the primary reading's verdict stands, and the difference "
                "says that the multiplier is not one power law in the budget over these budgets." if differ else
                "Here they agree.")]
