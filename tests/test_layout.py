@@ -3,6 +3,7 @@ training and evaluation, imports inside functions only for optional dependencies
 and command modules that import no modeling code."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -273,3 +274,20 @@ def test_the_tests_of_every_method_and_the_benchmarks_name_none(path):
         if name in names | fields:
             found.add((node.lineno, name))
     assert not found, f"{path} names methods or their fields (declare cases on the method instead): {found}"
+
+
+def test_docs_layout_names_every_module():
+    """docs/layout.md names every module of src/depthattn/ in the entry of its top folder (a top-level module anywhere
+    in the package's block); commands/ holds one module per subcommand, named by it."""
+    text = (ROOT / "docs" / "layout.md").read_text()
+    package = text.split("src/depthattn/\n", 1)[1].split("\nconfigs/", 1)[0]
+    entries = {entry.split(None, 1)[0]: entry for entry in re.split(r"\n  (?=\S)", "\n" + package) if entry.strip()}
+    unnamed = []
+    for path in sorted((ROOT / "src" / "depthattn").rglob("*.py")):
+        relative = path.relative_to(ROOT / "src" / "depthattn")
+        if path.stem in ("__init__", "__main__") or relative.parts[0] == "commands":
+            continue
+        where = package if len(relative.parts) == 1 else entries.get(relative.parts[0] + "/", "")
+        if not re.search(rf"(?<![\w.]){re.escape(path.stem)}\b", where):
+            unnamed.append(str(relative))
+    assert not unnamed, f"docs/layout.md does not name these modules in their folder's entry: {unnamed}"
