@@ -160,6 +160,8 @@ def format_score(prediction: dict, rows: list[Score], why: str = "") -> str:
 def format_tuning(study: Study, tuning: Tuning) -> list[str]:
     """The tuned reading as Markdown lines."""
     def cell(point: TunedPoint) -> str:
+        if not point.rate or math.isnan(point.multiplier):  # a budget the method does not train
+            return "—"
         text = f"{point.multiplier:.2f}x" if math.isfinite(point.multiplier) else "—"
         if point.low is not None and math.isfinite(point.low):
             text += f" [{point.low:.2f}, {point.high:.2f}]"
@@ -168,13 +170,14 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
     n = len(tuning.seeds)
     head = " | ".join(f"{label} tok/param" for label in tuning.labels)
     best_rates = ", ".join(f"{label}: {rate}" for label, rate in zip(tuning.labels, tuning.baseline_rates, strict=True))
+    seeds = f"{n} seed{'s' if n != 1 else ''}"
     lines = [f"**Tuned**: multipliers against {study.baseline}'s envelope, its best rate at every budget "
-             f"({best_rates}), over "
-             f"the rates {', '.join(tuning.rates)}; {n} seeds every rate has. Each method at its own best rate "
-             f"(@rate), then at {tuning.reference}; intervals calibrated (jackknife t, n − 1 = {n - 1} degrees of "
-             f"freedom, the rate choices redone with each seed left out; none below {MIN_SEEDS} seeds, t quantile "
-             f"{t_quantile(max(n, 2)):.2f}); ᵉ: the best rate is at the grid's edge, so the optimum may lie outside "
-             f"it. Choosing the best rate on the held-out data that scores the methods favours {study.baseline}.",
+             f"({best_rates}), over the rates {', '.join(tuning.rates)}; {seeds} every rate has. Each method at its "
+             f"own best rate (@rate), then at {tuning.reference}; intervals calibrated (jackknife t, n − 1 = {n - 1} "
+             f"degrees of freedom, the rate choices redone with each seed left out; none below {MIN_SEEDS} seeds, "
+             f"t quantile {t_quantile(max(n, 2)):.2f}); ᵉ: the best rate is at the grid's edge, so the optimum may "
+             f"lie outside it. Choosing the best rate on the held-out data that scores the methods favours "
+             f"{study.baseline}.",
              "", f"| method, rate | {head} | verdict at {tuning.verdict_at} (Holm p) |",
              "|---|" + "---|" * (len(tuning.labels) + 1)]
     for m in tuning.methods:
