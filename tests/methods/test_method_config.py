@@ -21,6 +21,7 @@ from tests.helpers import tiny_config
     (dict(attnres_impl="triton"), "attnres_impl"),
     (dict(attnres_impl="fla"), "attnres_recency_bias false"),  # the kernels have no recency bias
     (dict(mhc_impl="fused"), "mhc_impl"),
+    (dict(mhc_impl="liger", mhc_streams=3), "mhc_streams a power of two"),  # Liger-Kernel's kernels
     (dict(mhc_streams=1), "mhc_streams"),
     (dict(mhc_sinkhorn_iters=0), "mhc_sinkhorn_iters"),
     (dict(mhc_alpha_init=-0.1), "mhc_alpha_init"),

@@ -53,6 +53,10 @@ class MHCDescription(MultiStreamDescription):
         check_int("mhc_sinkhorn_iters", config.mhc_sinkhorn_iters, 1)
         check_number("mhc_alpha_init", config.mhc_alpha_init, 0)
         check_choice("mhc_impl", config.mhc_impl, IMPL_NAMES)
+        streams = config.mhc_streams
+        if config.mhc_impl == "liger" and streams & (streams - 1):
+            raise ValueError(f"mhc_impl 'liger' needs mhc_streams a power of two (Liger-Kernel's kernels), got "
+                             f"{streams}: set mhc_streams to 2, 4 or 8, or use mhc_impl 'reference'")
 
     @classmethod
     def streams(cls, config):
