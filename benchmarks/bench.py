@@ -41,8 +41,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument("--quick", action="store_true", help="a tiny model and few repetitions (smoke runs, tests)")
     p.add_argument("--methods", default="all",
-                   help="comma-separated candidates: qwen3 and any cross_layer method, METHOD:VALUE for a method "
-                        "that computes with VALUE in its switchable field; 'all' (default) = "
+                   help="comma-separated candidates: qwen3 and any method preset (every cross_layer method is one), "
+                        "PRESET:VALUE for one whose method computes with VALUE in its switchable field; 'all' "
+                        "(default) = "
                         + ",".join(cand.all_candidates({})))
     p.add_argument("--method-field", action="append", default=[], metavar="NAME=VALUE",
                    help="a field that a method switches (how it computes, not what; e.g. its kernels), for every "

@@ -12,6 +12,7 @@ import depthattn
 from depthattn.convert import config_from_decoder
 from depthattn.loading import parse_method_fields
 from depthattn.methods import METHODS
+from depthattn.presets import METHOD_PRESETS, method_settings
 
 QWEN3 = "qwen3"
 VANILLA = "vanilla"
@@ -39,23 +40,26 @@ def all_candidates(method_fields: dict) -> list[str]:
 
 
 def parse_candidate(name: str, method_fields: dict) -> tuple[str, dict]:
-    """'qwen3' | a cross_layer method, optionally 'METHOD:VALUE' for the value of its switchable field -> (method,
-    the switchable fields it computes with: VALUE's, else those of `method_fields` that it switches)."""
+    """'qwen3' | a method preset (every cross_layer method is one, under its name; depthattn.presets), optionally
+    'PRESET:VALUE' for the value of its method's switchable field -> (preset, the switchable fields it computes with:
+    VALUE's, else those of `method_fields` that its method switches)."""
     if name == QWEN3:
         return QWEN3, {}
-    method, _, value = name.partition(":")
-    if method not in METHODS:
+    preset, _, value = name.partition(":")
+    if preset not in METHOD_PRESETS:
         raise ValueError(f"unknown candidate {name!r}; choose among {QWEN3!r}, "
-                         f"{', '.join(repr(m) for m in METHODS)} (and 'METHOD:VALUE' for a method with a switchable "
-                         "field: " + ", ".join(f"{m} {c.switchable_fields[0]}" for m, c in METHODS.items()
-                                               if len(c.switchable_fields) == 1) + ")")
+                         f"{', '.join(repr(m) for m in METHODS)} or another method preset (and 'PRESET:VALUE' for a "
+                         "method with a switchable field: " + ", ".join(
+                             f"{m} {c.switchable_fields[0]}" for m, c in METHODS.items()
+                             if len(c.switchable_fields) == 1) + ")")
+    method = METHOD_PRESETS[preset]["cross_layer"]
     fields = switched(method, method_fields)
     if value:
         switchable = METHODS[method].switchable_fields
         if len(switchable) != 1:
             raise ValueError(f"only a method with one switchable field takes a ':VALUE' suffix, got {name!r}")
         fields.update(parse_method_fields([f"{switchable[0]}={value}"]))  # its choices: checked as it is built
-    return method, fields
+    return preset, fields
 
 
 @dataclasses.dataclass
@@ -91,12 +95,13 @@ def build(names: list[str], size: dict, method_fields: dict, device: torch.devic
     weights = qwen3.state_dict()
     out = []
     for name in names:
-        method, fields = parse_candidate(name, method_fields)
-        if method == QWEN3:
+        preset, fields = parse_candidate(name, method_fields)
+        if preset == QWEN3:
             model = qwen3
         else:
-            config = config_from_decoder(qwen3.config, cross_layer=method, **fields)
-            fields = {field: getattr(config, field) for field in METHODS[method].switchable_fields}  # resolved
+            settings = method_settings(preset, size["num_hidden_layers"])
+            config = config_from_decoder(qwen3.config, **{**settings, **fields})
+            fields = {field: getattr(config, field) for field in METHODS[config.cross_layer].switchable_fields}
             config._attn_implementation = "sdpa"
             torch.manual_seed(seed + 1)  # a method's own parameters: the same initialisation in every run
             with torch.device(device):

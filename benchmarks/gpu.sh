@@ -2,18 +2,21 @@
 # The GPU checks in one go, for a machine with a CUDA GPU and torch + triton installed (run from the repository
 # root), most wanted first: the GPU tests, the benchmark size (decoding at batch 1, then at batch 16), serving
 # (where transformers' serving extra is installed), the paper's 1.5B shape, compiled training and decoding
-# steps, eager decoding at the 1.5B shape with each depth-mixing implementation, the ladder's smoke study, the
+# steps, eager decoding at the 1.5B shape with each depth-mixing implementation, the baselines' training steps
+# with the field's kernels (fla-core, Liger-Kernel) against ours, the ladder's smoke study, the
 # decoding profile and compiled decoding at the 1.5B shape. Each step has a time limit, and a step that would not
 # fit in the time left (GPU_BUDGET_S, default 560 s) is skipped, so the earlier results always come back.
 # GPU_STEPS (comma-separated step names) runs those steps alone, in this file's order.
 #
 #   benchmarks/gpu.sh OUT_DIR   -> OUT_DIR/log.txt,
-#                                  OUT_DIR/{bench-size,decode16,b15,compiled,decode-impls,b15-compiled-decode}/
+#                                  OUT_DIR/{bench-size,decode16,b15,compiled,decode-impls,library-kernels,
+#                                  library-kernels-compiled,b15-compiled-decode}/
 #                                  benchmark.{json,md}, OUT_DIR/serving/serving.{json,md},
 #                                  OUT_DIR/ladder-smoke/cells.tar.gz,
 #                                  OUT_DIR/profile/{profile.md,profile.json,trace-*.json.gz}
 #
-# transformers older than the project's minimum is replaced from a wheel in .whl/ if one is there.
+# Wheels in .whl/ are installed first (carried to a machine that cannot fetch them): transformers at the project's
+# minimum or newer where the machine's is older, and the baselines' kernel libraries, fla-core and liger-kernel.
 set -u
 out=${1:?usage: benchmarks/gpu.sh OUT_DIR}
 budget=${GPU_BUDGET_S:-560}
@@ -21,14 +24,17 @@ mkdir -p "$out"
 export PYTHONPATH="$PWD/src:$PWD" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 exec > >(tee "$out/log.txt") 2>&1
 
-if ! python3 -c 'import sys, transformers; v = tuple(map(int, transformers.__version__.split(".")[:2])); sys.exit(v < (5, 24))' \
-        && ls .whl/transformers-*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+if ls .whl/*.whl >/dev/null 2>&1; then  # packages the machine lacks (fla-core, liger-kernel, a newer transformers)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         && export PYTHONPATH="/tmp/site:$PYTHONPATH"
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
 python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton", triton.__version__,
 "transformers", transformers.__version__, torch.cuda.get_device_name())'
+python3 -c 'import importlib.metadata as m
+for name in ("fla-core", "liger-kernel"):
+    try: print(name, m.version(name))
+    except m.PackageNotFoundError: print(name, "not installed: its kernels'"'"' tests and candidates skip or fail")'
 
 step() {  # step NAME LIMIT_S COMMAND...: run COMMAND under LIMIT_S seconds if that fits in the budget left
     local name=$1 limit=$2; shift 2
@@ -69,6 +75,15 @@ b15_decode=(--layers 48 --hidden 1536 --intermediate 4096 --heads 24 --kv-heads 
 step decode-impls 100 python3 -m benchmarks "${b15_decode[@]}" --phases decode --reps 5 --decode-tokens 16 \
     --methods qwen3,vanilla,depth_attention,depth_attention:triton,depth_attention:reference \
     --out "$out/decode-impls"
+# the baselines against the field's kernels (fla-core's and Liger-Kernel's, from .whl/; the tests step compares their
+# outputs with the references'): training steps at the 1.5B shape, batch 2 x 2048, bf16, eager (~60 s), then the
+# references compiled (~200 s, mostly compilation)
+b15_train=(--layers 48 --hidden 1536 --intermediate 4096 --heads 24 --kv-heads 6 --seq 2048 --batch 2 --phases train)
+step library-kernels 150 python3 -m benchmarks "${b15_train[@]}" --reps 5 \
+    --methods vanilla,attnres_paper:reference,attnres_paper:fla,attnres_paper:liger,mhc:reference,mhc:liger \
+    --out "$out/library-kernels"
+step library-kernels-compiled 300 python3 -m benchmarks "${b15_train[@]}" --reps 5 --compile \
+    --methods vanilla,attnres_paper:reference,mhc:reference --out "$out/library-kernels-compiled"
 # the ladder's smoke study (configs/study/ladder_smoke.toml), three cells at a time on the one GPU (~7 min: MoDA at
 # 12 x 512 takes ~1 s a step beside two others); the cells it writes (docs/results/study/cells) come back as one
 # archive, also when the time limit stopped it

@@ -27,6 +27,22 @@ def test_candidates_cover_every_method():
     assert parse_candidate("vanilla", {"depth_impl": "compiled"}) == ("vanilla", {})
     with pytest.raises(ValueError, match="only a method with one switchable field takes a ':VALUE' suffix"):
         parse_candidate("vanilla:reference", {})
+    # a method preset, e.g. AttnRes in the paper's form, which the libraries' kernels compute
+    assert parse_candidate("attnres_paper:liger", {}) == ("attnres_paper", {"attnres_impl": "liger"})
+    with pytest.raises(ValueError, match="unknown candidate 'attnres_papr'"):
+        parse_candidate("attnres_papr", {})
+
+
+def test_a_preset_candidate_is_built_with_its_settings_and_its_kernel():
+    from benchmarks.bench import QUICK_SIZE
+    from benchmarks.candidates import build
+
+    size = {**QUICK_SIZE, "max_position_embeddings": 64}
+    _, paper = build(["vanilla", "attnres_paper:reference"], size, {}, torch.device("cpu"), torch.float32,
+                     log=lambda message: None)
+    config = paper.model.config
+    assert (config.cross_layer, config.attnres_sources, config.attnres_recency_bias) == ("attnres", "blocks", False)
+    assert paper.method_fields == {"attnres_impl": "reference"}
 
 
 def test_candidates_known_in_a_fresh_process():
