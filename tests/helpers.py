@@ -45,6 +45,40 @@ def with_backbone_of(model, source):
     return model
 
 
+def method_model(settings: dict, perturbed: bool = True, **overrides) -> depthattn.DepthAttentionForCausalLM:
+    """A tiny model of `settings` (and `overrides`), its method's parameters moved off their initialisation unless
+    not `perturbed`."""
+    model = tiny_model(**{**settings, **overrides})
+    return perturb_method(model) if perturbed else model
+
+
+def vanilla_and(settings: dict, **overrides):
+    """A vanilla model and a freshly initialised model of `settings` with the same backbone weights."""
+    vanilla = tiny_model(cross_layer="vanilla")
+    return vanilla, with_backbone_of(tiny_model(**{**settings, **overrides}), vanilla)
+
+
+def assert_documented_init(settings: dict, check, tmp_path):
+    """`check(method module)` holds for a fresh model of `settings` and for one loaded from a vanilla checkpoint (the
+    method's keys missing there), whose backbone is the checkpoint's. Returns (the vanilla model, the loaded one)."""
+    vanilla, fresh = vanilla_and(settings)
+    vanilla.save_pretrained(tmp_path)
+    loaded = depthattn.DepthAttentionForCausalLM.from_pretrained(tmp_path, config=fresh.config)
+    assert check(fresh.model.cross_layer) and check(loaded.model.cross_layer)
+    for key, tensor in vanilla.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], tensor), key
+    return vanilla, loaded
+
+
+def extra_parameters(settings: dict) -> int:
+    """The parameters a tiny model of `settings` has beyond the vanilla model with its backbone (checked against the
+    totals)."""
+    counts = depthattn.count_parameters(tiny_model(**settings))
+    vanilla = depthattn.count_parameters(tiny_model(cross_layer="vanilla"))
+    assert vanilla["extra_over_vanilla"] == 0 and counts["total"] == vanilla["total"] + counts["extra_over_vanilla"]
+    return counts["extra_over_vanilla"]
+
+
 def prefill_then_decode(model, ids: torch.Tensor, prompt_len: int):
     """Logits of a cached prefill of ids[:, :prompt_len] and then one cached step per remaining token,
     concatenated along T (to compare with the uncached forward's), and the final cache."""

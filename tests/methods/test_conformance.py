@@ -8,6 +8,7 @@ registered one at its defaults) trains a cell and has its row in the report."""
 import argparse
 import copy
 import re
+import sys
 
 import pytest
 import torch
@@ -255,3 +256,15 @@ def test_every_method_trains_a_study_cell_that_its_report_names(tiny_data, tmp_p
         torch.set_num_threads(threads)
     assert TOY in methods and sorted(r.method for r in CellStore.of(study).read_results(study)) == sorted(methods)
     assert [m for m in methods if f"| {m} | 1 |" not in report] == []
+
+
+def test_every_method_states_its_inference_state_and_documents_itself():
+    """Every registered method says what it holds at inference (docs/method.md#baselines), and its description's and
+    module's docstrings name its paper, its parameters and its initialisation."""
+    from depthattn.methods import DESCRIPTIONS, INFERENCE_STATE
+
+    assert set(INFERENCE_STATE) == set(METHODS) == set(DESCRIPTIONS)
+    for name, cls in METHODS.items():
+        assert "Across tokens: none" in INFERENCE_STATE[name]
+        doc = sys.modules[DESCRIPTIONS[name].__module__].__doc__ + sys.modules[cls.__module__].__doc__
+        assert "arXiv" in doc and "Parameters" in doc and "nitialisation" in doc

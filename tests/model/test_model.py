@@ -34,6 +34,10 @@ def test_tied_embeddings_round_trip(tmp_path):
     torch.testing.assert_close(reloaded(ids).logits, model(ids).logits, rtol=0, atol=0)
 
 
+def test_depth_attention_adds_no_parameters():
+    assert depthattn.count_parameters(tiny_model())["extra_over_vanilla"] == 0  # its default method
+
+
 def test_only_self_sources_give_exactly_the_vanilla_output():
     ids = torch.randint(0, 97, (2, 8))
     one_layer = tiny_model(num_hidden_layers=1)

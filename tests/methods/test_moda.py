@@ -1,0 +1,33 @@
+"""MoDA's own behaviour (docs/method.md#baselines): the documented initialisation, the kernels it switches between,
+its parameter count. What every method must do is tests/methods/test_conformance.py."""
+
+import pytest
+
+from depthattn.methods import DESCRIPTIONS
+from tests.helpers import assert_documented_init, extra_parameters, tiny_config
+
+SETTINGS = dict(cross_layer="moda")
+MERGED = dict(cross_layer="moda", moda_impl="merged")
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, MERGED], ids=["reference", "merged"])
+def test_fresh_and_loaded_models_get_the_documented_init(settings, tmp_path):
+    assert_documented_init(settings, lambda m: bool(0.9 < m.mlp_kv.std() / 0.02 < 1.1), tmp_path)
+
+
+def test_moda_describes_the_kernels_it_switches_between():
+    """MoDA's description names its kernels without importing them; they are the ones its module switches to."""
+    from depthattn.ops.moda import MODA_IMPLS
+
+    described = DESCRIPTIONS["moda"]
+    assert described.switch_values["moda_impl"] == tuple(MODA_IMPLS) == described.module_class().switch_values[
+        "moda_impl"]
+    with pytest.raises(ValueError, match=r"moda_impl must be one of 'reference', 'merged'; got 'merge' \(did you "
+                                         r"mean 'merged'\?\)"):
+        tiny_config(cross_layer="moda", moda_impl="merge")
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, MERGED], ids=["reference", "merged"])
+def test_parameter_count(settings):
+    # the MLP-slot key and value projections of layers 0-2 (layer 3's is never read)
+    assert extra_parameters(settings) == 3 * 2 * 16 * 32
