@@ -6,6 +6,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import depthattn
+from depthattn.evaluate import costs
 from depthattn.methods import METHODS, register, unregister
 from tests.methods.toy_method import ToyValueGain
 
@@ -138,6 +139,54 @@ def extra_flops_per_token(overrides, mapping, ops=None, patch=None) -> float:
         patch(method.model.cross_layer)
     vanilla = flop_model(**{**overrides, "cross_layer": "vanilla"})
     return (counted_flops(method, mapping, ops) - counted_flops(vanilla, mapping, ops)) / (FLOP_BATCH * FLOP_SEQ)
+
+
+def assert_matmul_flops_exact(settings: dict):
+    """The analytic matmul FLOPs per token of a model of `settings` are exactly those FlopCounterMode counts."""
+    record = costs.method_costs(tiny_config(**settings))
+    assert extra_flops_per_token(settings, MATMUL) == record["model_flops_per_token"]["matmul"]
+
+
+def fixed_weight_flops(settings: dict, fix_weights) -> tuple[int, int, depthattn.DepthAttentionConfig]:
+    """For a hidden-state method: (the FLOPs per token FlopCounterMode counts in the model with the mixing weights held
+    fixed by `fix_weights(method module)` (so that norms, softmax, sigmoid and Sinkhorn, which the paper does not
+    count, do not run), the analytic "mix" terms the model runs, the config); the model's terms also sum to its
+    total."""
+    config = tiny_config(**settings)
+    record = costs.method_costs(config)
+    mixing = sum(t["flops"] for t in record["flop_terms"] if t["model"] and t["role"] == "mix")
+    assert record["model_flops_per_token"]["total"] == sum(t["flops"] for t in record["flop_terms"] if t["model"])
+    return extra_flops_per_token(settings, {**MATMUL, **ELEMENTWISE}, patch=fix_weights), mixing, config
+
+
+def assert_value_sum_flops(settings: dict):
+    """For a method that mixes two value vectors per step (value residual, value embeddings): the elementwise FLOPs
+    FlopCounterMode counts are the analytic ones but one add per mixed step (a 2-term weighted sum counts 2 * 2 d_kv
+    by convention; the model runs 2 multiplies and 1 add)."""
+    config = tiny_config(**settings)
+    record = costs.method_costs(config)
+    d_kv = config.num_key_value_heads * config.head_dim
+    counted = extra_flops_per_token(settings, ELEMENTWISE, ops=set(ELEMENTWISE))
+    mixed_steps = sum(METHODS[config.cross_layer](config).acts_at(u) for u in range(config.unrolled_depth))
+    assert counted == record["model_flops_per_token"]["elementwise"] - d_kv * mixed_steps
+
+
+def state_at_context(settings: dict, context: int = 1000) -> int:
+    """Extra state in bytes (float32) at the peak of a prefill of `context` tokens (`depthattn.evaluate.costs`)."""
+    record = costs.method_costs(tiny_config(**settings), context=context, dtype_bytes=4)
+    return record["extra_state_bytes_at_context"]
+
+
+def flop_weights(*shape) -> torch.Tensor:
+    """Fixed mixing weights (FLOP_BATCH, FLOP_SEQ, *shape) for `fixed_weight_flops`, drawn outside the counter."""
+    return torch.rand(FLOP_BATCH, FLOP_SEQ, *shape, generator=torch.Generator().manual_seed(0))
+
+
+def fixed_stream_coefficients(method):
+    """For `fixed_weight_flops`: a multi-stream method's (pre, post, res) coefficients held fixed."""
+    n = method.num_streams
+    fixed = (flop_weights(n), flop_weights(n), flop_weights(n, n))
+    method.coefficients = lambda x, sublayer: fixed
 
 
 # The conformance cases (tests/methods/test_conformance.py and every capability's test): every registered method at

@@ -4,9 +4,18 @@ aggregator tests/methods/test_attnres_parity.py."""
 
 import math
 
+import pytest
 import torch
 
-from tests.helpers import assert_documented_init, extra_parameters, method_model
+from tests.helpers import (
+    assert_documented_init,
+    assert_matmul_flops_exact,
+    extra_parameters,
+    fixed_weight_flops,
+    flop_weights,
+    method_model,
+    state_at_context,
+)
 
 SETTINGS = dict(cross_layer="attnres", attnres_block_size=3)  # 8 sublayers: snapshots after 3 and 6
 
@@ -27,3 +36,21 @@ def test_attnres_starts_with_the_recency_bias_weights():
 
 def test_parameter_count():
     assert extra_parameters(SETTINGS) == 8 * (2 * 32 + 1)  # per aggregator: query, gain, recency bias
+
+
+def fix_weights(method):
+    fixed = {n: flop_weights(n).permute(2, 0, 1) for n in range(1, 64)}  # (n, B, T) per number of candidates
+    method.weights = lambda candidates, sublayer: fixed[candidates.shape[0]]
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, dict(cross_layer="attnres", attnres_block_size=5, num_hidden_layers=2,
+                                                     num_loops=2)], ids=["flat", "looped"])
+def test_flops_match_the_flop_counter(settings):
+    """The mixing with the weights held fixed (their logits, norms and softmax are not counted)."""
+    assert_matmul_flops_exact(settings)
+    counted, mixing, _ = fixed_weight_flops(settings, fix_weights)
+    assert counted == mixing
+
+
+def test_state_at_context():
+    assert state_at_context(SETTINGS) == 3 * 1000 * 32 * 4  # snapshots at 0, 3, 6

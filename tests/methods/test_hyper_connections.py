@@ -2,9 +2,17 @@
 they start as, their parameter count. What every method must do is tests/methods/test_conformance.py; their parity
 with the paper's reference tests/methods/test_hyper_connections_parity.py."""
 
+import pytest
 import torch
 
-from tests.helpers import assert_documented_init, extra_parameters, vanilla_and
+from tests.helpers import (
+    assert_documented_init,
+    assert_matmul_flops_exact,
+    extra_parameters,
+    fixed_stream_coefficients,
+    fixed_weight_flops,
+    vanilla_and,
+)
 
 SETTINGS = dict(cross_layer="hyper_connections", hc_streams=3)  # 4 layers = 8 sublayers
 
@@ -31,3 +39,12 @@ def test_hyper_connections_start_as_the_static_residual_and_near_vanilla():
 
 def test_parameter_count():
     assert extra_parameters(SETTINGS) == 8 * (32 * (3 + 3) + 2 + 2 * 3 + 9)
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, dict(cross_layer="hyper_connections", hc_streams=1,
+                                                     num_hidden_layers=2, num_loops=2)], ids=["flat", "n1-looped"])
+def test_flops_match_the_flop_counter(settings):
+    assert_matmul_flops_exact(settings)
+    counted, mixing, config = fixed_weight_flops(settings, fixed_stream_coefficients)
+    # the multi-stream write replaces vanilla's residual add (D per sublayer), which the convention keeps
+    assert counted == mixing - 2 * config.unrolled_depth * config.hidden_size

@@ -5,8 +5,19 @@ the paper's reference tests/methods/test_mhc_parity.py."""
 import pytest
 import torch
 
+from depthattn.evaluate import costs
 from depthattn.ops.mhc import sinkhorn
-from tests.helpers import assert_documented_init, extra_parameters, method_model, vanilla_and
+from tests.helpers import (
+    assert_documented_init,
+    assert_matmul_flops_exact,
+    extra_parameters,
+    fixed_stream_coefficients,
+    fixed_weight_flops,
+    method_model,
+    state_at_context,
+    tiny_config,
+    vanilla_and,
+)
 
 SETTINGS = dict(cross_layer="mhc", mhc_streams=3)  # 4 layers = 8 sublayers
 ATOL = 1e-5
@@ -54,3 +65,24 @@ def test_left_padded_batch_generation_with_a_hidden_state_method():
 def test_parameter_count():
     # per sublayer: phi (2n + n^2) x (nD + 1 bias), alpha (3); the final stream logits (n)
     assert extra_parameters(SETTINGS) == 8 * ((2 * 3 + 9) * (3 * 32 + 1) + 3) + 3
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, dict(cross_layer="mhc", num_hidden_layers=2, num_loops=2)],
+                         ids=["flat", "looped"])
+def test_flops_match_the_flop_counter(settings):
+    assert_matmul_flops_exact(settings)
+    counted, mixing, config = fixed_weight_flops(settings, fixed_stream_coefficients)
+    # the multi-stream write replaces vanilla's residual add (D per sublayer), which the convention keeps
+    assert counted == mixing - 2 * config.unrolled_depth * config.hidden_size
+
+
+def test_state_at_context():
+    assert state_at_context(SETTINGS) == 2 * 1000 * 32 * 4  # n - 1 extra streams
+
+
+def test_loops_scale_the_unrolled_depth():
+    flat = costs.method_costs(tiny_config(**SETTINGS, num_hidden_layers=4), context=100)
+    looped = costs.method_costs(tiny_config(**SETTINGS, num_hidden_layers=2, num_loops=2), context=100)
+    for key in ("params_extra", "extra_io_bytes_per_token", "kv_cache_bytes_per_token", "extra_state_bytes_at_context"):
+        assert flat[key] == looped[key], key
+    assert flat["params_total"] > looped["params_total"]  # the looped backbone has half the layers

@@ -4,7 +4,7 @@ its parameter count. What every method must do is tests/methods/test_conformance
 import pytest
 
 from depthattn.methods import DESCRIPTIONS
-from tests.helpers import assert_documented_init, extra_parameters, tiny_config
+from tests.helpers import assert_documented_init, assert_matmul_flops_exact, extra_parameters, tiny_config
 
 SETTINGS = dict(cross_layer="moda")
 MERGED = dict(cross_layer="moda", moda_impl="merged")
@@ -31,3 +31,10 @@ def test_moda_describes_the_kernels_it_switches_between():
 def test_parameter_count(settings):
     # the MLP-slot key and value projections of layers 0-2 (layer 3's is never read)
     assert extra_parameters(settings) == 3 * 2 * 16 * 32
+
+
+@pytest.mark.parametrize("settings", [MERGED, dict(MERGED, num_hidden_layers=2, num_loops=2)], ids=["flat", "looped"])
+def test_matmul_flops_match_the_flop_counter(settings):
+    """Its sequence part in SDPA, as vanilla's (the counter does not count CPU SDPA; the reference's matmuls it
+    would)."""
+    assert_matmul_flops_exact(settings)

@@ -1,9 +1,19 @@
 """MUDDFormer's own behaviour (docs/method.md#baselines): the documented initialisation (exactly vanilla), the query,
 key and value ways, the parameter count. What every method must do is tests/methods/test_conformance.py."""
 
+import pytest
 import torch
 
-from tests.helpers import assert_documented_init, extra_parameters, perturb_method, vanilla_and
+from tests.helpers import (
+    assert_documented_init,
+    assert_matmul_flops_exact,
+    extra_parameters,
+    fixed_weight_flops,
+    flop_weights,
+    perturb_method,
+    state_at_context,
+    vanilla_and,
+)
 
 SETTINGS = dict(cross_layer="mudd")  # 4 layers: a dynamic dense connection after every block
 
@@ -50,3 +60,22 @@ def test_parameter_count():
     # after block i of 4: C = 4 ways (1 after the last), n = i + 1 sources, K = C n (4 C n after the last)
     assert extra_parameters(SETTINGS) == sum(32 * K + K * C * n + C * n
                                              for C, n, K in [(4, 2, 8), (4, 3, 12), (4, 4, 16), (1, 5, 20)])
+
+
+def fix_weights(method):
+    fixed = {(C, n): flop_weights(C, n) for C in (1, 4) for n in range(2, 64)}
+    method.weights = lambda x, block: fixed[tuple(method.block_parameters(block)[2].shape)]
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, dict(cross_layer="mudd", num_hidden_layers=2, num_loops=2)],
+                         ids=["flat", "looped"])
+def test_flops_match_the_flop_counter(settings):
+    assert_matmul_flops_exact(settings)
+    counted, mixing, config = fixed_weight_flops(settings, fix_weights)
+    # the keys' and values' own inputs pass the attention norm too (mean D, 2 D multiplies, + eps), in every block
+    # but the first; norms are not counted
+    assert counted == mixing + 2 * (config.unrolled_depth - 1) * (3 * config.hidden_size + 1)
+
+
+def test_state_at_context():
+    assert state_at_context(SETTINGS) == (4 + 3) * 1000 * 32 * 4  # X_0 .. X_3 and the q, k, v ways

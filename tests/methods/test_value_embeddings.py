@@ -5,7 +5,16 @@ tests/methods/test_conformance.py."""
 import pytest
 import torch
 
-from tests.helpers import assert_documented_init, extra_parameters, method_model, tiny_config, vanilla_and
+from depthattn.evaluate import costs
+from tests.helpers import (
+    assert_documented_init,
+    assert_matmul_flops_exact,
+    assert_value_sum_flops,
+    extra_parameters,
+    method_model,
+    tiny_config,
+    vanilla_and,
+)
 
 SETTINGS = dict(cross_layer="value_embeddings")  # tables on steps 0, 1, 2, 3: "0101"
 PATTERN = dict(cross_layer="value_embeddings", value_embedding_pattern=".0.1")  # steps 1 and 3, tables 0 and 1
@@ -51,3 +60,17 @@ def test_parameter_count():
     # tables: 2 x vocab x d_kv; two lambdas per chosen step
     assert extra_parameters(SETTINGS) == 2 * 97 * 16 + 2 * 4
     assert extra_parameters(PATTERN) == 2 * 97 * 16 + 2 * 2
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, dict(cross_layer="value_embeddings", value_embedding_pattern="0..1")],
+                         ids=["speedrun", "pattern"])
+def test_flops_match_the_flop_counter(settings):
+    assert_matmul_flops_exact(settings)
+    assert_value_sum_flops(settings)
+
+
+def test_costs():
+    small, large = (costs.method_costs(tiny_config(**SETTINGS, vocab_size=v)) for v in (97, 970))
+    assert large["params_extra"] - small["params_extra"] == 2 * (970 - 97) * 16  # "0101": two tables of d_kv = 16
+    assert small["value_embedding_tables"] == 2 and small["value_embedding_steps"] == [0, 1, 2, 3]
+    assert small["extra_state_bytes_at_context"] == 0
