@@ -3,6 +3,7 @@ ops/mhc/liger.py): a method module checks its field's value once per forward and
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import torch
@@ -19,9 +20,13 @@ def check_library_kernels(field: str, impl: str, device: torch.device) -> None:
     if impl not in LIBRARIES:
         return
     library, install = LIBRARIES[impl]
-    missing = [name for name in (library, "triton") if importlib.util.find_spec(name) is None]
-    if missing:
+    if missing := _missing(library):
         raise RuntimeError(f"{field} {impl!r} needs {' and '.join(missing)}: {install}; or use {field} 'reference'")
     if not triton_runs_on(device):
         raise RuntimeError(f"{field} {impl!r} runs Triton kernels, which need a GPU; the tensors are on "
                            f"{device.type}: use {field} 'reference' there")
+
+
+@functools.cache  # asked every forward pass: the installed packages do not change while a model runs
+def _missing(library: str) -> tuple[str, ...]:
+    return tuple(name for name in (library, "triton") if importlib.util.find_spec(name) is None)
