@@ -54,7 +54,17 @@ STUDIES := core retrofit budget depth tokenization ablations search confirm moda
            budget_sweep_seeds10 budget_sweep_linuxdoc
 # studies run on a GPU (benchmarks/gpu.sh): here only their reports
 GPU_STUDIES := ladder_smoke
-study: $(VENV)/.installed
+# the linux-doc sweep's corpus, the Debian package linux-doc-6.1 (depthattn/data/linux_doc.py): installed where it
+# is missing and this is root with apt-get; elsewhere that sweep, run last, stops and says how
+LINUX_DOC := /usr/share/doc/linux-doc-6.1/html/_sources
+$(LINUX_DOC):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends linux-doc-6.1 || \
+		echo "make: installing linux-doc-6.1 failed; the linux-doc sweep, run last, stops there"; \
+	else echo "make: linux-doc-6.1 is not installed (as root: apt-get install linux-doc-6.1);" \
+		"the linux-doc sweep, run last, stops there"; fi
+study: $(VENV)/.installed $(LINUX_DOC)
 	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) --workers 2 --threads 1 --index docs/results/study.md
 	$(PY) docs/paste_results.py
 
