@@ -72,6 +72,14 @@ def test_the_calibrated_interval_holds_95_percent_where_the_percentile_bootstrap
     assert rates["percentile"].mean() <= 0.90, rates  # the pre-registered rule: about 0.85 at five seeds
 
 
+def test_at_ten_seeds_the_calibrated_interval_still_holds_its_coverage():
+    """The check the ten-seed sweeps pre-registered (configs/study/budget_sweep*_seeds10.toml). At the smallest budget,
+    where the method's loss lies near the edge of vanilla's measured curve, it covered 0.927 of 1,200 planted sweeps
+    (the percentile interval 0.82); at the others 0.93 to 0.97."""
+    rates = coverage(sweeps=300, seeds=10, resamples=20)["calibrated"]  # seeded, about 4 s
+    assert rates.mean() >= 0.93 and rates.min() >= 0.90, rates
+
+
 def test_the_ratio_of_two_methods_multipliers_holds_95_percent():
     """The orderings' contrast (analyses/orderings.py): method a's multiplier over method b's, leave one seed out."""
     rng, seeds, held, truth = np.random.default_rng(1), 5, [], K / 1.05
