@@ -48,7 +48,7 @@ demo: $(VENV)/.installed
 
 # The whole study (hours on 2 cores; resumable, finished cells are skipped), then its pages in docs/results/ and
 # their tables pasted into README.md and docs/results.md.
-ANALYSES := depth_axis wikipedia_orderings three_corpora_orderings
+ANALYSES := depth_axis wikipedia_orderings three_corpora_orderings headline
 STUDIES := core retrofit budget depth tokenization ablations search confirm moda budget_wsd budget_sweep \
            budget_sweep_layers4 budget_sweep_wiki budget_sweep_layers16 lr_sweep_wiki budget_sweep_wiki_seeds10 \
            budget_sweep_seeds10 budget_sweep_linuxdoc

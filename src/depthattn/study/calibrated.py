@@ -60,11 +60,14 @@ def log_jackknife_t(point: np.ndarray, leave_one_out: np.ndarray, confidence: fl
         return np.exp(low), np.exp(high)
 
 
-def jackknife_p(point: float, leave_one_out: np.ndarray) -> float:
-    """Two-sided p-value of `point` against zero with the jackknife t statistic (n - 1 degrees of freedom)."""
+def jackknife_p(point: float, leave_one_out: np.ndarray, documents: np.ndarray | None = None) -> float:
+    """Two-sided p-value of `point` against zero with the jackknife t statistic (n - 1 degrees of freedom);
+    `documents` as `jackknife_t`'s."""
     from scipy.stats import t
 
     se = float(jackknife_se(leave_one_out))
+    if documents is not None:
+        se = math.sqrt(se ** 2 + float(jackknife_se(documents)) ** 2)
     n = leave_one_out.shape[0]
     if not (math.isfinite(point) and math.isfinite(se)) or n < MIN_SEEDS:
         return math.nan

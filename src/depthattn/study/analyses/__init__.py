@@ -11,8 +11,9 @@ from typing import Any
 
 from ...files import atomic_write_bytes
 from ...train.config import config_path, read_toml
-from ..render.analyses import format_depth_axis, format_orderings
+from ..render.analyses import format_depth_axis, format_headline, format_orderings
 from .depth_axis import DepthAxis, depth_trend
+from .headline import Headline, headline_table
 from .orderings import Orderings, compare
 from .predictions import predict_with_depth
 
@@ -40,6 +41,7 @@ class Analysis:
 ANALYSES = {
     "depth_axis": Analysis(DepthAxis.load, depth_trend, format_depth_axis, predict_with_depth),
     "orderings": Analysis(Orderings.load, compare, format_orderings),
+    "headline": Analysis(Headline.load, headline_table, format_headline),
 }
 
 

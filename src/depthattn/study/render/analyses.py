@@ -1,5 +1,5 @@
-"""The analyses' pages from their records: the depth axis, the orderings on two or more corpora, a prediction's score
-and the tuned reading of a learning-rate sweep."""
+"""The analyses' pages from their records: the depth axis, the orderings on two or more corpora, a prediction's score,
+the tuned reading of a learning-rate sweep and the results table across sweeps (the headline)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .numbers import bracket, format_multiplier
 
 if TYPE_CHECKING:  # the analyses' records; analyses/ imports this module to register their pages
     from ..analyses.depth_axis import DepthAxis, DepthTrend, InteractionSurface
+    from ..analyses.headline import Headline, HeadlineFound
     from ..analyses.orderings import Orderings, OrderingsFound, Swap
     from ..analyses.predictions import Score
 
@@ -185,3 +186,44 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
         lines.append(f"| {m.method}, best | " + " | ".join(map(cell, m.best)) + f" | {verdict} |")
         lines.append(f"| {m.method}, {tuning.reference} | " + " | ".join(map(cell, m.reference)) + " | |")
     return lines
+
+
+HEADLINE_MARKS = {"ahead": "✓", "behind": "✗", "not shown": "·"}
+
+
+def format_headline(headline: Headline, found: HeadlineFound) -> str:
+    """The results table: a row per method, a column per sweep, each cell its multiplier, calibrated interval and
+    verdict mark; then each column's sweep and what it still lacks."""
+    def cell(found_cell) -> str:
+        if found_cell is None:
+            return "—"
+        point = found_cell.point
+        if isinstance(point, TunedPoint):
+            text = f"{point.multiplier:.2f}x"
+            if point.low is not None and point.high is not None:
+                text += f" [{point.low:.2f}, {point.high:.2f}]"
+            text += f" @{point.rate}" + ("ᵉ" if point.at_edge else "")
+        else:
+            text = format_multiplier(point, calibrated=True)
+        return text + (f" {HEADLINE_MARKS[found_cell.verdict]}" if found_cell.verdict else "")
+
+    columns = found.columns
+    head = " | ".join(f"{c.label}, {c.budget} tok/param" for c in columns)
+    lines = [f"### {headline.title}", "", f"`depthattn study --analysis {headline.config_file}`", "",
+             f"| headline | {head} |", "|---|" + "---|" * len(columns)]
+    for method in found.methods:
+        lines.append(f"| {method} | " + " | ".join(cell(c.cells.get(method)) for c in columns) + " |")
+    planned = [len(study.seeds) for study in headline.sweeps]
+    lines.append("| seeds | " + " | ".join(
+        "—" if not c.cells else f"{c.seeds} of {n}" if c.seeds < n else str(c.seeds)
+        for c, n in zip(columns, planned, strict=True)) + " |")
+    lines += ["", "Each cell: the data multiplier over the baseline (the tokens it needs to reach the method's loss, "
+              "over the method's), [its calibrated 95% interval: the jackknife t over leave-one-seed-out values], ✓ "
+              "ahead / ✗ behind / · not shown by that interval's test with Holm's adjustment over the column's "
+              f"methods (none below {MIN_SEEDS} seeds); @rate: a tuned column's method at its own best learning rate "
+              "against the baseline's best-rate envelope (ᵉ: at the grid's edge); † read beyond the baseline's "
+              f"measured budgets; ‡ read past {REPEATS_FLAG:g} epochs.", ""]
+    for column, study in zip(columns, headline.sweeps, strict=True):
+        note = f"- {column.label}: `{study.config_file}`" + (", tuned" if column.tuned else "")
+        lines.append(note + (f": {column.missing}" if column.missing else ""))
+    return "\n".join(lines) + "\n"

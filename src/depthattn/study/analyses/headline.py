@@ -1,0 +1,156 @@
+"""The results in one short table (the README's): each method's data multiplier over the baseline at one budget per
+sweep, a budget that passes over the data at most once, with its calibrated interval and a verdict Holm-adjusted over
+the column's methods (configs/analysis/headline.toml names the columns: a sweep and a budget each).
+
+- A budget sweep's column: the multipliers of its own report (`depthattn.study.multiplier.point`, the calibrated
+  interval with the held-out documents' variance where the cells store it); the verdict: **ahead** where the
+  Holm-adjusted p-value of the log multiplier (jackknife t) is below 1 - CONFIDENCE and the multiplier is above 1,
+  **behind** where below 1, **not shown** otherwise.
+- A learning-rate sweep's column is its tuned reading (`depthattn.study.tuning`): each method at its own best rate
+  against the baseline's best-rate envelope, the verdict its "survives tuning" (ahead), "reversed" (behind) or "not
+  shown".
+- A column whose sweep lacks cells says what its first seed lacks; below MIN_SEEDS seeds it has no interval or verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...train.config import config_path, read_toml
+from ..calibrated import holm, jackknife_p
+from ..multiplier import MultiplierPoint, point
+from ..spec import Study
+from ..stats import CONFIDENCE
+from ..store import CellStore
+from ..sweep import one_model
+from ..tuning import TunedPoint, rate_axis, tuned_multipliers
+
+TUNED_VERDICTS = {"survives tuning": "ahead", "reversed": "behind", "not shown": "not shown"}
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the table: its `label`, the budget sweep it reads and the `budget` (a label of its budget axis)."""
+
+    label: str
+    study: Study
+    budget: str
+
+
+@dataclass
+class Headline:
+    title: str
+    columns: list[Column]
+    config_file: str
+
+    @property
+    def sweeps(self) -> list[Study]:
+        return [column.study for column in self.columns]
+
+    @classmethod
+    def load(cls, path: str | Path) -> Headline:
+        path = config_path(path)
+        head = read_toml(path, "analysis config", "configs/analysis/").get("headline")
+        columns = head.get("columns") if isinstance(head, dict) else None
+        if not isinstance(head, dict) or not isinstance(columns, list) or not columns:
+            raise ValueError(f"{path}: this analysis has a [headline] table with [[headline.columns]], each with a "
+                             "label, a study (a budget sweep's config, relative to this file) and a budget")
+        unknown = set(head) - {"title", "columns"}
+        if unknown:
+            raise ValueError(f"{path}: unknown [headline] keys {sorted(unknown)}; it takes title and columns")
+        found = []
+        for entry in columns:
+            if not isinstance(entry, dict) or set(entry) != {"label", "study", "budget"}:
+                raise ValueError(f"{path}: each [[headline.columns]] has exactly label, study and budget; got "
+                                 f"{entry!r}")
+            study = Study.load(os.path.normpath(path.parent / entry["study"]))
+            axis = study.branch_axis
+            if axis is None or entry["budget"] not in axis.values:
+                raise ValueError(f"{path}: column {entry['label']!r}: {study.config_file} has no branched budget "
+                                 f"{entry['budget']!r}" + (f"; its budgets: {', '.join(axis.values)}" if axis else ""))
+            found.append(Column(entry["label"], study, entry["budget"]))
+        return cls(head.get("title", path.stem), found, str(path))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A method's multiplier in a column, as its sweep's report reads it (a budget sweep's point, a tuned reading's
+    best-rate point), and its verdict (None below MIN_SEEDS seeds)."""
+
+    point: MultiplierPoint | TunedPoint
+    verdict: str | None
+
+
+@dataclass(frozen=True)
+class ColumnFound:
+    """A column's cells by method, its seed count and whether it is a tuned reading; `missing`: what its sweep still
+    lacks (then no cells)."""
+
+    label: str
+    budget: str
+    x: float | None
+    seeds: int
+    tuned: bool
+    cells: dict[str, Cell]
+    missing: str = ""
+
+
+@dataclass(frozen=True)
+class HeadlineFound:
+    methods: list[str]
+    columns: list[ColumnFound]
+
+
+def _verdict(p_holm: float, multiplier: float) -> str | None:
+    if math.isnan(p_holm):
+        return None
+    return "not shown" if p_holm >= 1 - CONFIDENCE else "ahead" if multiplier > 1 else "behind"
+
+
+def _budget_column(column: Column) -> ColumnFound:
+    study = column.study
+    sweep, sample = one_model(study, CellStore.of(study))
+    if sample is None:
+        return ColumnFound(column.label, column.budget, None, 0, False, {}, sweep.first_seed_gaps())
+    if column.budget not in sample.labels:
+        return ColumnFound(column.label, column.budget, None, len(sample.seeds), False, {},
+                           f"no method has every seed's cell at {column.budget} tokens per parameter yet")
+    i = sample.labels.index(column.budget)
+    points, p_values = {}, {}
+    for method in sample.k:
+        if np.isnan(sample.table[method][i]).all():  # a budget only the baseline trains
+            continue
+        points[method] = point(sample, method, i)
+        if sample.loo is not None:
+            documents = None if sample.documents is None else np.log(sample.documents[method][:, i])
+            p_values[method] = jackknife_p(math.log(sample.k[method][i]), np.log(sample.loo_of(method)[:, i]),
+                                           documents)
+    adjusted = holm(p_values)
+    cells = {method: Cell(p, _verdict(adjusted.get(method, math.nan), p.multiplier)) for method, p in points.items()}
+    return ColumnFound(column.label, column.budget, float(sample.x[i]), len(sample.seeds), False, cells)
+
+
+def _tuned_column(column: Column) -> ColumnFound:
+    study = column.study
+    tuning = tuned_multipliers(study, CellStore.of(study).read_results(study), verdict_at=column.budget)
+    if tuning is None or column.budget not in tuning.labels:
+        return ColumnFound(column.label, column.budget, None, 0, True, {},
+                           "no seed has every rate's cells at every budget yet")
+    i = tuning.labels.index(column.budget)
+    cells = {}
+    for method in tuning.methods:
+        verdict = TUNED_VERDICTS[method.verdict] if method.verdict else None
+        cells[method.method] = Cell(method.best[i], verdict)
+    return ColumnFound(column.label, column.budget, float(tuning.x[i]), len(tuning.seeds), True, cells)
+
+
+def headline_table(headline: Headline) -> HeadlineFound:
+    """Every column's cells; the methods in the order the columns first name them."""
+    columns = [_tuned_column(c) if rate_axis(c.study) else _budget_column(c) for c in headline.columns]
+    methods = list(dict.fromkeys(method for column in columns for method in column.cells))
+    return HeadlineFound(methods, columns)

@@ -1,0 +1,78 @@
+"""The results table across sweeps (depthattn.study.analyses.headline): each column's planted multipliers are read
+with their sweep's intervals and called ahead, behind or not shown; a tuned column reads a learning-rate sweep's
+tuned reading; a sweep without cells says what it lacks; a bad config names what it needs."""
+
+import pytest
+
+from depthattn.study.analyses.headline import Headline, headline_table
+from depthattn.study.render.analyses import format_headline
+from depthattn.study.store import CellStore
+from tests.study import test_tuning
+from tests.study.test_multiplier import BUDGETS, fewer_resamples  # noqa: F401 (a fixture)
+from tests.study.test_orderings import METHODS, planted
+from tests.study.test_study import WSD_BUDGETS, write_study
+
+AXES = WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS)
+
+
+def write_headline(tmp_path, data, columns, lr_sweep=False):
+    """The sweeps a.toml and b.toml (and lr.toml, a learning-rate sweep) and a headline config of `columns`
+    (label, study file, budget)."""
+    for name in ("a", "b"):
+        write_study(tmp_path, data, name=f"{name}.toml", axes=AXES, methods=METHODS, seeds=range(5))
+    if lr_sweep:
+        write_study(tmp_path, data, name="lr.toml", axes=test_tuning.RATES + AXES, seeds=range(5))
+    path = tmp_path / "headline.toml"
+    path.write_text('[headline]\ntitle = "planted"\n' + "".join(
+        f'[[headline.columns]]\nlabel = "{label}"\nstudy = "{study}"\nbudget = "{budget}"\n'
+        for label, study, budget in columns))
+    return path
+
+
+def test_planted_multipliers_are_read_and_called_per_column(tiny_data, tmp_path, monkeypatch):
+    headline = Headline.load(write_headline(tmp_path, tiny_data, [("first", "a.toml", "d"), ("second", "b.toml", "d")]))
+    gains = {"a": {"depth_attention": 1.3, "value_residual": 1.0}, "b": {"depth_attention": 1.3, "value_residual": 0.7}}
+    monkeypatch.setattr(CellStore, "read_results", lambda _, study: planted(study, gains[study.name]))
+    found = headline_table(headline)
+    assert found.methods == ["depth_attention", "value_residual"]
+    first, second = found.columns
+    assert first.seeds == second.seeds == 5 and first.x == 100 and not first.missing
+    assert first.cells["depth_attention"].point.multiplier == pytest.approx(1.3, rel=0.02)
+    assert [first.cells[m].verdict for m in found.methods] == ["ahead", "not shown"]
+    assert [second.cells[m].verdict for m in found.methods] == ["ahead", "behind"]
+    page = format_headline(headline, found)
+    assert "| headline | first, d tok/param | second, d tok/param |" in page
+    assert "| depth_attention | 1.30x [" in page and "] ✓ |" in page and "] ✗ |" in page and "] · |" in page
+
+
+def test_a_learning_rate_sweeps_column_is_its_tuned_reading(tiny_data, tmp_path, monkeypatch):
+    headline = Headline.load(write_headline(tmp_path, tiny_data, [("tuned", "lr.toml", "b")], lr_sweep=True))
+    efficiency = {"vanilla": {"1e-3": 0.7, "2e-3": 1.0, "4e-3": 0.8},
+                  "depth_attention": {"1e-3": 0.8, "2e-3": 1.1, "4e-3": 1.3}}
+    monkeypatch.setattr(CellStore, "read_results", lambda _, study: test_tuning.planted(study, efficiency))
+    (column,) = headline_table(headline).columns
+    cell = column.cells["depth_attention"]
+    assert column.tuned and cell.point.rate == "4e-3" and cell.verdict == "ahead"
+    assert cell.point.multiplier == pytest.approx(1.3, rel=0.05)
+    assert f"| depth_attention | {cell.point.multiplier:.2f}x [" in format_headline(headline, headline_table(headline))
+    assert "@4e-3ᵉ ✓ |" in format_headline(headline, headline_table(headline))
+
+
+def test_a_sweep_without_cells_says_what_it_lacks(tiny_data, tmp_path, monkeypatch):
+    headline = Headline.load(write_headline(tmp_path, tiny_data, [("first", "a.toml", "d"), ("second", "b.toml", "d")]))
+    monkeypatch.setattr(CellStore, "read_results",
+                        lambda _, study: planted(study, {"depth_attention": 1.3}) if study.name == "a" else [])
+    found = headline_table(headline)
+    assert found.columns[1].missing and not found.columns[1].cells and found.columns[0].cells
+    page = format_headline(headline, found)
+    assert f"`{headline.sweeps[1].config_file}`: {found.columns[1].missing}" in page
+    assert "| seeds | 5 | — |" in page
+
+
+@pytest.mark.parametrize("columns, message", [
+    ([("first", "a.toml", "z")], "has no branched budget 'z'; its budgets: a, b, c, d, e, f"),
+    ([], r"\[\[headline.columns\]\]"),
+])
+def test_a_bad_headline_config_says_what_it_needs(tiny_data, tmp_path, columns, message):
+    with pytest.raises(ValueError, match=message):
+        Headline.load(write_headline(tmp_path, tiny_data, columns))
