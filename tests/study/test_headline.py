@@ -42,6 +42,7 @@ def test_planted_multipliers_are_read_and_called_per_column(tiny_data, tmp_path,
     assert [second.cells[m].verdict for m in found.methods] == ["ahead", "behind"]
     page = format_headline(headline, found)
     assert "| headline | first, d tok/param | second, d tok/param |" in page
+    assert "`: intervals over the seeds only (its cells do not store each held-out document's loss)" in page
     assert "| depth_attention | 1.30x [" in page and "] ✓ |" in page and "] ✗ |" in page and "] · |" in page
 
 

@@ -10,6 +10,8 @@ the column's methods (configs/analysis/headline.toml names the columns: a sweep 
   against the baseline's best-rate envelope, the verdict its "survives tuning" (ahead), "reversed" (behind) or "not
   shown".
 - A column whose sweep lacks cells says what its first seed lacks; below MIN_SEEDS seeds it has no interval or verdict.
+  Each column says whether its intervals hold the held-out documents' variance too (cells that store each
+  document's loss) or the seeds' only.
 """
 
 from __future__ import annotations
@@ -88,8 +90,8 @@ class Cell:
 
 @dataclass(frozen=True)
 class ColumnFound:
-    """A column's cells by method, its seed count and whether it is a tuned reading; `missing`: what its sweep still
-    lacks (then no cells)."""
+    """A column's cells by method, its seed count, whether it is a tuned reading and whether its intervals hold the
+    held-out documents' variance besides the seeds'; `missing`: what its sweep still lacks (then no cells)."""
 
     label: str
     budget: str
@@ -98,6 +100,7 @@ class ColumnFound:
     tuned: bool
     cells: dict[str, Cell]
     missing: str = ""
+    documents: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,8 @@ def _budget_column(column: Column) -> ColumnFound:
                                            documents)
     adjusted = holm(p_values)
     cells = {method: Cell(p, _verdict(adjusted.get(method, math.nan), p.multiplier)) for method, p in points.items()}
-    return ColumnFound(column.label, column.budget, float(sample.x[i]), len(sample.seeds), False, cells)
+    return ColumnFound(column.label, column.budget, float(sample.x[i]), len(sample.seeds), False, cells,
+                       documents=sample.documents is not None)
 
 
 def _tuned_column(column: Column) -> ColumnFound:

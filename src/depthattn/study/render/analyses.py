@@ -225,5 +225,12 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
               f"measured budgets; ‡ read past {REPEATS_FLAG:g} epochs.", ""]
     for column, study in zip(columns, headline.sweeps, strict=True):
         note = f"- {column.label}: `{study.config_file}`" + (", tuned" if column.tuned else "")
-        lines.append(note + (f": {column.missing}" if column.missing else ""))
+        if column.missing:
+            note += f": {column.missing}"
+        elif column.tuned:
+            note += ": intervals over the seeds only (the tuned reading does not resample the held-out documents)"
+        else:
+            note += (": intervals over the seeds and the held-out documents" if column.documents else
+                     ": intervals over the seeds only (its cells do not store each held-out document's loss)")
+        lines.append(note)
     return "\n".join(lines) + "\n"
