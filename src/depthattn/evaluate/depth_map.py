@@ -27,7 +27,8 @@ from ..loading import (
     open_model,
     run_metadata,
 )
-from ..methods import METHODS
+from ..methods import DESCRIPTIONS
+from ..methods.descriptions.base import AttentionMixerDescription
 from .plots import plot_depth_map
 
 DEFAULT_SAMPLES = 16
@@ -38,9 +39,9 @@ DEFAULT_BATCH_SIZE = 4
 def step_sources(model) -> list[list[int]]:
     """Depth sources of every unrolled step, for a method whose `output_depth_weights` weighs them per token."""
     cross_layer = getattr(model.config, "cross_layer", None)
-    method = METHODS.get(cross_layer) if cross_layer is not None else None
-    if method is None or not method.maps_depth_weights:
-        mapped = ", ".join(name for name, other in METHODS.items() if other.maps_depth_weights)
+    method = DESCRIPTIONS.get(cross_layer) if cross_layer is not None else None
+    if method is None or not method.maps_depth_weights or not issubclass(method, AttentionMixerDescription):
+        mapped = ", ".join(name for name, other in DESCRIPTIONS.items() if other.maps_depth_weights)
         raise ValueError(f"the model's cross_layer is {cross_layer!r}: a depth-weight map needs a method that weighs "
                          f"its depth sources per token ({mapped})")
     return method.step_sources(model.config)
@@ -133,7 +134,7 @@ def compute_depth_map(
         "num_hidden_layers": config.num_hidden_layers,
         "num_loops": getattr(config, "num_loops", 1),
         "cross_layer": config.cross_layer,
-        **METHODS[config.cross_layer].settings(config),
+        **DESCRIPTIONS[config.cross_layer].settings(config),
         "samples": len(starts),
         "seq_len": seq_len,
         "positions_per_layer": count,
@@ -156,7 +157,7 @@ def write_depth_map(result: dict, out_dir: str | os.PathLike, title: str | None 
     for step, step_sources_ in result["sources"].items():
         present[int(step), step_sources_] = True
     if title is None:
-        title = METHODS[result["cross_layer"]].depth_map_title.format(**result)
+        title = DESCRIPTIONS[result["cross_layer"]].depth_map_title.format(**result)
     png_path = plot_depth_map(matrix, out_dir / "depth_map.png", present=present, title=title,
                               loop_length=result["num_hidden_layers"] if result.get("num_loops", 1) > 1 else None)
     return json_path, png_path

@@ -14,6 +14,7 @@ from ..layer_states import DepthState, DepthStates
 from ..ops.norm import rms_normalize
 from .descriptions.base import (
     COST_MEMBERS,
+    AttentionMixerDescription,
     FlopTerm,
     MethodDescription,
     NoExtraCost,
@@ -75,7 +76,7 @@ class CrossLayerMethod(MethodDescription, nn.Module):
         raise NotImplementedError(f"{type(self).__name__} declares {name!r} switchable but does not switch it")
 
 
-class AttentionMixer(CrossLayerMethod):
+class AttentionMixer(CrossLayerMethod, AttentionMixerDescription):
     """A method acting inside attention (Depth-Attention, value residual, value embeddings, MoDA): it declares, per
     unrolled step, the earlier steps whose attention state it reads (`step_sources`, required), and a step's state is
     kept for the forward pass only when a later step reads it. The attention of step `u` does
@@ -96,11 +97,6 @@ class AttentionMixer(CrossLayerMethod):
         self.sources = self.step_sources(config)  # per unrolled step, the earlier steps it reads
         read_later = {j for sources in self.sources for j in sources}
         self.kept = [u in read_later for u in range(config.unrolled_depth)]  # states a later step reads
-
-    @staticmethod
-    @abc.abstractmethod
-    def step_sources(config) -> list[list[int]]:
-        """For every unrolled step, the earlier steps whose attention state it reads (may be none: `[]`)."""
 
     def acts_at(self, step: int) -> bool:
         """Whether the attention of unrolled step `step` calls the method (`forward`) before sequence attention."""

@@ -149,6 +149,17 @@ def is_module_class(cls: type[MethodDescription]) -> TypeGuard[type[CrossLayerMe
     return cls.module_class.__func__ is not MethodDescription.module_class.__func__  # type: ignore[attr-defined]
 
 
+class AttentionMixerDescription(MethodDescription):
+    """The description of a method acting inside attention (`depthattn.methods.AttentionMixer`): every such method
+    declares which earlier steps each unrolled step reads, known from the config alone (the depth map and the costs
+    read it without the module)."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def step_sources(config) -> list[list[int]]:
+        """For every unrolled step, the earlier steps whose attention state it reads (may be none: `[]`)."""
+
+
 class ResidualDescription(MethodDescription):
     """The description of a method that owns the residual stream (`depthattn.methods.Residual`): what the family
     says about every such method."""

@@ -14,7 +14,7 @@ Inference state (docs/method.md#inference): the KV cache keeps vanilla's size, m
 from __future__ import annotations
 
 from ...field_checks import check_bool, check_choice, check_int, check_number
-from .base import ConfigField, FlopTerm, MethodDescription
+from .base import AttentionMixerDescription, ConfigField, FlopTerm
 
 DEPTH_MIX_RULES = ("softmax", "uniform", "linear")
 DEPTH_MIX_STATES = ("v", "kv", "k")
@@ -36,7 +36,7 @@ def resolved_depth_stride(config) -> int:
     return config.depth_stride if config.depth_stride is not None else _half(config.unrolled_depth)
 
 
-class DepthAttentionDescription(MethodDescription):
+class DepthAttentionDescription(AttentionMixerDescription):
     module = "depthattn.methods.depth_attention:DepthAttention"
     config_fields = {
         "depth_stride": ConfigField(None, (

@@ -27,12 +27,12 @@ never read). While a token is processed: the key and value of every earlier step
 from __future__ import annotations
 
 from ...field_checks import check_choice
-from .base import ConfigField, FlopTerm, MethodDescription
+from .base import AttentionMixerDescription, ConfigField, FlopTerm
 
 MODA_IMPL_NAMES = ("reference", "merged")  # depthattn.ops.moda.MODA_IMPLS: how the combined softmax is computed
 
 
-class MoDADescription(MethodDescription):
+class MoDADescription(AttentionMixerDescription):
     module = "depthattn.methods.moda:MoDA"
     config_fields = {
         "moda_impl": ConfigField("reference", (

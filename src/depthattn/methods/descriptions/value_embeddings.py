@@ -16,7 +16,7 @@ Inference state: none beyond vanilla's KV cache; the token ids, which every deco
 
 from __future__ import annotations
 
-from .base import ConfigField, FlopTerm, MethodDescription
+from .base import AttentionMixerDescription, ConfigField, FlopTerm
 
 
 def speedrun_pattern(depth: int, tables: int = 3) -> str:
@@ -26,7 +26,7 @@ def speedrun_pattern(depth: int, tables: int = 3) -> str:
     return used + "." * (depth - 2 * len(used)) + used
 
 
-class ValueEmbeddingsDescription(MethodDescription):
+class ValueEmbeddingsDescription(AttentionMixerDescription):
     module = "depthattn.methods.value_embeddings:ValueEmbeddings"
     config_fields = {
         "value_embedding_pattern": ConfigField(None, (

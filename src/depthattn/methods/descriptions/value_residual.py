@@ -12,10 +12,10 @@ Parameters: `2 (L - 1)` scalars (L = unrolled depth). At initialisation it equal
 
 from __future__ import annotations
 
-from .base import FlopTerm, MethodDescription
+from .base import AttentionMixerDescription, FlopTerm
 
 
-class ValueResidualDescription(MethodDescription):
+class ValueResidualDescription(AttentionMixerDescription):
     module = "depthattn.methods.value_residual:ValueResidual"
     inference_state = (
         "Across tokens: none; the KV cache has vanilla's size (mixed values in the value slots). Per token while "
