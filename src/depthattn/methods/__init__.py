@@ -28,6 +28,7 @@ from ..lazy import lazy_names
 from .descriptions.attnres import AttnResDescription
 from .descriptions.base import (
     COST_MEMBERS,
+    AttentionMixerDescription,
     ConfigField,
     FlopTerm,
     MethodDescription,
@@ -193,7 +194,7 @@ _TORCH_NAMES = {  # public name: the module (importing torch) that defines it, i
 __getattr__, __dir__ = lazy_names(__name__, _TORCH_NAMES)
 
 __all__ = [
-    "COST_MEMBERS", "DESCRIPTIONS", "ENTRY_POINT_GROUP", "INFERENCE_STATE", "METHODS", "ConfigField", "FlopTerm",
-    "MethodDescription", "NoExtraCost", "load_entry_points", "register", "reserve_fields", "undeclared_costs",
-    "unregister", *sorted(_TORCH_NAMES),
+    "COST_MEMBERS", "AttentionMixerDescription", "DESCRIPTIONS", "ENTRY_POINT_GROUP", "INFERENCE_STATE", "METHODS",
+    "ConfigField", "FlopTerm", "MethodDescription", "NoExtraCost", "load_entry_points", "register", "reserve_fields",
+    "undeclared_costs", "unregister", *sorted(_TORCH_NAMES),
 ]
