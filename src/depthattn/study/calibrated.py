@@ -94,8 +94,12 @@ def verdict(low: float | None, high: float | None) -> str | None:
     return "grows" if low > 0 else "fades" if high < 0 else "holds"
 
 
-def holm_verdict(p_holm: float, estimate: float) -> str | None:
-    """grows / holds / fades by a Holm-adjusted p-value and the estimate's sign (None without a p-value)."""
+def holm_verdict(p_holm: float, estimate: float, words: tuple[str, str, str] = ("grows", "holds", "fades")
+                 ) -> str | None:
+    """By a Holm-adjusted p-value and the estimate's sign (a slope, a log multiplier): `words` for above zero, not
+    shown, below zero (grows / holds / fades by default); None without a p-value. Every Holm-adjusted verdict of the
+    reports is read by this one rule."""
     if math.isnan(p_holm):
         return None
-    return "holds" if p_holm >= 1 - CONFIDENCE else "grows" if estimate > 0 else "fades"
+    above, neither, below = words
+    return neither if p_holm >= 1 - CONFIDENCE else above if estimate > 0 else below

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .calibrated import holm, jackknife_p, log_jackknife_t
+from .calibrated import holm, holm_verdict, jackknife_p, log_jackknife_t
 from .curve import BaselineCurve
 from .records import CellResult
 from .spec import Study
-from .stats import CONFIDENCE, MIN_SEEDS
+from .stats import MIN_SEEDS
 from .sweep import Sweep
 
 RATE_KEY = "optim.lr"
@@ -183,10 +183,8 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     for method, best_points, reference_points in found:
         p = adjusted.get(method, math.nan)
         point = next((q for q in best_points if q.label == verdict_at), None)
-        verdict = None
-        if point is not None and not math.isnan(p):
-            verdict = "not shown" if p >= 1 - CONFIDENCE else (
-                "survives tuning" if point.multiplier > 1 else "reversed")
+        verdict = None if point is None else holm_verdict(p, math.log(point.multiplier),
+                                                          ("survives tuning", "not shown", "reversed"))
         out.append(TunedMethod(method, best_points, reference_points, p, verdict))
     return Tuning(rates, reference, labels, x, seeds, baseline_rates, out, verdict_at)
 

@@ -24,15 +24,15 @@ from pathlib import Path
 import numpy as np
 
 from ...train.config import config_path, read_toml
-from ..calibrated import holm, jackknife_p
+from ..calibrated import holm, holm_verdict, jackknife_p
 from ..multiplier import MultiplierPoint, point
 from ..spec import Study
-from ..stats import CONFIDENCE
 from ..store import CellStore
 from ..sweep import one_model
 from ..tuning import TunedPoint, rate_axis, tuned_multipliers
 
-TUNED_VERDICTS = {"survives tuning": "ahead", "reversed": "behind", "not shown": "not shown"}
+VERDICTS = ("ahead", "not shown", "behind")  # by the one rule, study/calibrated.py's holm_verdict
+TUNED_VERDICTS = {"survives tuning": "ahead", "not shown": "not shown", "reversed": "behind"}  # study/tuning.py's
 
 
 @dataclass(frozen=True)
@@ -109,12 +109,6 @@ class HeadlineFound:
     columns: list[ColumnFound]
 
 
-def _verdict(p_holm: float, multiplier: float) -> str | None:
-    if math.isnan(p_holm):
-        return None
-    return "not shown" if p_holm >= 1 - CONFIDENCE else "ahead" if multiplier > 1 else "behind"
-
-
 def _budget_column(column: Column) -> ColumnFound:
     study = column.study
     sweep, sample = one_model(study, CellStore.of(study))
@@ -134,7 +128,8 @@ def _budget_column(column: Column) -> ColumnFound:
             p_values[method] = jackknife_p(math.log(sample.k[method][i]), np.log(sample.loo_of(method)[:, i]),
                                            documents)
     adjusted = holm(p_values)
-    cells = {method: Cell(p, _verdict(adjusted.get(method, math.nan), p.multiplier)) for method, p in points.items()}
+    cells = {method: Cell(p, holm_verdict(adjusted.get(method, math.nan), math.log(p.multiplier), VERDICTS))
+             for method, p in points.items()}
     return ColumnFound(column.label, column.budget, float(sample.x[i]), len(sample.seeds), False, cells,
                        documents=sample.documents is not None)
 
