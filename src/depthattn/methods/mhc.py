@@ -18,8 +18,8 @@ from .streams import MultiStreamResidual
 
 class MHC(MHCDescription, MultiStreamResidual):
     def __init__(self, config):
-        super().__init__(config, config.mhc_streams, MHC_IMPLS[config.mhc_impl])
-        self.impl = config.mhc_impl
+        super().__init__(config, config.mhc_streams)
+        self.switch("mhc_impl", config.mhc_impl)
         n, size = self.num_streams, config.hidden_size
         self.sinkhorn_iters, self.eps = config.mhc_sinkhorn_iters, config.rms_norm_eps
         self.alpha_init, self.std = config.mhc_alpha_init, config.initializer_range

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ops.mhc import MHC_IMPLS, MHCOps
+from ..ops.mhc import MHC_IMPLS
 from .base import Residual
 from .descriptions.streams import MultiStreamDescription
 
@@ -30,9 +30,9 @@ class MultiStreamResidual(Residual, MultiStreamDescription):
     """The shared stream handling; a subclass defines `coefficients` and `final` besides what
     `MultiStreamDescription` leaves to it (`streams`, `coefficient_term`, `final_term`, `extra_parameters`)."""
 
-    def __init__(self, config, num_streams: int, connections: MHCOps = MHC_IMPLS["reference"]):
+    def __init__(self, config, num_streams: int):
         super().__init__(config)
-        self.num_streams, self.connections = num_streams, connections
+        self.num_streams, self.connections = num_streams, MHC_IMPLS["reference"]
 
     @abc.abstractmethod
     def coefficients(self, x: torch.Tensor, sublayer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
