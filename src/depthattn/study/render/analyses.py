@@ -158,16 +158,19 @@ def format_score(prediction: dict, rows: list[Score], why: str = "") -> str:
     return "\n".join(lines)
 
 
+def format_tuned_point(point: TunedPoint) -> str:
+    """'1.18x [1.10, 1.27] @4e-3ᵉ': a method's multiplier at its best (or the reference) rate, its interval, the rate
+    (ᵉ: at the grid's edge); '—' at a budget the method does not train."""
+    if not point.rate or math.isnan(point.multiplier):
+        return "—"
+    text = f"{point.multiplier:.2f}x" if math.isfinite(point.multiplier) else "—"
+    if point.low is not None and math.isfinite(point.low):
+        text += f" [{point.low:.2f}, {point.high:.2f}]"
+    return text + f" @{point.rate}" + ("ᵉ" if point.at_edge else "")
+
+
 def format_tuning(study: Study, tuning: Tuning) -> list[str]:
     """The tuned reading as Markdown lines."""
-    def cell(point: TunedPoint) -> str:
-        if not point.rate or math.isnan(point.multiplier):  # a budget the method does not train
-            return "—"
-        text = f"{point.multiplier:.2f}x" if math.isfinite(point.multiplier) else "—"
-        if point.low is not None and math.isfinite(point.low):
-            text += f" [{point.low:.2f}, {point.high:.2f}]"
-        return text + f" @{point.rate}" + ("ᵉ" if point.at_edge else "")
-
     n = len(tuning.seeds)
     head = " | ".join(f"{label} tok/param" for label in tuning.labels)
     best_rates = ", ".join(f"{label}: {rate}" for label, rate in zip(tuning.labels, tuning.baseline_rates, strict=True))
@@ -183,8 +186,9 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
              "|---|" + "---|" * (len(tuning.labels) + 1)]
     for m in tuning.methods:
         verdict = f"{m.verdict} ({m.p_holm:.3f})" if m.verdict else "— (too few seeds or budgets)"
-        lines.append(f"| {m.method}, best | " + " | ".join(map(cell, m.best)) + f" | {verdict} |")
-        lines.append(f"| {m.method}, {tuning.reference} | " + " | ".join(map(cell, m.reference)) + " | |")
+        lines.append(f"| {m.method}, best | " + " | ".join(map(format_tuned_point, m.best)) + f" | {verdict} |")
+        lines.append(f"| {m.method}, {tuning.reference} | " + " | ".join(map(format_tuned_point, m.reference))
+                     + " | |")
     return lines
 
 
@@ -198,13 +202,8 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
         if found_cell is None:
             return "—"
         point = found_cell.point
-        if isinstance(point, TunedPoint):
-            text = f"{point.multiplier:.2f}x"
-            if point.low is not None and point.high is not None:
-                text += f" [{point.low:.2f}, {point.high:.2f}]"
-            text += f" @{point.rate}" + ("ᵉ" if point.at_edge else "")
-        else:
-            text = format_multiplier(point, calibrated=True)
+        text = (format_tuned_point(point) if isinstance(point, TunedPoint) else
+                format_multiplier(point, calibrated=True))
         return text + (f" {HEADLINE_MARKS[found_cell.verdict]}" if found_cell.verdict else "")
 
     columns = found.columns
