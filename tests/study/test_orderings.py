@@ -57,6 +57,29 @@ def test_the_same_order_agrees_and_a_clear_swap_is_named_and_separated(tiny_data
         format_orderings(orderings, found)
 
 
+def test_the_calibrated_separation_holds_the_held_out_documents_variance_where_cells_store_it(tiny_data, tmp_path,
+                                                                                            monkeypatch):
+    import numpy as np
+
+    from tests.study.test_calibrated import with_documents
+
+    orderings = Orderings.load(write_orderings(tmp_path, tiny_data))
+    same, swapped = {"depth_attention": 1.3, "value_residual": 1.1}, {"depth_attention": 1.1, "value_residual": 1.3}
+    spread = np.random.default_rng(0).standard_normal(40)
+    scale = {"vanilla": 1.0, "depth_attention": 3.0, "value_residual": 0.0}  # documents that move one method only
+
+    def read(_, study):
+        if study.name == "a":
+            return planted(study, same)
+        return [with_documents(r, spread, scale) for r in planted(study, swapped)]
+
+    monkeypatch.setattr(CellStore, "read_results", read)
+    inside = [row for row in compare(orderings).budgets if 20 <= row.x <= 200]
+    assert inside
+    for row in inside:  # the seeds alone separate the swap in both; b's documents do not let it
+        assert row.swaps[0].separated == (True, True) and row.swaps[0].separated_calibrated == (True, False)
+
+
 def test_a_sweep_without_every_method_waits(tiny_data, tmp_path, monkeypatch):
     orderings = Orderings.load(write_orderings(tmp_path, tiny_data))
     monkeypatch.setattr(CellStore, "read_results", lambda _, self: [

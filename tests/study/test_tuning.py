@@ -80,6 +80,26 @@ def test_below_five_seeds_there_are_multipliers_but_no_intervals_or_verdict(stud
     assert all(p.low is None for p in method.best) and method.verdict is None
 
 
+def test_where_every_cell_stores_its_documents_losses_the_tuned_interval_holds_their_variance(study):
+    from depthattn.study.render.analyses import format_tuning
+    from tests.study.test_calibrated import width, with_documents
+
+    efficiency = {"vanilla": {"1e-3": 0.7, "2e-3": 1.0, "4e-3": 0.8},
+                  "depth_attention": {"1e-3": 0.8, "2e-3": 1.1, "4e-3": 1.3}}
+    plain = planted(study, efficiency)
+    spread = np.random.default_rng(1).standard_normal(40)
+    bare = tuned_multipliers(study, plain, verdict_at="b")
+    both = tuned_multipliers(study, [with_documents(r, spread) for r in plain], verdict_at="b")
+    assert not bare.documents and both.documents
+    for kind in ("best", "reference"):
+        for a, b in zip(getattr(bare.methods[0], kind), getattr(both.methods[0], kind), strict=True):
+            assert a.multiplier == b.multiplier and a.rate == b.rate  # the same reading, a wider interval
+            assert width(b.low, b.high) > 1.05 * width(a.low, a.high)
+    assert both.methods[0].p_holm > bare.methods[0].p_holm
+    assert "the held-out documents' variance added" in " ".join(format_tuning(study, both))
+    assert "the seeds' variance only" in " ".join(format_tuning(study, bare))
+
+
 # Coverage of the tuned intervals at five seeds: planted learning-rate sweeps whose vanilla curves per rate are the
 # committed cells' means (seed 0 at 1e-3 and 4e-3, five seeds at 2e-3; 8e-3 planted a little worse than 4e-3 late),
 # so that rates nearly tie at the long budgets as they do there, with the cells' seed noise (tests/study/

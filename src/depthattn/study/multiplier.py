@@ -185,7 +185,9 @@ def sweep_multipliers(sweep: Sweep, flops_ratio: dict[str, float] | None = None)
         sweep.study.baseline,
         rows, sample.documents is not None,
         joint_fit(x[fitted], {m: t[fitted] for m, t in table.items()}, sweep.study.baseline,
-                  sample.generator() if sample.boot is not None else None, len(sample.seeds))
+                  sample.generator() if sample.boot is not None else None, len(sample.seeds),
+                  None if sample.document_tables is None else
+                  [{m: t[fitted] for m, t in without.items()} for without in sample.document_tables])
         if fitted.sum() >= MIN_FIT_BUDGETS else None,
         [label for label, keep in zip(labels, fitted, strict=True) if keep], sample.curve.power)
 
@@ -203,7 +205,8 @@ def budget_trend(sample: SeedBootstrap, method: str) -> BudgetTrend:
     by_documents = None if sample.documents is None else np.array(
         [log_log_fit(x[fitted], b[fitted])[0] for b in sample.documents[method]])  # (DOCUMENT_GROUPS,)
     t_low, t_high = jackknife_t(np.array(gamma), gammas, documents=by_documents)
-    return BudgetTrend(Slope(gamma, low, high, float(t_low), float(t_high)), log_c, draws, jackknife_p(gamma, gammas))
+    return BudgetTrend(Slope(gamma, low, high, float(t_low), float(t_high)), log_c, draws,
+                       jackknife_p(gamma, gammas, documents=by_documents))
 
 
 def point(sample: SeedBootstrap, method: str, i: int, calibrated: bool = True) -> MultiplierPoint:
@@ -267,12 +270,13 @@ def _solve(x: np.ndarray, means: np.ndarray, start: np.ndarray) -> np.ndarray:
 
 
 def joint_fit(x: np.ndarray, table: dict[str, np.ndarray], baseline: str, rng: np.random.Generator | None,
-              n_seeds: int) -> JointFit:
+              n_seeds: int, without_documents: list[dict[str, np.ndarray]] | None = None) -> JointFit:
     """The joint fit of every method's mean losses; per method k (its multiplier at 1 token per parameter),
     gamma, the fitted multiplier at FIT_AT tokens per parameter and, with a generator (enough seeds), bootstrap
     intervals; from MIN_SEEDS seeds the calibrated ones (the fit redone with each seed left out: it holds its
     coverage where the bootstrap percentiles do not, tests/study/test_calibrated.py) and gamma's Holm-adjusted
-    p-value."""
+    p-value. `without_documents`: `table` with each group of held-out documents left out in turn; the fits of
+    those add the evaluation set's variance to the calibrated intervals and p-values."""
     methods = [baseline, *(m for m in table if m != baseline)]
     stack = np.stack([table[m] for m in methods])  # (methods, budgets, seeds)
     means = stack.mean(axis=2)
@@ -286,6 +290,10 @@ def joint_fit(x: np.ndarray, table: dict[str, np.ndarray], baseline: str, rng: n
     loo = None
     if n_seeds >= MIN_SEEDS:
         loo = np.array([_solve(x, stack[:, :, keep].mean(axis=2), params) for keep in leave_one_out(n_seeds)])
+    by_documents = None
+    if loo is not None and without_documents is not None:
+        by_documents = np.array([_solve(x, np.stack([t[m] for m in methods]).mean(axis=2), params)
+                                 for t in without_documents])  # (groups, parameters)
     residual = _predict(params, x, len(methods)) - means
     found, p_values = {}, {}
     for i, method in enumerate(methods[1:]):
@@ -294,10 +302,15 @@ def joint_fit(x: np.ndarray, table: dict[str, np.ndarray], baseline: str, rng: n
         low, high = (None, None) if own is None else percentile_interval(own[:, 1])
         t_low = t_high = at_t_low = at_t_high = None
         if loo is not None:  # a left-out fit's: loo[:, 3 + 2 i] (log k), loo[:, 4 + 2 i] (gamma)
-            t_low, t_high = map(float, jackknife_t(np.array(gamma), loo[:, 4 + 2 * i]))
+            gammas_by_documents = at_by_documents = None
+            if by_documents is not None:
+                gammas_by_documents = by_documents[:, 4 + 2 * i]
+                at_by_documents = np.exp(by_documents[:, 3 + 2 * i] + gammas_by_documents * math.log(FIT_AT))
+            t_low, t_high = map(float, jackknife_t(np.array(gamma), loo[:, 4 + 2 * i], documents=gammas_by_documents))
             log_at = loo[:, 3 + 2 * i] + loo[:, 4 + 2 * i] * math.log(FIT_AT)
-            at_t_low, at_t_high = map(float, log_jackknife_t(np.exp(log_k + gamma * math.log(FIT_AT)), np.exp(log_at)))
-            p_values[method] = jackknife_p(float(gamma), loo[:, 4 + 2 * i])
+            at_t_low, at_t_high = map(float, log_jackknife_t(np.exp(log_k + gamma * math.log(FIT_AT)), np.exp(log_at),
+                                                             documents=at_by_documents))
+            p_values[method] = jackknife_p(float(gamma), loo[:, 4 + 2 * i], documents=gammas_by_documents)
         found[method] = JointFitMethod(math.exp(log_k), Slope(float(gamma), low, high, t_low, t_high),
                                        *exp_linear((log_k, gamma), (1.0, math.log(FIT_AT)), own),
                                        at_t_low, at_t_high)

@@ -57,6 +57,7 @@ class SeedBootstrap:
     rng_state: Mapping[str, Any]  # the generator's state after the resamples, for the draws that follow (joint fit's)
     documents: dict[str, np.ndarray] | None = None  # method -> (DOCUMENT_GROUPS, budgets), each group of held-out
     # documents left out once; None unless every cell stores its documents' losses
+    document_tables: list[dict[str, np.ndarray]] | None = None  # the loss table with each group left out, as `table`
 
     def boot_of(self, method: str) -> np.ndarray:
         """`boot[method]`, for the readings made only where the seeds carry resamples."""
@@ -182,19 +183,19 @@ class Sweep:
         boot = resampled_multipliers(x, base, others, draws) if draws is not None else None
         loo = resampled_multipliers(x, base, others, leave_one_out(len(seeds))) if draws is not None else None
         documents = None
-        without = self._documents_left_out() if draws is not None else None
+        without = self.documents_left_out() if draws is not None else None
         if without is not None:
             every_seed = np.arange(len(seeds))[None, :]
             rows = [resampled_multipliers(x, t[study.baseline], {m: t[m] for m in methods}, every_seed)
                     for t in without]
             documents = {m: np.concatenate([row[m] for row in rows]) for m in methods}
         return SeedBootstrap(labels, x, seeds, table, self.epochs_per_x, curve, k, read, boot, loo,
-                             rng.bit_generator.state, documents)
+                             rng.bit_generator.state, documents, without)
 
-    def _documents_left_out(self) -> list[dict[str, np.ndarray]] | None:
-        """The loss table once per group of held-out documents, that group left out of every cell's loss (its nats
-        and tokens taken out of the whole split's); None unless every cell of the table stores its documents'
-        losses (`val_documents`)."""
+    def documents_left_out(self) -> list[dict[str, np.ndarray]] | None:
+        """`loss_table`'s losses once per group of held-out documents, that group left out of every cell's loss
+        (its nats and tokens taken out of the whole split's); None unless every cell of the table stores its
+        documents' losses (`val_documents`)."""
         axis, found = self.study.branched_axis, self.loss_table
         table = found.losses
         cells = {(r.method, r.setting[axis.name], r.seed): r for r in self.results}

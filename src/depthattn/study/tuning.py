@@ -7,7 +7,9 @@ whose rule was written before its cells ran) read against the baseline at its be
 - Each method at its own best rate per budget (chosen the same way), and at the reference rate, as data
   multipliers on that envelope.
 - Intervals: the calibrated one (study/calibrated.py), the rate choices redone with each seed left out; it holds
-  its 95% coverage at five seeds where rates nearly tie (simulated: tests/study/test_tuning.py).
+  its 95% coverage at five seeds where rates nearly tie (simulated: tests/study/test_tuning.py). Where every cell
+  stores each held-out document's loss, the reading redone with each group of documents left out adds the
+  evaluation set's variance (the rate choices redone there too).
 - Verdict per method at the rule's budget, its best rate against the envelope: "survives tuning" if the interval,
   Holm-adjusted over the methods, lies above 1; "reversed" if below; otherwise "not shown". A best rate at the
   grid's edge is flagged: the optimum may lie outside the grid.
@@ -25,7 +27,7 @@ from .curve import BaselineCurve
 from .records import CellResult
 from .spec import Study
 from .stats import MIN_SEEDS
-from .sweep import Sweep
+from .sweep import DOCUMENT_GROUPS, Sweep
 
 RATE_KEY = "optim.lr"
 
@@ -61,6 +63,7 @@ class Tuning:
     baseline_rates: list[str]  # the envelope's rate at each budget
     methods: list[TunedMethod]
     verdict_at: str
+    documents: bool = False  # the intervals hold the held-out documents' variance too
 
 
 def rate_axis(study: Study):
@@ -108,17 +111,21 @@ def envelope_multipliers(x: np.ndarray, by_rate: dict[str, dict[str, np.ndarray]
     return read(best), read(at_reference), rates, baseline_rates
 
 
+RateTables = dict[str, dict[str, np.ndarray]]  # per rate, each method's losses (budgets, seeds)
+
+
 def _rate_tables(study: Study, results: list[CellResult], rate_key: str, reference: str
-                 ) -> tuple[list[str], np.ndarray, list[int], dict[str, dict[str, np.ndarray]]] | None:
-    """(labels, x, seeds, per rate each method's loss table (labels, seeds)) over the budgets and seeds every rate
-    has; None where a rate lacks the baseline, the reference rate or a second rate is missing, or under three
-    budgets or no seed are shared."""
-    by_rate = {}
+                 ) -> tuple[list[str], np.ndarray, list[int], RateTables, list[RateTables] | None] | None:
+    """(labels, x, seeds, the loss tables, the same with each group of held-out documents left out (None unless
+    every cell stores its documents' losses)) over the budgets and seeds every rate has; None where a rate lacks
+    the baseline, the reference rate or a second rate is missing, or under three budgets or no seed are shared."""
+    by_rate, without_by_rate = {}, {}
     for sweep in Sweep(study, tuple(results)).models().values():
         loss_table = sweep.loss_table
         if study.baseline not in loss_table.losses:
             return None
-        by_rate[sweep.results[0].setting[rate_key]] = loss_table
+        rate = sweep.results[0].setting[rate_key]
+        by_rate[rate], without_by_rate[rate] = loss_table, sweep.documents_left_out()
     if reference not in by_rate or len(by_rate) < 2:
         return None
     labels = [label for label in by_rate[reference].labels if all(label in t.labels for t in by_rate.values())]
@@ -126,23 +133,31 @@ def _rate_tables(study: Study, results: list[CellResult], rate_key: str, referen
     if len(labels) < 3 or not seeds:
         return None
     x = np.array([by_rate[reference].x[by_rate[reference].labels.index(label)] for label in labels])
-    tables = {}
+    shared = {}
     for rate, loss_table in by_rate.items():
         rows = [loss_table.labels.index(label) for label in labels]
         columns = [loss_table.seeds.index(s) for s in seeds]
-        tables[rate] = {m: t[np.ix_(rows, columns)] for m, t in loss_table.losses.items()}
-    return labels, x, seeds, tables
+        shared[rate] = np.ix_(rows, columns)
+    tables = {rate: {m: t[shared[rate]] for m, t in loss_table.losses.items()} for rate, loss_table in by_rate.items()}
+    stored = {rate: without for rate, without in without_by_rate.items() if without is not None}
+    documents = None
+    if len(stored) == len(without_by_rate):
+        documents = [{rate: {m: t[shared[rate]] for m, t in without[group].items()} for rate, without in stored.items()}
+                     for group in range(DOCUMENT_GROUPS)]
+    return labels, x, seeds, tables, documents
 
 
-def _tuned_points(k: np.ndarray, loo: list[np.ndarray], chosen: list[str], labels: list[str], rates: list[str]
-                  ) -> list[TunedPoint]:
+def _tuned_points(k: np.ndarray, loo: list[np.ndarray], chosen: list[str], labels: list[str], rates: list[str],
+                  documents: list[np.ndarray]) -> list[TunedPoint]:
     """A method's multipliers `k` per budget, each with its calibrated interval from the leave-one-seed-out
-    multipliers `loo` (none without), read at the rates `chosen`."""
+    multipliers `loo` (none without) and those with each group of held-out documents left out (`documents`, none
+    without), read at the rates `chosen`."""
     out = []
     for i, label in enumerate(labels):
         low = high = None
         if loo and not math.isnan(k[i]):
-            lo, hi = log_jackknife_t(k[i], np.array([left_out[i] for left_out in loo]))
+            lo, hi = log_jackknife_t(k[i], np.array([left_out[i] for left_out in loo]),
+                                     documents=np.array([left_out[i] for left_out in documents]) if documents else None)
             low, high = float(lo), float(hi)
         out.append(TunedPoint(label, float(k[i]), low, high, chosen[i], chosen[i] in (rates[0], rates[-1])))
     return out
@@ -158,7 +173,7 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     shared_tables = _rate_tables(study, results, axis.name, reference)
     if shared_tables is None:
         return None
-    labels, x, seeds, tables = shared_tables
+    labels, x, seeds, tables, document_tables = shared_tables
     if verdict_at is None:
         shared = [label for label in branch.values if label not in branch.baseline_only]
         verdict_at = max(shared, key=lambda label: branch.values[label])
@@ -172,12 +187,17 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     for method in methods:
         best, at_reference, best_rates, _ = envelope_multipliers(x, tables, study.baseline, method, reference, everyone)
         loo = [envelope_multipliers(x, tables, study.baseline, method, reference, keep) for keep in leave_out]
-        best_points = _tuned_points(best, [values[0] for values in loo], best_rates, labels, rates)
+        by_documents = [envelope_multipliers(x, without, study.baseline, method, reference, everyone)
+                        for without in document_tables] if loo and document_tables else []
+        best_points = _tuned_points(best, [values[0] for values in loo], best_rates, labels, rates,
+                                    [values[0] for values in by_documents])
         found.append((method, best_points, _tuned_points(at_reference, [values[1] for values in loo],
-                                                         [reference] * len(labels), labels, rates)))
+                                                         [reference] * len(labels), labels, rates,
+                                                         [values[1] for values in by_documents])))
         if loo and verdict_at in labels:
             i = labels.index(verdict_at)
-            p_values[method] = jackknife_p(math.log(best[i]), np.log([values[0][i] for values in loo]))
+            p_values[method] = jackknife_p(math.log(best[i]), np.log([values[0][i] for values in loo]),
+                                           np.log([values[0][i] for values in by_documents]) if by_documents else None)
     adjusted = holm(p_values) if p_values else {}
     out = []
     for method, best_points, reference_points in found:
@@ -186,6 +206,7 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
         verdict = None if point is None else holm_verdict(p, math.log(point.multiplier),
                                                           ("survives tuning", "not shown", "reversed"))
         out.append(TunedMethod(method, best_points, reference_points, p, verdict))
-    return Tuning(rates, reference, labels, x, seeds, baseline_rates, out, verdict_at)
+    return Tuning(rates, reference, labels, x, seeds, baseline_rates, out, verdict_at,
+                  document_tables is not None)
 
 

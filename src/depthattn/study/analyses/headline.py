@@ -145,7 +145,8 @@ def _tuned_column(column: Column) -> ColumnFound:
     for method in tuning.methods:
         verdict = TUNED_VERDICTS[method.verdict] if method.verdict else None
         cells[method.method] = Cell(method.best[i], verdict)
-    return ColumnFound(column.label, column.budget, float(tuning.x[i]), len(tuning.seeds), True, cells)
+    return ColumnFound(column.label, column.budget, float(tuning.x[i]), len(tuning.seeds), True, cells,
+                       documents=tuning.documents)
 
 
 def headline_table(headline: Headline) -> HeadlineFound:

@@ -109,11 +109,15 @@ def _separated(found: SeedBootstrap, a: str, b: str, i: int) -> bool | None:
 
 
 def _separated_calibrated(found: SeedBootstrap, a: str, b: str, i: int) -> bool | None:
-    """The same with the calibrated interval (study/calibrated.py) of the log ratio (None below MIN_SEEDS seeds)."""
+    """The same with the calibrated interval (study/calibrated.py) of the log ratio, the held-out documents'
+    variance included where the sweep's cells store it (None below MIN_SEEDS seeds)."""
     if found.loo is None:
         return None
     log_ratio = np.log(found.k[a][i]) - np.log(found.k[b][i])
-    low, high = jackknife_t(np.array(log_ratio), np.log(found.loo_of(a)[:, i]) - np.log(found.loo_of(b)[:, i]))
+    documents = None if found.documents is None else (np.log(found.documents[a][:, i])
+                                                      - np.log(found.documents[b][:, i]))
+    low, high = jackknife_t(np.array(log_ratio), np.log(found.loo_of(a)[:, i]) - np.log(found.loo_of(b)[:, i]),
+                            documents=documents)
     return bool(low > 0 or high < 0)
 
 

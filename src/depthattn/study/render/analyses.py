@@ -10,7 +10,7 @@ from ..calibrated import t_quantile
 from ..multiplier import EXTRAPOLATION_LIMIT
 from ..spec import Study
 from ..stats import MIN_SEEDS
-from ..sweep import REPEATS_FLAG
+from ..sweep import DOCUMENT_GROUPS, REPEATS_FLAG
 from ..tuning import TunedPoint, Tuning
 from .numbers import bracket, format_multiplier
 
@@ -179,7 +179,10 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
              f"({best_rates}), over the rates {', '.join(tuning.rates)}; {seeds} every rate has. Each method at its "
              f"own best rate (@rate), then at {tuning.reference}; intervals calibrated (jackknife t, n − 1 = {n - 1} "
              f"degrees of freedom, the rate choices redone with each seed left out; none below {MIN_SEEDS} seeds, "
-             f"t quantile {t_quantile(max(n, 2)):.2f}); ᵉ: the best rate is at the grid's edge, so the optimum may "
+             f"t quantile {t_quantile(max(n, 2)):.2f}; "
+             + (f"the held-out documents' variance added, the reading redone with each of {DOCUMENT_GROUPS} groups "
+                "of documents left out" if tuning.documents else "the seeds' variance only: not every cell stores "
+                "each held-out document's loss") + "); ᵉ: the best rate is at the grid's edge, so the optimum may "
              f"lie outside it. Choosing the best rate on the held-out data that scores the methods favours "
              f"{study.baseline}.",
              "", f"| method, rate | {head} | verdict at {tuning.verdict_at} (Holm p) |",
@@ -226,8 +229,6 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
         note = f"- {column.label}: `{study.config_file}`" + (", tuned" if column.tuned else "")
         if column.missing:
             note += f": {column.missing}"
-        elif column.tuned:
-            note += ": intervals over the seeds only (the tuned reading does not resample the held-out documents)"
         else:
             note += (": intervals over the seeds and the held-out documents" if column.documents else
                      ": intervals over the seeds only (its cells do not store each held-out document's loss)")
