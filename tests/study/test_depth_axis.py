@@ -224,3 +224,40 @@ def test_a_depth_informed_prediction_reads_tokens_per_non_embedding_parameter(ti
         assert at["tokens_per_parameter"] == pytest.approx(cost["tokens"] / cost["params_non_embedding"])
         assert at["tokens_per_parameter_counting_embeddings"] == pytest.approx(cost["tokens"] / cost["params"])
         assert at["multiplier"] == pytest.approx(1.1 * at["tokens_per_parameter"] ** 0.1 * 2 ** 0.2, rel=0.05)
+
+
+def test_where_every_sweeps_cells_store_their_documents_losses_the_depth_fits_hold_their_variance(
+        tiny_data, tmp_path, monkeypatch):
+    """The same held-out documents in every sweep, whose method gains on them more the deeper it is: leaving a group
+    of documents out moves the slope in depth, and every calibrated interval of the axis widens by that."""
+    import numpy as np
+
+    from depthattn.study.analyses.depth_axis import prediction_surfaces
+    from tests.study.test_calibrated import width, with_documents
+
+    axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
+    planted = {}
+    plant(monkeypatch, lambda x, depth: 1.1 * depth ** 0.2)
+    for study in axis.sweeps:
+        planted[study.name] = CellStore.of(study).read_results(study)
+    bare = depth_trend(axis)
+    spread = np.random.default_rng(2).standard_normal(40)
+    monkeypatch.setattr(CellStore, "read_results", lambda _, study: [
+        with_documents(r, spread, {"depth_attention": 0.5 * sweep_depth(study)}) for r in planted[study.name]])
+    both = depth_trend(axis)
+    assert not bare.documents and both.documents
+    a, b = bare.methods["depth_attention"], both.methods["depth_attention"]
+    for row_a, row_b in zip(a.budgets, b.budgets, strict=True):
+        assert row_a.delta.value == row_b.delta.value  # the same slope, a wider interval
+        assert row_b.delta.t_high - row_b.delta.t_low > 1.05 * (row_a.delta.t_high - row_a.delta.t_low)
+    for slope_a, slope_b in ((a.surface.delta, b.surface.delta), (a.interaction.eta, b.interaction.eta),
+                             (a.interaction.delta_at[20.0], b.interaction.delta_at[20.0])):
+        assert slope_b.t_high - slope_b.t_low > 1.05 * (slope_a.t_high - slope_a.t_low)
+    assert "The held-out documents' variance is added" in format_depth_axis(axis, both)
+    assert "the seeds' variance only" in format_depth_axis(axis, bare)
+    shape = prediction_surfaces(axis, {}).methods["depth_attention"][0]  # what a prediction reads
+    assert shape.documents_left_out is not None
+    _, low, high = shape.at(20.0, 16)
+    monkeypatch.setattr(CellStore, "read_results", lambda _, study: planted[study.name])
+    _, bare_low, bare_high = prediction_surfaces(axis, {}).methods["depth_attention"][0].at(20.0, 16)
+    assert width(low, high) > 1.05 * width(bare_low, bare_high)

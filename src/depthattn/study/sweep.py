@@ -71,6 +71,13 @@ class SeedBootstrap:
             raise ValueError(f"{len(self.seeds)} seeds carry no resamples; they need {MIN_SEEDS} seeds at least")
         return self.loo[method]
 
+    def documents_of(self, method: str) -> np.ndarray:
+        """`documents[method]`, for the readings made only where every cell stores its documents' losses."""
+        if self.documents is None:
+            raise ValueError("these cells do not store each held-out document's loss (cells run before "
+                             "val_documents was recorded)")
+        return self.documents[method]
+
     @property
     def in_fit(self) -> np.ndarray:
         """The budgets that pass over the data at most REPEATS_FLAG times (the ones the fits use)."""

@@ -11,6 +11,9 @@ depth (configs/analysis/depth_axis.toml names them and states the rule, written 
   sweep's budgets that pass over its data at most REPEATS_FLAG times (the budgets the sweeps' own verdicts use),
   with the same resamples: its delta is the verdict on depth, and it is what a depth-informed prediction reads.
   Read more than EXTRAPOLATION_LIMIT times past the measured depths, a prediction is marked as an extrapolation.
+- Calibrated intervals: the grouped jackknife t, each seed position left out of every sweep at once; where every
+  sweep's cells store each held-out document's loss, the fits redone with each group of documents left out of every
+  sweep add the evaluation set's variance.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ..fits import Slope, exp_linear, log_log_fit, log_surface_fit, percentile_i
 from ..multiplier import MultiplierPoint, point
 from ..spec import Study
 from ..store import CellStore
-from ..sweep import REPEATS_FLAG, SeedBootstrap, one_model, read_sweeps, sweep_depth, within_repeats
+from ..sweep import DOCUMENT_GROUPS, REPEATS_FLAG, SeedBootstrap, one_model, read_sweeps, sweep_depth, within_repeats
 
 
 @dataclass
@@ -110,6 +113,7 @@ class DepthTrend:
     depths: list[int] | None = None
     labels: list[str] | None = None
     seeds: list[int] | None = None
+    documents: bool = False  # the calibrated intervals hold the held-out documents' variance too
 
 
 def independent_resamples(sweeps: list[AtDepth]) -> list[AtDepth]:
@@ -140,16 +144,39 @@ def _interaction_surface(sweeps: list[AtDepth], method: str, groups: int | None)
     if not groups:
         return InteractionSurface(fitted, Slope(float(coefficients[3])),
                                   {x: Slope(delta) for x, delta in delta_at.items()})
-    loo = np.array([log_surface_fit(_surface_points(sweeps, method, left_out=j), interaction=True)
-                    for j in range(groups)])
-    eta = Slope(float(coefficients[3]), *_calibrated(coefficients[3], loo[:, 3]))
+    loo, by_documents = _left_out_fits(sweeps, groups, lambda **left: log_surface_fit(
+        _surface_points(sweeps, method, **left), interaction=True))
+    eta = Slope(float(coefficients[3]), *_calibrated(coefficients[3], loo[:, 3], _column(by_documents, [0, 0, 0, 1])))
     return InteractionSurface(fitted, eta, {
-        x: Slope(delta, *_calibrated(delta, loo[:, 2] + loo[:, 3] * math.log(x))) for x, delta in delta_at.items()})
+        x: Slope(delta, *_calibrated(delta, loo[:, 2] + loo[:, 3] * math.log(x),
+                                     _column(by_documents, [0, 0, 1, math.log(x)])))
+        for x, delta in delta_at.items()})
 
 
-def _calibrated(value: float, leave_one_out: np.ndarray) -> tuple[None, None, float, float]:
-    """A `Slope`'s intervals with only the calibrated one: (None, None, t_low, t_high)."""
-    low, high = jackknife_t(np.array(value), leave_one_out)
+def _left_out_fits(sweeps: list[AtDepth], groups: int, fit) -> tuple[np.ndarray, np.ndarray | None]:
+    """`fit(left_out=j)` for each seed position j, and `fit(documents_left_out=g)` for each group g of held-out
+    documents where every sweep's cells store them (else None): each (groups, ...)."""
+    loo = np.array([fit(left_out=j) for j in range(groups)])
+    if not _documents_stored(sweeps):
+        return loo, None
+    return loo, np.array([fit(documents_left_out=g) for g in range(DOCUMENT_GROUPS)])
+
+
+def _documents_stored(sweeps: list[AtDepth]) -> bool:
+    """Whether every sweep's cells store each held-out document's loss."""
+    return all(s.sample.documents is not None for s in sweeps)
+
+
+def _column(fits: np.ndarray | None, features: list[float]) -> np.ndarray | None:
+    """The value with coefficients `features` of each fit (fits, coefficients); None without fits."""
+    return None if fits is None else fits @ np.array(features)
+
+
+def _calibrated(value: float, leave_one_out: np.ndarray, documents: np.ndarray | None = None
+                ) -> tuple[None, None, float, float]:
+    """A `Slope`'s intervals with only the calibrated one: (None, None, t_low, t_high); `documents` as
+    `jackknife_t`'s."""
+    low, high = jackknife_t(np.array(value), leave_one_out, documents=documents)
     return None, None, float(low), float(high)
 
 
@@ -179,16 +206,23 @@ def depth_trend(axis: DepthAxis) -> DepthTrend:
                 boot = np.stack([s.sample.boot_of(method)[:, i] for s, i in zip(sweeps, at, strict=True)], axis=1)
                 low, high = percentile_interval(np.array([log_log_fit(depths, b)[0] for b in boot]))
             if groups:
-                # (seeds, depths)
+                # (seeds, depths); with the documents (DOCUMENT_GROUPS, depths)
                 loo = np.stack([s.sample.loo_of(method)[:, i] for s, i in zip(sweeps, at, strict=True)], axis=1)
-                _, _, t_low, t_high = _calibrated(delta, np.array([log_log_fit(depths, b)[0] for b in loo]))
+                by_documents = None
+                if _documents_stored(sweeps):
+                    left = np.stack([s.sample.documents_of(method)[:, i] for s, i in zip(sweeps, at, strict=True)],
+                                    axis=1)
+                    by_documents = np.array([log_log_fit(depths, b)[0] for b in left])
+                _, _, t_low, t_high = _calibrated(delta, np.array([log_log_fit(depths, b)[0] for b in loo]),
+                                                  by_documents)
             budgets.append(DepthBudget(label, float(sweeps[0].sample.x[at[0]]), k.tolist(),
                                        [point(s.sample, method, i, calibrated=False)
                                         for s, i in zip(sweeps, at, strict=True)],
                                        Slope(delta, low, high, t_low, t_high)))
         out[method] = DepthMethod(budgets, _surface(sweeps, method, resampled, groups),
                                   _interaction_surface(sweeps, method, groups))
-    return DepthTrend({}, out, depths.astype(int).tolist(), labels, [len(s.sample.seeds) for s in sweeps])
+    return DepthTrend({}, out, depths.astype(int).tolist(), labels, [len(s.sample.seeds) for s in sweeps],
+                      bool(groups) and _documents_stored(sweeps))
 
 
 def _surface(sweeps: list[AtDepth], method: str, resampled: bool, groups: int | None) -> DepthSurface:
@@ -199,8 +233,9 @@ def _surface(sweeps: list[AtDepth], method: str, resampled: bool, groups: int | 
         draws = np.array([log_surface_fit(_surface_points(sweeps, method, r)) for r in range(resamples)])
         low, high = percentile_interval(draws[:, 2])
     if groups:
-        loo = np.array([log_surface_fit(_surface_points(sweeps, method, left_out=j))[2] for j in range(groups)])
-        _, _, t_low, t_high = _calibrated(coefficients[2], loo)
+        loo, by_documents = _left_out_fits(sweeps, groups,
+                                           lambda **left: log_surface_fit(_surface_points(sweeps, method, **left))[2])
+        _, _, t_low, t_high = _calibrated(coefficients[2], loo, by_documents)
     a, gamma, delta = (float(c) for c in coefficients)
     return DepthSurface((a, gamma, delta), draws,
                         Slope(float(coefficients[2]), low, high, t_low, t_high))
@@ -220,12 +255,15 @@ def _at_depths(axis: DepthAxis, x_scales: dict[str, float] | None = None) -> tup
 
 
 def _surface_points(sweeps: list[AtDepth], method: str, resample: int | None = None, left_out: int | None = None,
-                    epochs: float = REPEATS_FLAG):
+                    epochs: float = REPEATS_FLAG, documents_left_out: int | None = None):
     """(x, depth, k) of every sweep's budgets read within `epochs` passes over its data: the estimates, or those of
-    bootstrap resample `resample`, or those with seed `left_out` (its position) left out of every sweep."""
+    bootstrap resample `resample`, or those with seed `left_out` (its position) left out of every sweep, or those
+    with group `documents_left_out` of the held-out documents left out of every sweep's cells."""
     def k(s: SeedBootstrap, i):
         if resample is not None:
             return s.boot_of(method)[resample, i]
+        if documents_left_out is not None:
+            return s.documents_of(method)[documents_left_out, i]
         return s.k[method][i] if left_out is None else s.loo_of(method)[left_out, i]
 
     return [(float(s.sample.x[i] * s.x_scale), s.depth, float(k(s.sample, i))) for s in sweeps
@@ -257,6 +295,7 @@ class ShapeFit:
     shape: CurveShape
     coefficients: tuple[float, ...]
     left_out: np.ndarray | None
+    documents_left_out: np.ndarray | None = None  # (DOCUMENT_GROUPS, coefficients) where every cell stores them
 
     def at(self, x: float, depth: float) -> tuple[float, float | None, float | None]:
         """The multiplier at x (in the unit the surface was fitted in) and `depth` layers, with its calibrated 95%
@@ -266,7 +305,8 @@ class ShapeFit:
         log_k = float(np.dot(self.coefficients, features))
         if self.left_out is None:
             return math.exp(log_k), None, None
-        low, high = jackknife_t(np.array(log_k), self.left_out @ features)
+        low, high = jackknife_t(np.array(log_k), self.left_out @ features,
+                                documents=_column(self.documents_left_out, list(features)))
         return math.exp(log_k), math.exp(low), math.exp(high)
 
 
@@ -294,11 +334,11 @@ def prediction_surfaces(axis: DepthAxis, x_scales: dict[str, float]) -> Predicti
     for method in methods:
         fits = []
         for shape in PREDICTION_SHAPES:
-            def fit(left_out=None, shape=shape, method=method):
-                return log_surface_fit(_surface_points(sweeps, method, left_out=left_out, epochs=shape.epochs),
+            def fit(shape=shape, method=method, **left):
+                return log_surface_fit(_surface_points(sweeps, method, epochs=shape.epochs, **left),
                                        interaction=shape.interaction)
-            left_out = np.array([fit(j) for j in range(groups)]) if groups else None
-            fits.append(ShapeFit(shape, tuple(map(float, fit())), left_out))
+            left_out, by_documents = _left_out_fits(sweeps, groups, fit) if groups else (None, None)
+            fits.append(ShapeFit(shape, tuple(map(float, fit())), left_out, by_documents))
         out[method] = fits
     x = [x for x, _, _ in _surface_points(sweeps, methods[0])] if methods else [math.nan]
     return PredictionSurfaces({}, out, [s.depth for s in sweeps], [len(s.sample.seeds) for s in sweeps],

@@ -76,7 +76,10 @@ def format_depth_axis(axis: DepthAxis, trend: DepthTrend) -> str:
     if any(entry.surface.delta.t_low is not None for entry in trend.methods.values()):
         lines += ["Calibrated: the jackknife t-interval (study/calibrated.py), each leave-one-out fit leaving one seed "
                   "position out of every sweep at once (a seed's runs at each depth share its data order); the "
-                  "bootstrap percentiles beside it under-cover at five seeds. Read these where the two disagree.", ""]
+                  "bootstrap percentiles beside it under-cover at five seeds. Read these where the two disagree. "
+                  + (f"The held-out documents' variance is added (each of {DOCUMENT_GROUPS} groups of documents left "
+                     "out of every sweep's cells in turn)." if trend.documents else "They hold the seeds' variance "
+                     "only: not every sweep's cells store each held-out document's loss."), ""]
     lines.append(f"A prediction read more than {EXTRAPOLATION_LIMIT:g}x past the measured depths ({depths[0]} to "
                  f"{depths[-1]} layers) is marked as an extrapolation.")
     return "\n".join(lines) + "\n"
