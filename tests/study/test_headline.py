@@ -43,6 +43,8 @@ def test_planted_multipliers_are_read_and_called_per_column(tiny_data, tmp_path,
     page = format_headline(headline, found)
     assert "| headline | first, d tok/param | second, d tok/param |" in page
     assert "`: intervals over the seeds only (its cells do not store each held-out document's loss)" in page
+    # depth_attention reads vanilla's curve at 1.3 x 100 tokens per parameter, 0.01 epochs each
+    assert first.read_epochs == pytest.approx(1.3, rel=0.02) and "vanilla's curve read at up to 1.30 epochs" in page
     assert "| depth_attention | 1.30x [" in page and "] ✓ |" in page and "] ✗ |" in page and "] · |" in page
 
 
@@ -55,6 +57,7 @@ def test_a_learning_rate_sweeps_column_is_its_tuned_reading(tiny_data, tmp_path,
     cell = column.cells["depth_attention"]
     assert column.tuned and cell.point.rate == "4e-3" and cell.verdict == "ahead"
     assert cell.point.multiplier == pytest.approx(1.3, rel=0.05)
+    assert column.read_epochs == pytest.approx(cell.point.multiplier * 20 * 0.001)  # 20 tokens per parameter at b
     assert f"| depth_attention | {cell.point.multiplier:.2f}x [" in format_headline(headline, headline_table(headline))
     assert "@4e-3ᵉ ✓ |" in format_headline(headline, headline_table(headline))
 

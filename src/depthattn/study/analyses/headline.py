@@ -28,7 +28,7 @@ from ..calibrated import holm, holm_verdict, jackknife_p
 from ..multiplier import MultiplierPoint, point
 from ..spec import Study
 from ..store import CellStore
-from ..sweep import one_model
+from ..sweep import Sweep, one_model
 from ..tuning import TunedPoint, rate_axis, tuned_multipliers
 
 VERDICTS = ("ahead", "not shown", "behind")  # by the one rule, study/calibrated.py's holm_verdict
@@ -90,8 +90,10 @@ class Cell:
 
 @dataclass(frozen=True)
 class ColumnFound:
-    """A column's cells by method, its seed count, whether it is a tuned reading and whether its intervals hold the
-    held-out documents' variance besides the seeds'; `missing`: what its sweep still lacks (then no cells)."""
+    """A column's cells by method, its seed count, whether it is a tuned reading, whether its intervals hold the
+    held-out documents' variance besides the seeds', and the most passes over the data at which its multipliers
+    read the baseline's curve (`read_epochs`; the methods' budget passes over it at most once, the reading of
+    the curve a little further where a method is ahead); `missing`: what its sweep still lacks (then no cells)."""
 
     label: str
     budget: str
@@ -101,6 +103,7 @@ class ColumnFound:
     cells: dict[str, Cell]
     missing: str = ""
     documents: bool = False
+    read_epochs: float | None = None
 
 
 @dataclass(frozen=True)
@@ -130,13 +133,15 @@ def _budget_column(column: Column) -> ColumnFound:
     adjusted = holm(p_values)
     cells = {method: Cell(p, holm_verdict(adjusted.get(method, math.nan), math.log(p.multiplier), VERDICTS))
              for method, p in points.items()}
+    read = [p.read_epochs for p in points.values() if p.read_epochs is not None]
     return ColumnFound(column.label, column.budget, float(sample.x[i]), len(sample.seeds), False, cells,
-                       documents=sample.documents is not None)
+                       documents=sample.documents is not None, read_epochs=max(read, default=None))
 
 
 def _tuned_column(column: Column) -> ColumnFound:
     study = column.study
-    tuning = tuned_multipliers(study, CellStore.of(study).read_results(study), verdict_at=column.budget)
+    results = CellStore.of(study).read_results(study)
+    tuning = tuned_multipliers(study, results, verdict_at=column.budget)
     if tuning is None or column.budget not in tuning.labels:
         return ColumnFound(column.label, column.budget, None, 0, True, {},
                            "no seed has every rate's cells at every budget yet")
@@ -145,8 +150,11 @@ def _tuned_column(column: Column) -> ColumnFound:
     for method in tuning.methods:
         verdict = TUNED_VERDICTS[method.verdict] if method.verdict else None
         cells[method.method] = Cell(method.best[i], verdict)
+    epochs_per_x = Sweep(study, tuple(results)).epochs_per_x
+    read = [cell.point.multiplier * tuning.x[i] * epochs_per_x for cell in cells.values()
+            if epochs_per_x is not None and math.isfinite(cell.point.multiplier)]
     return ColumnFound(column.label, column.budget, float(tuning.x[i]), len(tuning.seeds), True, cells,
-                       documents=tuning.documents)
+                       documents=tuning.documents, read_epochs=float(max(read)) if read else None)
 
 
 def headline_table(headline: Headline) -> HeadlineFound:

@@ -235,5 +235,7 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
         else:
             note += (": intervals over the seeds and the held-out documents" if column.documents else
                      ": intervals over the seeds only (its cells do not store each held-out document's loss)")
+            if column.read_epochs is not None:
+                note += f"; {study.baseline}'s curve read at up to {column.read_epochs:.2f} epochs"
         lines.append(note)
     return "\n".join(lines) + "\n"
