@@ -111,14 +111,22 @@ def envelope_multipliers(x: np.ndarray, by_rate: dict[str, dict[str, np.ndarray]
     return read(best), read(at_reference), rates, baseline_rates
 
 
-RateTables = dict[str, dict[str, np.ndarray]]  # per rate, each method's losses (budgets, seeds)
+@dataclass(frozen=True)
+class RateTables:
+    """The losses over the budgets and seeds every rate has: budget labels (ascending), their tokens per parameter,
+    the seeds, per rate each method's losses (budgets, seeds), and the same once per group of held-out documents
+    left out (None unless every cell stores its documents' losses)."""
+
+    labels: list[str]
+    x: np.ndarray
+    seeds: list[int]
+    losses: dict[str, dict[str, np.ndarray]]
+    without_documents: list[dict[str, dict[str, np.ndarray]]] | None
 
 
-def _rate_tables(study: Study, results: list[CellResult], rate_key: str, reference: str
-                 ) -> tuple[list[str], np.ndarray, list[int], RateTables, list[RateTables] | None] | None:
-    """(labels, x, seeds, the loss tables, the same with each group of held-out documents left out (None unless
-    every cell stores its documents' losses)) over the budgets and seeds every rate has; None where a rate lacks
-    the baseline, the reference rate or a second rate is missing, or under three budgets or no seed are shared."""
+def _rate_tables(study: Study, results: list[CellResult], rate_key: str, reference: str) -> RateTables | None:
+    """The sweep's `RateTables`; None where a rate lacks the baseline, the reference rate or a second rate is
+    missing, or under three budgets or no seed are shared."""
     by_rate, without_by_rate = {}, {}
     for sweep in Sweep(study, tuple(results)).models().values():
         loss_table = sweep.loss_table
@@ -138,13 +146,13 @@ def _rate_tables(study: Study, results: list[CellResult], rate_key: str, referen
         rows = [loss_table.labels.index(label) for label in labels]
         columns = [loss_table.seeds.index(s) for s in seeds]
         shared[rate] = np.ix_(rows, columns)
-    tables = {rate: {m: t[shared[rate]] for m, t in loss_table.losses.items()} for rate, loss_table in by_rate.items()}
+    losses = {rate: {m: t[shared[rate]] for m, t in loss_table.losses.items()} for rate, loss_table in by_rate.items()}
     stored = {rate: without for rate, without in without_by_rate.items() if without is not None}
     documents = None
     if len(stored) == len(without_by_rate):
         documents = [{rate: {m: t[shared[rate]] for m, t in without[group].items()} for rate, without in stored.items()}
                      for group in range(DOCUMENT_GROUPS)]
-    return labels, x, seeds, tables, documents
+    return RateTables(labels, x, seeds, losses, documents)
 
 
 def _tuned_points(k: np.ndarray, loo: list[np.ndarray], chosen: list[str], labels: list[str], rates: list[str],
@@ -170,13 +178,13 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     axis, branch = rate_axis(study), study.branch_axis
     if axis is None or branch is None:
         return None
-    shared_tables = _rate_tables(study, results, axis.name, reference)
-    if shared_tables is None:
+    shared = _rate_tables(study, results, axis.name, reference)
+    if shared is None:
         return None
-    labels, x, seeds, tables, document_tables = shared_tables
+    labels, x, seeds, tables = shared.labels, shared.x, shared.seeds, shared.losses
     if verdict_at is None:
-        shared = [label for label in branch.values if label not in branch.baseline_only]
-        verdict_at = max(shared, key=lambda label: branch.values[label])
+        every_method = [label for label in branch.values if label not in branch.baseline_only]
+        verdict_at = max(every_method, key=lambda label: branch.values[label])
     n = len(seeds)
     everyone = np.arange(n)
     leave_out = [np.delete(everyone, j) for j in range(n)] if n >= MIN_SEEDS else []
@@ -188,7 +196,7 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
         best, at_reference, best_rates, _ = envelope_multipliers(x, tables, study.baseline, method, reference, everyone)
         loo = [envelope_multipliers(x, tables, study.baseline, method, reference, keep) for keep in leave_out]
         by_documents = [envelope_multipliers(x, without, study.baseline, method, reference, everyone)
-                        for without in document_tables] if loo and document_tables else []
+                        for without in shared.without_documents] if loo and shared.without_documents else []
         best_points = _tuned_points(best, [values[0] for values in loo], best_rates, labels, rates,
                                     [values[0] for values in by_documents])
         found.append((method, best_points, _tuned_points(at_reference, [values[1] for values in loo],
@@ -207,6 +215,6 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
                                                           ("survives tuning", "not shown", "reversed"))
         out.append(TunedMethod(method, best_points, reference_points, p, verdict))
     return Tuning(rates, reference, labels, x, seeds, baseline_rates, out, verdict_at,
-                  document_tables is not None)
+                  shared.without_documents is not None)
 
 
