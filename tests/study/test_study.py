@@ -213,7 +213,8 @@ def test_more_seeds_go_where_the_interval_spans_zero(tmp_path, tiny_data):
     wanted = uncertain_cells(study, CellStore.of(study))
     assert [(c.method, c.seed) for c in wanted] == [("vanilla", 5), ("depth_attention", 5)]
     progress = "Finished: 4 of the 4 distinct cells of 1 studies at their first seeds; more seeds where an " \
-               "interval spanned zero: {} finished, {} still wanted."
+               "interval spanned zero (the studies with `more_seeds`, a rule that stops on the data; newer " \
+               "studies fix their seed count): {} finished, {} still wanted."
     assert progress.format(0, 2) in write_index([study], CellStore.of(study), tmp_path / "study.md").read_text()
     fake("vanilla", 5, 2.0)
     assert progress.format(1, 1) in write_index([study], CellStore.of(study), tmp_path / "study.md").read_text()

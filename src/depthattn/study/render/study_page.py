@@ -340,7 +340,8 @@ def _progress(progress: Progress) -> str:
     line = (f"Finished: {progress.first_finished} of the {progress.first} distinct cells of {progress.studies} "
             f"studies at their first seeds")
     if progress.more:
-        line += (f"; more seeds where an interval spanned zero: {progress.more_finished} finished, "
+        line += (f"; more seeds where an interval spanned zero (the studies with `more_seeds`, a rule that stops "
+                 f"on the data; newer studies fix their seed count): {progress.more_finished} finished, "
                  f"{progress.wanted} still wanted")
     return line + "."
 
