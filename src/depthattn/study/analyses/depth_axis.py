@@ -167,9 +167,9 @@ def _documents_stored(sweeps: list[AtDepth]) -> bool:
     return all(s.sample.documents is not None for s in sweeps)
 
 
-def _column(fits: np.ndarray | None, features: list[float]) -> np.ndarray | None:
+def _column(fits: np.ndarray | None, features: np.ndarray | list[float]) -> np.ndarray | None:
     """The value with coefficients `features` of each fit (fits, coefficients); None without fits."""
-    return None if fits is None else fits @ np.array(features)
+    return None if fits is None else fits @ np.asarray(features)
 
 
 def _calibrated(value: float, leave_one_out: np.ndarray, documents: np.ndarray | None = None
@@ -306,7 +306,7 @@ class ShapeFit:
         if self.left_out is None:
             return math.exp(log_k), None, None
         low, high = jackknife_t(np.array(log_k), self.left_out @ features,
-                                documents=_column(self.documents_left_out, list(features)))
+                                documents=_column(self.documents_left_out, features))
         return math.exp(log_k), math.exp(low), math.exp(high)
 
 
