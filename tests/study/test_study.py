@@ -421,6 +421,8 @@ def test_a_cell_of_two_processes_matches_the_one_process_cell(tiny_data, tmp_pat
     a, b = (json.loads(CellStore.of(study).result_path(study, Cell({}, "vanilla", 0)).read_text())
             for study in (one, two))
     assert b["world_size"] == 2 and b["parallel"] == "ddp" and "world_size" not in a
+    launches = list((Path(two.cell_config(Cell({}, "vanilla", 0)).train.out_dir) / "launches").iterdir())
+    assert len(launches) == 1 and (launches[0] / "attempt_0" / "1").is_dir()  # the agent's folder, with the run
     assert a["train_tokens"] == b["train_tokens"] and a["config"] == b["config"]  # the same cell
     assert b["val_loss"] == pytest.approx(a["val_loss"], abs=1e-4)
     for (tokens_a, loss_a), (tokens_b, loss_b) in zip(a["curve"], b["curve"], strict=True):

@@ -13,8 +13,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from ..train import TrainingInterrupted
@@ -26,10 +28,12 @@ from .records import CellResult
 
 
 def _run_distributed(plan: CellPlan, threads: int | None, tasks: int) -> CellResult | None:
-    """One cell in `tasks` processes, launched and watched by torch's elastic agent (torchrun's own)."""
+    """One cell in `tasks` processes, launched and watched by torch's elastic agent (torchrun's own). The agent's
+    folder of each launch (a worker's error file, should it fail) goes with the cell's run, not into /tmp."""
+    logs = DefaultLogsSpecs(log_dir=str(Path(plan.config.train.out_dir) / "launches"))
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=tasks, run_id=f"cell-{uuid.uuid4().hex[:8]}",
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
-                          start_method="spawn")
+                          start_method="spawn", logs_specs=logs)
     return elastic_launch(config, run_cell)(plan, threads, cell_module.PROGRESS_BARS)[0]  # rank 0's result
 
 
