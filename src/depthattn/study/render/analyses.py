@@ -234,7 +234,7 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
             note += f": {column.missing}"
         else:
             note += (": intervals over the seeds and the held-out documents" if column.documents else
-                     ": intervals over the seeds only (its cells do not store each held-out document's loss)")
+                     ": intervals over the seeds only (not every cell it reads stores each held-out document's loss)")
             if column.read_epochs is not None:
                 note += f"; {study.baseline}'s curve read at up to {column.read_epochs:.2f} epochs"
         lines.append(note)
