@@ -25,7 +25,8 @@ def study(tiny_data, tmp_path):
 
 def planted(study, efficiency, seeds=range(5), noise=0.004):
     """Cells whose loss at x tokens per parameter is loss(efficiency[method][rate] x): a method at a rate is worth
-    that multiple of the baseline's data at its best rate (1). Seed noise is independent per cell."""
+    that multiple of the baseline's data at its best rate (1), or of x where it is a function of x. Seed noise is
+    independent per cell."""
     rng = np.random.default_rng(0)
     out = []
     for rate in study.axes[0].values:
@@ -34,7 +35,8 @@ def planted(study, efficiency, seeds=range(5), noise=0.004):
             for seed in seeds:
                 shift = 0.01 * seed  # pairs every cell of a seed
                 for method, by_rate in efficiency.items():
-                    value = loss(by_rate[rate] * x) + shift + noise * rng.standard_normal()
+                    worth = by_rate[rate](x) if callable(by_rate[rate]) else by_rate[rate]
+                    value = loss(worth * x) + shift + noise * rng.standard_normal()
                     out.append(CellResult(method, seed, value, {
                         "train_tokens": steps * 1000, "params_total": 100, "data_epochs": 0.001 * x,
                         "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "curve": [], "val_bits_per_byte": value},
@@ -72,12 +74,27 @@ def test_a_gain_over_an_untuned_baseline_alone_is_not_shown_once_tuned(study):
     assert method.verdict in ("not shown", "reversed") and not math.isnan(method.p_holm)  # never "survives"
 
 
+def test_the_tuned_slope_reads_a_flat_multiplier_as_flat_and_a_growing_one_as_growing(study):
+    """gamma of the best-rate multipliers: a method worth 1.2x at every budget has a slope whose interval holds 0;
+    one worth 1.1 (x / 10)^0.1 has a slope near 0.1 whose interval lies above 0. The table prints it, no verdict."""
+    vanilla = {"1e-3": 0.7, "2e-3": 1.0, "4e-3": 0.8}
+    flat = tuned_multipliers(study, planted(study, {"vanilla": vanilla, "depth_attention": {
+        "1e-3": 0.9, "2e-3": 1.0, "4e-3": 1.2}}), verdict_at="b").methods[0]  # its best rate is not the reference
+    assert flat.gamma == pytest.approx(0, abs=0.02) and flat.gamma_low < 0 < flat.gamma_high
+    growing = {"vanilla": vanilla, "depth_attention": {"1e-3": 0.9, "2e-3": 1.0,
+                                                       "4e-3": lambda x: 1.1 * (x / 10) ** 0.1}}
+    grows = tuned_multipliers(study, planted(study, growing), verdict_at="b").methods[0]
+    assert grows.gamma == pytest.approx(0.1, abs=0.03) and 0 < grows.gamma_low <= 0.1 <= grows.gamma_high
+    text = markdown_report(study, CellStore.of(study), planted(study, growing))
+    assert f"| {grows.gamma:+.3f} [{grows.gamma_low:+.3f}, {grows.gamma_high:+.3f}] | " in text
+
+
 def test_below_five_seeds_there_are_multipliers_but_no_intervals_or_verdict(study):
     efficiency = {"vanilla": {"1e-3": 0.7, "2e-3": 1.0, "4e-3": 0.8},
                   "depth_attention": {"1e-3": 0.8, "2e-3": 1.1, "4e-3": 1.3}}
     tuning = tuned_multipliers(study, planted(study, efficiency, seeds=range(3)), verdict_at="b")
     method = tuning.methods[0]
-    assert all(p.low is None for p in method.best) and method.verdict is None
+    assert all(p.low is None for p in method.best) and method.verdict is None and method.gamma_low is None
 
 
 def test_where_every_cell_stores_its_documents_losses_the_tuned_interval_holds_their_variance(study):

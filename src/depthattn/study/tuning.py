@@ -13,6 +13,9 @@ whose rule was written before its cells ran) read against the baseline at its be
 - Verdict per method at the rule's budget, its best rate against the envelope: "survives tuning" if the interval,
   Holm-adjusted over the methods, lies above 1; "reversed" if below; otherwise "not shown". A best rate at the
   grid's edge is flagged: the optimum may lie outside the grid.
+- The slope of the best-rate multiplier in the budget (gamma, log-log, as the untuned reading's), with the same
+  calibrated interval and no verdict: the sweep's rule fixed a verdict at one budget only, and the slope was added
+  after its cells ran.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .calibrated import holm, holm_verdict, jackknife_p, log_jackknife_t
+from .calibrated import holm, holm_verdict, jackknife_p, jackknife_t, log_jackknife_t
 from .curve import BaselineCurve
+from .fits import log_log_fit
 from .records import CellResult
 from .spec import Study
 from .stats import MIN_SEEDS
@@ -51,6 +55,9 @@ class TunedMethod:
     reference: list[TunedPoint]  # at the reference rate
     p_holm: float  # at the verdict budget, its best rate: Holm-adjusted over the methods
     verdict: str | None
+    gamma: float  # the slope of log(best-rate multiplier) per log budget
+    gamma_low: float | None  # its calibrated interval (none below five seeds)
+    gamma_high: float | None
 
 
 @dataclass(frozen=True)
@@ -171,6 +178,22 @@ def _tuned_points(k: np.ndarray, loo: list[np.ndarray], chosen: list[str], label
     return out
 
 
+def _slope(x: np.ndarray, k: np.ndarray, loo: list[np.ndarray], documents: list[np.ndarray]
+           ) -> tuple[float, float | None, float | None]:
+    """(gamma, low, high): the log-log slope of the multipliers `k` over the budgets `x`, and its calibrated
+    interval from the slopes of the leave-one-seed-out multipliers `loo` and the documents-left-out ones (none
+    without)."""
+    gamma = log_log_fit(x, k)[0]
+    if not loo or math.isnan(gamma):
+        return gamma, None, None
+    low, high = jackknife_t(np.array(gamma), np.array([log_log_fit(x, left_out)[0] for left_out in loo]),
+                            documents=np.array([log_log_fit(x, left_out)[0] for left_out in documents])
+                            if documents else None)
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return gamma, None, None
+    return gamma, float(low), float(high)
+
+
 def tuned_multipliers(study: Study, results: list[CellResult], reference: str = "2e-3", verdict_at: str | None = None
                       ) -> Tuning | None:
     """The tuned reading of a learning-rate sweep; None without a rate axis, a branched axis and one seed every rate
@@ -190,7 +213,7 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     leave_out = [np.delete(everyone, j) for j in range(n)] if n >= MIN_SEEDS else []
     rates = [r for r in axis.values if r in tables]
     methods = [m for m in study.methods if m != study.baseline and all(m in t for t in tables.values())]
-    found, p_values = [], {}
+    found, p_values, gammas = [], {}, {}
     baseline_rates = _best({r: t[study.baseline] for r, t in tables.items()})[1]
     for method in methods:
         best, at_reference, best_rates, _ = envelope_multipliers(x, tables, study.baseline, method, reference, everyone)
@@ -202,6 +225,7 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
         found.append((method, best_points, _tuned_points(at_reference, [values[1] for values in loo],
                                                          [reference] * len(labels), labels, rates,
                                                          [values[1] for values in by_documents])))
+        gammas[method] = _slope(x, best, [values[0] for values in loo], [values[0] for values in by_documents])
         if loo and verdict_at in labels:
             i = labels.index(verdict_at)
             p_values[method] = jackknife_p(math.log(best[i]), np.log([values[0][i] for values in loo]),
@@ -213,7 +237,7 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
         point = next((q for q in best_points if q.label == verdict_at), None)
         verdict = None if point is None else holm_verdict(p, math.log(point.multiplier),
                                                           ("survives tuning", "not shown", "reversed"))
-        out.append(TunedMethod(method, best_points, reference_points, p, verdict))
+        out.append(TunedMethod(method, best_points, reference_points, p, verdict, *gammas[method]))
     return Tuning(rates, reference, labels, x, seeds, baseline_rates, out, verdict_at,
                   shared.without_documents is not None)
 

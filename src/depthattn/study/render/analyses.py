@@ -187,14 +187,19 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
                 "of documents left out" if tuning.documents else "the seeds' variance only: not every cell stores "
                 "each held-out document's loss") + "); ᵉ: the best rate is at the grid's edge, so the optimum may "
              f"lie outside it. Choosing the best rate on the held-out data that scores the methods favours "
-             f"{study.baseline}.",
-             "", f"| method, rate | {head} | verdict at {tuning.verdict_at} (Holm p) |",
-             "|---|" + "---|" * (len(tuning.labels) + 1)]
+             f"{study.baseline}."
+             " gamma: the slope of the best-rate multiplier per log budget [calibrated 95% CI], read after the "
+             "cells ran (the rule fixed no slope), so it carries no verdict.",
+             "", f"| method, rate | {head} | gamma [95% CI] | verdict at {tuning.verdict_at} (Holm p) |",
+             "|---|" + "---|" * (len(tuning.labels) + 2)]
     for m in tuning.methods:
         verdict = f"{m.verdict} ({m.p_holm:.3f})" if m.verdict else "— (too few seeds or budgets)"
-        lines.append(f"| {m.method}, best | " + " | ".join(map(format_tuned_point, m.best)) + f" | {verdict} |")
+        gamma = "—" if math.isnan(m.gamma) else f"{m.gamma:+.3f}" + (
+            f" [{m.gamma_low:+.3f}, {m.gamma_high:+.3f}]" if m.gamma_low is not None else "")
+        lines.append(f"| {m.method}, best | " + " | ".join(map(format_tuned_point, m.best))
+                     + f" | {gamma} | {verdict} |")
         lines.append(f"| {m.method}, {tuning.reference} | " + " | ".join(map(format_tuned_point, m.reference))
-                     + " | |")
+                     + " | | |")
     return lines
 
 
