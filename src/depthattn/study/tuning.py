@@ -14,8 +14,8 @@ whose rule was written before its cells ran) read against the baseline at its be
   Holm-adjusted over the methods, lies above 1; "reversed" if below; otherwise "not shown". A best rate at the
   grid's edge is flagged: the optimum may lie outside the grid.
 - The slope of the best-rate multiplier in the budget (gamma, log-log, as the untuned reading's), with the same
-  calibrated interval and no verdict: the sweep's rule fixed a verdict at one budget only, and the slope was added
-  after its cells ran.
+  calibrated interval (its coverage simulated beside the multipliers') and no verdict: the sweep's rule fixed a
+  verdict at one budget only, and the slope was added after its cells ran.
 """
 
 from __future__ import annotations
