@@ -80,13 +80,13 @@ def test_the_tuned_slope_reads_a_flat_multiplier_as_flat_and_a_growing_one_as_gr
     vanilla = {"1e-3": 0.7, "2e-3": 1.0, "4e-3": 0.8}
     flat = tuned_multipliers(study, planted(study, {"vanilla": vanilla, "depth_attention": {
         "1e-3": 0.9, "2e-3": 1.0, "4e-3": 1.2}}), verdict_at="b").methods[0]  # its best rate is not the reference
-    assert flat.gamma == pytest.approx(0, abs=0.02) and flat.gamma_low < 0 < flat.gamma_high
+    assert flat.gamma.value == pytest.approx(0, abs=0.02) and flat.gamma.t_low < 0 < flat.gamma.t_high
     growing = {"vanilla": vanilla, "depth_attention": {"1e-3": 0.9, "2e-3": 1.0,
                                                        "4e-3": lambda x: 1.1 * (x / 10) ** 0.1}}
-    grows = tuned_multipliers(study, planted(study, growing), verdict_at="b").methods[0]
-    assert grows.gamma == pytest.approx(0.1, abs=0.03) and 0 < grows.gamma_low <= 0.1 <= grows.gamma_high
+    grows = tuned_multipliers(study, planted(study, growing), verdict_at="b").methods[0].gamma
+    assert grows.value == pytest.approx(0.1, abs=0.03) and 0 < grows.t_low <= 0.1 <= grows.t_high
     text = markdown_report(study, CellStore.of(study), planted(study, growing))
-    assert f"| {grows.gamma:+.3f} [{grows.gamma_low:+.3f}, {grows.gamma_high:+.3f}] | " in text
+    assert f"| {grows.value:+.3f} [{grows.t_low:+.3f}, {grows.t_high:+.3f}] | " in text
 
 
 def test_below_five_seeds_there_are_multipliers_but_no_intervals_or_verdict(study):
@@ -94,7 +94,7 @@ def test_below_five_seeds_there_are_multipliers_but_no_intervals_or_verdict(stud
                   "depth_attention": {"1e-3": 0.8, "2e-3": 1.1, "4e-3": 1.3}}
     tuning = tuned_multipliers(study, planted(study, efficiency, seeds=range(3)), verdict_at="b")
     method = tuning.methods[0]
-    assert all(p.low is None for p in method.best) and method.verdict is None and method.gamma_low is None
+    assert all(p.low is None for p in method.best) and method.verdict is None and method.gamma.t_low is None
 
 
 def test_where_every_cell_stores_its_documents_losses_the_tuned_interval_holds_their_variance(study):

@@ -27,7 +27,7 @@ import numpy as np
 
 from .calibrated import holm, holm_verdict, jackknife_p, jackknife_t, log_jackknife_t
 from .curve import BaselineCurve
-from .fits import log_log_fit
+from .fits import Slope, log_log_fit
 from .records import CellResult
 from .spec import Study
 from .stats import MIN_SEEDS
@@ -55,9 +55,7 @@ class TunedMethod:
     reference: list[TunedPoint]  # at the reference rate
     p_holm: float  # at the verdict budget, its best rate: Holm-adjusted over the methods
     verdict: str | None
-    gamma: float  # the slope of log(best-rate multiplier) per log budget
-    gamma_low: float | None  # its calibrated interval (none below five seeds)
-    gamma_high: float | None
+    gamma: Slope  # of log(best-rate multiplier) per log budget, with its calibrated interval (t_low, t_high)
 
 
 @dataclass(frozen=True)
@@ -178,20 +176,18 @@ def _tuned_points(k: np.ndarray, loo: list[np.ndarray], chosen: list[str], label
     return out
 
 
-def _slope(x: np.ndarray, k: np.ndarray, loo: list[np.ndarray], documents: list[np.ndarray]
-           ) -> tuple[float, float | None, float | None]:
-    """(gamma, low, high): the log-log slope of the multipliers `k` over the budgets `x`, and its calibrated
-    interval from the slopes of the leave-one-seed-out multipliers `loo` and the documents-left-out ones (none
-    without)."""
+def _slope(x: np.ndarray, k: np.ndarray, loo: list[np.ndarray], documents: list[np.ndarray]) -> Slope:
+    """The log-log slope of the multipliers `k` over the budgets `x`, with its calibrated interval from the slopes
+    of the leave-one-seed-out multipliers `loo` and the documents-left-out ones (none without)."""
     gamma = log_log_fit(x, k)[0]
     if not loo or math.isnan(gamma):
-        return gamma, None, None
+        return Slope(gamma)
     low, high = jackknife_t(np.array(gamma), np.array([log_log_fit(x, left_out)[0] for left_out in loo]),
                             documents=np.array([log_log_fit(x, left_out)[0] for left_out in documents])
                             if documents else None)
     if not (np.isfinite(low) and np.isfinite(high)):
-        return gamma, None, None
-    return gamma, float(low), float(high)
+        return Slope(gamma)
+    return Slope(gamma, t_low=float(low), t_high=float(high))
 
 
 def tuned_multipliers(study: Study, results: list[CellResult], reference: str = "2e-3", verdict_at: str | None = None
@@ -237,7 +233,7 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
         point = next((q for q in best_points if q.label == verdict_at), None)
         verdict = None if point is None else holm_verdict(p, math.log(point.multiplier),
                                                           ("survives tuning", "not shown", "reversed"))
-        out.append(TunedMethod(method, best_points, reference_points, p, verdict, *gammas[method]))
+        out.append(TunedMethod(method, best_points, reference_points, p, verdict, gammas[method]))
     return Tuning(rates, reference, labels, x, seeds, baseline_rates, out, verdict_at,
                   shared.without_documents is not None)
 

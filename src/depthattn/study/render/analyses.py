@@ -194,8 +194,7 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
              "|---|" + "---|" * (len(tuning.labels) + 2)]
     for m in tuning.methods:
         verdict = f"{m.verdict} ({m.p_holm:.3f})" if m.verdict else "— (too few seeds or budgets)"
-        gamma = "—" if math.isnan(m.gamma) else f"{m.gamma:+.3f}" + (
-            f" [{m.gamma_low:+.3f}, {m.gamma_high:+.3f}]" if m.gamma_low is not None else "")
+        gamma = "—" if math.isnan(m.gamma.value) else f"{m.gamma.value:+.3f}{bracket(m.gamma.t_low, m.gamma.t_high)}"
         lines.append(f"| {m.method}, best | " + " | ".join(map(format_tuned_point, m.best))
                      + f" | {gamma} | {verdict} |")
         lines.append(f"| {m.method}, {tuning.reference} | " + " | ".join(map(format_tuned_point, m.reference))
