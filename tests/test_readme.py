@@ -1,14 +1,20 @@
-"""The README and the docs beside it: their Python examples run as written in a fresh interpreter, their study tables
-are the generated ones, and their relative links lead to files that exist."""
+"""The README and the docs beside it: their Python examples run as written in a fresh interpreter, their command lines
+parse, their study tables are the generated ones, and their relative links lead to files that exist."""
 
+import argparse
+import contextlib
+import io
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from depthattn.checksums import edited_files, write_checksums
-from depthattn.cli import main
+from depthattn.cli import COMMANDS, main, parse_args
 from depthattn.data.tokenizer import word_level_tokenizer
 from tests.helpers import tiny_model
 
@@ -121,6 +127,63 @@ def test_relative_links_lead_to_existing_files():
                 assert anchor in anchors(linked), f"{where}: no such heading"
             checked += 1
     assert checked >= 15
+
+
+def command_lines() -> list[tuple[Path, str]]:
+    """Each `depthattn <command> ...` the docs and the study configs' comments show: a line of a code block or of a
+    comment that starts with it, or an inline code span that is one; up to a `#` or a run of spaces (a note beside
+    it). Synopses (`[...]`, `A | B`, `...`) are left out."""
+    starts = re.compile(r"(?:\$ )?depthattn ((?:" + "|".join(COMMANDS) + r") .*)")
+    texts = []
+    for path in DOCS:
+        text = path.read_text()
+        texts += [(path, line) for block in re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
+                  for line in block.replace("\\\n", " ").splitlines()]
+        texts += [(path, span) for span in re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))]
+    for path in sorted((ROOT / "configs").rglob("*.toml")):
+        texts += [(path, line.lstrip("# ")) for line in path.read_text().splitlines() if line.startswith("#")]
+    lines = []
+    for path, text in texts:
+        if match := starts.fullmatch(text.strip()):
+            line = re.split(r"#|\s{2,}", match.group(1))[0].strip()
+            if not re.search(r"\[|\||\.\.\.|…|<|--help", line):
+                lines.append((path, line))
+    return lines
+
+
+def test_command_lines_in_the_docs_parse():
+    """Each command line parses as the command takes it (its required arguments aside: a span may name an option of
+    a command without repeating them); the line that read `depthattn prepare hf:...`, with no --input, would not."""
+    checked = 0
+    for path, line in command_lines():
+        args = shlex.split(line)
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), optional_arguments():
+            try:
+                parse_args(args)
+            except SystemExit:
+                raise AssertionError(f"{path.relative_to(ROOT)}: depthattn {line}\n{stderr.getvalue()}") from None
+        checked += 1
+    assert checked >= 40
+    with contextlib.redirect_stderr(io.StringIO()), optional_arguments(), pytest.raises(SystemExit):
+        parse_args(["prepare", "hf:HuggingFaceFW/fineweb-edu:sample-10BT", "--vocab-size", "50304"])
+
+
+@contextlib.contextmanager
+def optional_arguments():
+    """Every argument of every parser made meanwhile is optional."""
+    add_argument = argparse._ActionsContainer.add_argument
+
+    def optional(self, *names, **kwargs):
+        action = add_argument(self, *names, **kwargs)
+        action.required = False
+        return action
+
+    argparse._ActionsContainer.add_argument = optional
+    try:
+        yield
+    finally:
+        argparse._ActionsContainer.add_argument = add_argument
 
 
 def test_the_preset_table_lists_every_built_in_preset():

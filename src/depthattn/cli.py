@@ -41,10 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _main(argv: list[str] | None) -> int:
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line's arguments, with the chosen command's `run`; argparse's usage error (SystemExit 2) on a
+    line the command does not take."""
     parser = argparse.ArgumentParser(prog="depthattn", description="Depth-Attention language models")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
-    argv = sys.argv[1:] if argv is None else argv
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)  # the command: the only module imported
     for name, (module_name, help_line) in COMMANDS.items():
         command = commands.add_parser(name, help=help_line)
@@ -57,6 +58,11 @@ def _main(argv: list[str] | None) -> int:
     if extra and args.command not in TAKES_OVERRIDES:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.overrides = extra
+    return args
+
+
+def _main(argv: list[str] | None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         return args.run(args)
     except (ValueError, FileNotFoundError, FileExistsError, ImportError, RuntimeError, NoSpaceLeft) as error:
