@@ -197,3 +197,14 @@ def test_the_preset_table_lists_every_built_in_preset():
                 if METHODS[settings["cross_layer"]].__module__.startswith("depthattn.")}  # not a test's toy method
     assert listed == built_in
     assert "method: " not in text  # TOML configs: method = "..."
+
+
+def test_the_field_table_lists_every_built_in_method_field():
+    from depthattn.methods import METHODS
+
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    table = text.split("| field | default | meaning |", 1)[1].split("\n\n", 1)[0]
+    listed = {name for row in table.splitlines()[2:] for name in re.findall(r"`(\w+)`", row.split("|")[1])}
+    fields = {name for method in METHODS.values() if method.__module__.startswith("depthattn.")
+              for name in method.config_fields}
+    assert fields <= listed, f"docs/configuration.md's field table lacks {sorted(fields - listed)}"
