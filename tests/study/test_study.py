@@ -719,7 +719,8 @@ def test_the_ladder_is_20_tokens_per_parameter_per_size_with_branches_and_priced
 
     study = Study.load("configs/study/ladder.toml")
     runs = pending_cells(study, CellStore.of(study))
-    assert study.branch_axis.name == "budget" and len(runs) == 4 * 5 * 3  # one run per size
+    assert study.branch_axis.name == "budget" and len(runs) == 4 * 5 * 5  # one run per size
+    assert study.seeds == [0, 1, 2, 3, 4] and not study.more_seeds  # fixed in advance
     for size in study.axes[0].values:
         run = study.run_setting({"size": size, "budget": "1"}, "depth_attention")
         cost = run_flops(study, run, "depth_attention")
