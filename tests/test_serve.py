@@ -6,6 +6,7 @@ import functools
 import json
 import random
 import signal
+import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -323,3 +324,42 @@ def test_a_method_that_cannot_run_packed_sequences_refuses_continuous_batching(t
     save_model_folder(tmp_path, cross_layer="moda")
     assert main(["serve", str(tmp_path), "--continuous-batching"]) == 1
     assert "--continuous-batching: MoDA's depth keys join the attention's softmax" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--method-field", "depth_impl=bogus"], "depth_impl must be one of 'auto', 'reference'"),
+    (["--port", "70000"], "--port must be 0 to 65535, got 70000"),
+    (["--host", "nosuchhost.invalid"], "--host 'nosuchhost.invalid' is not an address"),
+    (["--port", "{taken}"], "cannot listen on localhost:{taken} (Address already in use)"),
+])
+def test_a_bad_option_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch, args, message):
+    """A port in use or out of range, a host that is none, a method field the method does not take: one line naming
+    it, before transformers' server is built (it would print its traceback, or uvicorn its errno after loading)."""
+    import depthattn.serving.app as app
+    from depthattn.cli import main
+
+    def never(*args, **kwargs):
+        raise AssertionError("the server was built")
+
+    monkeypatch.setattr(app, "transformers_server", never)
+    save_model_folder(tmp_path)
+    capsys.readouterr()  # the save's progress bars
+    with socket.socket() as taken:
+        taken.bind(("localhost", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        free = ["--port", "0"]  # any free port, unless the case names one
+        assert main(["serve", str(tmp_path), *free, *(arg.format(taken=port) for arg in args)]) == 1
+    assert capsys.readouterr().err.startswith(f"depthattn serve: error: {message.format(taken=port)}")
+
+
+def test_a_cut_short_weights_file_is_refused_before_the_server_loads_it(tmp_path, capsys):
+    from depthattn.cli import main
+
+    save_model_folder(tmp_path)
+    (tmp_path / "checksums.json").unlink(missing_ok=True)  # the shapes check, not the checksums, finds it
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    assert main(["serve", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "model.safetensors is not a readable safetensors file" in err and "Traceback" not in err

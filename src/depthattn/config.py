@@ -153,6 +153,7 @@ class DepthAttentionConfig(PreTrainedConfig):
                     f"num_attention_heads ({self.num_attention_heads}); set head_dim explicitly or change either"
                 )
             self.head_dim = self.hidden_size // self.num_attention_heads
+        self._check_sizes()  # before anything is derived from them
         kwargs.pop("layer_types", None)  # derived from the sliding-window fields
         self.layer_types = ["sliding_attention" if self.use_sliding_window and i >= self.max_window_layers
                             else "full_attention" for i in range(self.num_hidden_layers)]
@@ -201,13 +202,19 @@ class DepthAttentionConfig(PreTrainedConfig):
         unrolled.layer_types = [self.layer_types[u % self.num_hidden_layers] for u in range(self.unrolled_depth)]
         return unrolled
 
-    def _check(self):
+    def _check_sizes(self):
         positive = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        eps: object = self.rms_norm_eps  # whatever config.json held
+        if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
+            raise ValueError(f"rms_norm_eps must be a number > 0, got {eps!r}")
+
+    def _check(self):
+        self._check_sizes()
         assert self.num_key_value_heads is not None and self.head_dim is not None  # checked just above
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
@@ -216,8 +223,6 @@ class DepthAttentionConfig(PreTrainedConfig):
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
-        if self.rms_norm_eps <= 0:
-            raise ValueError(f"rms_norm_eps must be > 0, got {self.rms_norm_eps}")
         switches = ("attention_bias", "qkv_bias", "mlp_bias", "use_qk_norm", "k_norm_after_rope", "use_sliding_window")
         for name in switches:
             check_bool(name, getattr(self, name))

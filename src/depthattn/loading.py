@@ -197,11 +197,22 @@ def open_model(model_dir: str | os.PathLike, *, dtype: str = "float32", device: 
     with_tokenizer=False leaves the tokenizer to `OpenedModel.load_tokenizer`, for a command that finds it
     elsewhere too (eval: the prepared dataset's) or needs none (depth-map)."""
     path = check_model_dir(model_dir)
+    check_model_type(path)
+    load_config(path)  # a broken config named before the tokenizer, which reads it too, is loaded
     found = find_tokenizer(path, tokenizer) if with_tokenizer else None
     opened = OpenedModel(path, load_model(path, dtype, device, method_fields))
     if found is not None:
         opened.use_tokenizer(found)
     return opened
+
+
+def load_config(path: Path) -> depthattn.DepthAttentionConfig:
+    """The depthattn config in `path`, or an error naming its config.json and what is wrong with it."""
+    try:
+        return depthattn.DepthAttentionConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise ValueError(_missing_method(path, error) or f"{path / 'config.json'} is not a valid depthattn config "
+                         f"({error}); fix it or restore the original file") from None
 
 
 def check_shapes_fit(path: Path) -> None:
@@ -210,11 +221,7 @@ def check_shapes_fit(path: Path) -> None:
     saved = saved_shapes(path)
     if saved is None:  # weights in another format: checked once loaded
         return
-    try:
-        config = depthattn.DepthAttentionConfig.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError, TypeError, KeyError) as error:
-        raise ValueError(_missing_method(path, error) or f"{path / 'config.json'} is not a valid depthattn config "
-                         f"({error}); fix it or restore the original file") from None
+    config = load_config(path)
     needed = meta_shapes(depthattn.DepthAttentionForCausalLM, config)
     _check_fit(path, config, [], [], [(name, saved[name], shape) for name, shape in needed.items()
                                       if name in saved and tuple(saved[name]) != shape])

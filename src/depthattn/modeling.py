@@ -247,6 +247,19 @@ class DepthAttentionDecoderLayer(GradientCheckpointingLayer):
 
 # the ignore: ModelBackports defines gradient_checkpointing_enable only under releases before 5.23 (compat.py), whose
 # PreTrainedModel has that signature; mypy reads the installed release
+def check_method_switch(config: DepthAttentionConfig, name: str, value) -> None:
+    """That `switch_method_field(name, value)` may switch a model of `config`: a field of its method's
+    `switchable_fields`, to a value the method takes with the rest of the config."""
+    method = DESCRIPTIONS[config.cross_layer]
+    if name not in method.switchable_fields:
+        switchable = ", ".join(method.switchable_fields) or "none"
+        raise ValueError(f"{name} is not a switchable field of cross_layer={config.cross_layer!r} "
+                         f"(switchable: {switchable})")
+    switched = copy.copy(config)
+    setattr(switched, name, value)
+    method.check_config(switched)  # its choices, and combinations it refuses (the Triton kernels have no bias)
+
+
 class DepthAttentionPreTrainedModel(ModelBackports, PreTrainedModel):  # type: ignore[misc]
     config: DepthAttentionConfig
     config_class = DepthAttentionConfig
@@ -275,14 +288,7 @@ class DepthAttentionPreTrainedModel(ModelBackports, PreTrainedModel):  # type: i
         """Set a config field that changes how the cross-layer method computes, not what (its class's
         `switchable_fields`, e.g. Depth-Attention's `depth_impl`), on a built model in place, as
         `set_attn_implementation` switches attention: the weights and the outputs stay the same."""
-        method = DESCRIPTIONS[self.config.cross_layer]
-        if name not in method.switchable_fields:
-            switchable = ", ".join(method.switchable_fields) or "none"
-            raise ValueError(f"{name} is not a switchable field of cross_layer={self.config.cross_layer!r} "
-                             f"(switchable: {switchable})")
-        config = copy.copy(self.config)
-        setattr(config, name, value)
-        method.check_config(config)  # its choices, and combinations it refuses (the Triton kernels have no bias)
+        check_method_switch(self.config, name, value)
         for module in self.modules():
             if isinstance(module, CrossLayerMethod):
                 module.switch(name, value)

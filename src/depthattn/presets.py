@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from .field_checks import check_int
 from .methods import DESCRIPTIONS
 
 
@@ -43,6 +44,8 @@ def method_settings(name: str, num_hidden_layers: int, num_loops: int = 1) -> di
     """The config fields of preset `name` for a model of `num_hidden_layers` layers run `num_loops` times."""
     if name not in METHOD_PRESETS:
         raise ValueError(f"method must be one of {', '.join(map(repr, METHOD_PRESETS))}; got {name!r}")
+    check_int("num_hidden_layers", num_hidden_layers, 1)
+    check_int("num_loops", num_loops, 1)
     depth = num_hidden_layers * num_loops
     settings = {key: value(depth) if callable(value) else value for key, value in METHOD_PRESETS[name].items()}
     return {**settings, "num_loops": num_loops}

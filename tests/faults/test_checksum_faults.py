@@ -125,6 +125,18 @@ def test_a_config_json_that_breaks_is_still_an_error(model_dir, capsys):
     assert (model_dir / CHECKSUMS).read_bytes() == recorded
 
 
+@pytest.mark.parametrize("field, value", [("num_hidden_layers", "two"), ("num_hidden_layers", 0),
+                                          ("rms_norm_eps", "abc")])
+def test_a_config_json_value_of_the_wrong_kind_is_named(model_dir, capsys, field, value):
+    """Named before the tokenizer is loaded (transformers' tokenizer reads config.json too, and its own check of
+    layer_types against the layer count would be a traceback)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, field: value}))
+    assert main(generate(model_dir)) == 1
+    err = capsys.readouterr().err
+    assert f"config.json is not a valid depthattn config ({field} must be" in err and "Traceback" not in err
+
+
 def test_an_unreadable_checksums_file_is_refused_until_deleted(model_dir, capsys):
     (model_dir / CHECKSUMS).write_text("{")
     assert main(generate(model_dir)) == 1

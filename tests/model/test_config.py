@@ -40,15 +40,27 @@ def test_round_trip(tmp_path):
     (dict(num_hidden_layers=0), "num_hidden_layers"),
     (dict(vocab_size=0), "vocab_size"),
     (dict(rms_norm_eps=0.0), "rms_norm_eps"),
+    (dict(num_hidden_layers="two"), "num_hidden_layers"),  # checked before layer_types is derived from it
+    (dict(rms_norm_eps="abc"), "rms_norm_eps"),
+    (dict(depth_impl="cuda"), "depth_impl must be one of 'auto', 'reference'"),
 ])
 def test_bad_values_name_the_field(bad, field):
     with pytest.raises(ValueError, match=field):
         tiny_config(**bad)
 
 
-def test_unknown_depth_impl_is_refused_when_the_model_is_built():
-    with pytest.raises(ValueError, match="depth_impl .* must be one of 'auto', 'reference'"):
-        DepthAttentionForCausalLM(tiny_config(depth_impl="cuda"))
+def test_each_methods_implementation_names_are_its_ops_table():
+    """The descriptions name the implementations without importing the ops (a config stays light to build)."""
+    from depthattn.methods.descriptions.attnres import IMPL_NAMES as ATTNRES_NAMES
+    from depthattn.methods.descriptions.depth_attention import DEPTH_IMPL_NAMES
+    from depthattn.methods.descriptions.mhc import IMPL_NAMES as MHC_NAMES
+    from depthattn.methods.descriptions.moda import MODA_IMPL_NAMES
+    from depthattn.ops.attnres import ATTNRES_IMPLS
+    from depthattn.ops.depth_mix import DEPTH_IMPLS
+    from depthattn.ops.mhc import MHC_IMPLS
+
+    assert DEPTH_IMPL_NAMES == DEPTH_IMPLS and tuple(MODA_IMPLS) == MODA_IMPL_NAMES
+    assert tuple(ATTNRES_IMPLS) == ATTNRES_NAMES and tuple(MHC_IMPLS) == MHC_NAMES
 
 
 def test_switch_method_field_switches_a_built_model_in_place():

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 from ..config import DepthAttentionConfig
-from ..loading import check_saved_model, default_context_length, resolve_device
+from ..loading import check_saved_model, check_shapes_fit, default_context_length, load_config, resolve_device
 from ..methods import DESCRIPTIONS
+from ..modeling import check_method_switch
 from .cache import paged_cache_bytes, paged_cache_config
 from .server import RequestChecks, SharedSampling
 from .transformers_serve import serve_available, transformers_server
@@ -40,20 +42,7 @@ class ServeOptions:
 def serve(folder: str, options: ServeOptions) -> int:
     """Serve the model folder `folder` until SIGTERM (exit status 0) or Ctrl-C (130); 1 when the continuous-batching
     worker died. Raises ValueError, FileNotFoundError, ImportError or RuntimeError, naming the fix, before serving."""
-    path = check_saved_model(folder)
-    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
-        raise FileNotFoundError(f"{path} holds no tokenizer; copy tokenizer.json and tokenizer_config.json of the "
-                                "prepared dataset the model was trained on (its tokenizer/ folder) into it")
-    if options.device != "auto":
-        resolve_device(options.device)
-    if options.shutdown_grace < 0:
-        raise ValueError(f"--shutdown-grace must be >= 0 seconds, got {options.shutdown_grace}")
-    if not serve_available():
-        raise ImportError('depthattn serve needs the serve extra: pip install "depthattn[serve]"')
-    config = DepthAttentionConfig.from_pretrained(path)
-    refusal = DESCRIPTIONS[config.cross_layer].packed_refusal
-    if options.continuous_batching and refusal:
-        raise ValueError(f"--continuous-batching: {refusal}")
+    path, config = _check_before_loading(folder, options)
     blocks = paged_cache_blocks(options, config) if options.continuous_batching else None
     context_length, context_origin, warning = served_context(path, config.max_position_embeddings,
                                                              options.context_length)
@@ -101,6 +90,47 @@ def sample_per_request(generation_config) -> None:
     generation_config.do_sample = True
     if generation_config.top_k is None:
         generation_config.top_k = 0
+
+
+def _check_before_loading(folder: str, options: ServeOptions) -> tuple[Path, DepthAttentionConfig]:
+    """The folder and the options checked, and the folder's config, before transformers' server loads the model:
+    a mistake is one line naming it, not a traceback or uvicorn's errno after loading."""
+    path = check_saved_model(folder)
+    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise FileNotFoundError(f"{path} holds no tokenizer; copy tokenizer.json and tokenizer_config.json of the "
+                                "prepared dataset the model was trained on (its tokenizer/ folder) into it")
+    if options.device != "auto":
+        resolve_device(options.device)
+    if options.shutdown_grace < 0:
+        raise ValueError(f"--shutdown-grace must be >= 0 seconds, got {options.shutdown_grace}")
+    check_address(options.host, options.port)
+    if not serve_available():
+        raise ImportError('depthattn serve needs the serve extra: pip install "depthattn[serve]"')
+    config = load_config(path)
+    check_shapes_fit(path)  # the weights' files, before transformers' server loads them
+    for name, value in options.method_fields.items():
+        check_method_switch(config, name, value)
+    refusal = DESCRIPTIONS[config.cross_layer].packed_refusal
+    if options.continuous_batching and refusal:
+        raise ValueError(f"--continuous-batching: {refusal}")
+    return path, config
+
+
+def check_address(host: str, port: int) -> None:
+    """That the server can listen on `host`:`port`, before the model is loaded: a port in range and free, a host
+    this machine has (uvicorn's own error would come only after loading, as a bare errno)."""
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port must be 0 to 65535, got {port}")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:  # as uvicorn binds
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except socket.gaierror as error:
+            raise ValueError(f"--host {host!r} is not an address ({error.strerror}); use localhost, 0.0.0.0 (every "
+                             "interface) or an address of this machine") from None
+        except OSError as error:
+            raise ValueError(f"cannot listen on {host}:{port} ({error.strerror}): another server may hold the "
+                             "port, or the address is not this machine's; pick another --port or --host") from None
 
 
 def paged_cache_blocks(options: ServeOptions, config: DepthAttentionConfig) -> int:

@@ -18,6 +18,7 @@ from .base import AttentionMixerDescription, ConfigField, FlopTerm
 
 DEPTH_MIX_RULES = ("softmax", "uniform", "linear")
 DEPTH_MIX_STATES = ("v", "kv", "k")
+DEPTH_IMPL_NAMES = ("auto", "reference", "compiled", "triton", "cpu")  # depthattn.ops.DEPTH_IMPLS
 
 
 def _half(depth: int) -> int:
@@ -116,6 +117,7 @@ class DepthAttentionDescription(AttentionMixerDescription):
     def check_config(cls, config):
         check_choice("depth_mix", config.depth_mix, DEPTH_MIX_RULES)
         check_choice("depth_mix_states", config.depth_mix_states, DEPTH_MIX_STATES)
+        check_choice("depth_impl", config.depth_impl, DEPTH_IMPL_NAMES)
         stride = config.depth_stride
         if stride is not None and (not isinstance(stride, int) or isinstance(stride, bool) or stride < 1):
             raise ValueError(f"depth_stride must be an integer >= 1 or None (None means half the unrolled depth), "
