@@ -78,6 +78,17 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
+@contextmanager
+def naming(path: Path):
+    """An OSError about the hidden temporary sibling of `path` (a read-only or denied folder) names `path`."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno is None:
+            raise
+        raise type(error)(error.errno, error.strerror, str(path)) from None
+
+
 def temporary_sibling(path: Path) -> Path:
     """A fresh hidden name next to `path` (same directory, so os.replace is an atomic rename)."""
     return path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
@@ -89,9 +100,12 @@ class AtomicFile:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_dir():
+            raise ValueError(f"{self.path} is a folder, not a file; name a file (inside it, or elsewhere)")
+        make_folder(self.path.parent)
         self.temp_path = temporary_sibling(self.path)
-        self.file = open(self.temp_path, "xb")  # noqa: SIM115  (open until commit or abort)
+        with naming(self.path):
+            self.file = open(self.temp_path, "xb")  # noqa: SIM115  (open until commit or abort)
 
     def write(self, data: bytes) -> None:
         with reporting_full_disk(self.path.parent):
@@ -141,8 +155,12 @@ def atomic_directory(path: str | os.PathLike, needed: int | None = None):
     the old or the new folder whole (the old one perhaps under a hidden temporary name). A full disk is
     NoSpaceLeft naming the folder (and `needed`, the bytes the caller expects to write)."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} is a file, not a folder; remove it or name another folder")
+    make_folder(path.parent)
     temp_dir = temporary_sibling(path)
-    temp_dir.mkdir()
+    with naming(path):
+        temp_dir.mkdir()
     try:
         with reporting_full_disk(path.parent, needed):
             yield temp_dir

@@ -29,6 +29,17 @@ def test_missing_input_file_and_wrong_kinds_of_path(tmp_path):
     assert read_all(tmp_path) == ["a,b"]  # in a folder a file of no known format is read as text where it is
 
 
+@pytest.mark.parametrize("out", [".", "data"])
+def test_an_output_inside_an_input_folder_is_refused(tmp_path, out):
+    """A dataset there would be read as text the next time the folder is prepared (--overwrite)."""
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text("some text\n")
+    with pytest.raises(DataError, match=f"--out {folder / out} is inside the input folder {folder}"):
+        prepare([str(folder)], folder / out, progress=False)
+    assert sorted(path.name for path in folder.iterdir()) == ["a.txt"]  # nothing written
+
+
 def test_a_folder_is_its_files_in_sorted_order_and_a_file_without_extension_is_text(tmp_path):
     folder = tmp_path / "texts"
     (folder / "b").mkdir(parents=True)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from depthattn.files import AtomicFile, atomic_write_json
+from depthattn.files import AtomicFile, atomic_directory, atomic_write_json
 
 
 def test_atomic_write_makes_parents_and_leaves_no_temporary(tmp_path):
@@ -22,3 +22,28 @@ def test_a_failed_write_keeps_the_old_file(tmp_path):
         raise RuntimeError("crash")
     assert json.loads(path.read_text()) == {"loss": 1.5}
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+def test_a_write_that_cannot_start_names_its_target_not_the_temporary(tmp_path):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file.txt").write_text("a file")
+    with pytest.raises(ValueError, match=f"{tmp_path / 'folder'} is a folder, not a file"):
+        atomic_write_json(tmp_path / "folder", {})
+    with pytest.raises(ValueError, match=f"{tmp_path / 'file.txt'} is a file, not a folder"):
+        atomic_write_json(tmp_path / "file.txt" / "result.json", {})
+    with pytest.raises(ValueError, match=f"{tmp_path / 'file.txt'} is a file, not a folder"), \
+            atomic_directory(tmp_path / "file.txt"):
+        pass
+    with atomic_directory(tmp_path / "new" / "model") as building:  # missing parents are made
+        (building / "weights").write_text("w")
+    assert (tmp_path / "new" / "model" / "weights").read_text() == "w"
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / ".result.json.0123.tmp"))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("builtins.open", denied)
+        with pytest.raises(PermissionError) as raised:
+            atomic_write_json(tmp_path / "result.json", {})
+    assert raised.value.filename == str(tmp_path / "result.json")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file.txt", "folder", "new"]

@@ -143,6 +143,16 @@ def refuse_previous_output(out_dir: Path, overwrite: bool) -> None:
         )
 
 
+def refuse_output_inside_input(out_dir: Path, inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> None:
+    """A dataset written inside a folder it reads would be read as text the next time (its manifest and tokenizer
+    files)."""
+    for item in [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs:
+        folder = Path(item)
+        if folder.is_dir() and out_dir.resolve().is_relative_to(folder.resolve()):
+            raise DataError(f"--out {out_dir} is inside the input folder {folder}: a later prepare of that folder "
+                            "would read the dataset's own files as text. Choose an --out outside it.")
+
+
 def dataset_entries(folder: Path) -> list[Path]:
     """The manifest (first), shards and tokenizer folder of a dataset in `folder`, those that exist."""
     shard = re.compile(rf"^({'|'.join(SPLITS)})_\d+\.bin$")
@@ -223,6 +233,7 @@ def prepare(
     out_dir = Path(out_dir)
     sources = resolve_sources(inputs)
     refuse_previous_output(out_dir, overwrite)
+    refuse_output_inside_input(out_dir, inputs)
 
     def documents_with_limit(limit: int, cuts: CutStats | None = None) -> Iterator[tuple]:
         # (input, number, text), or (input, number, text, split_by) for linux-doc
