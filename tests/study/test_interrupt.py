@@ -14,21 +14,23 @@ import pytest
 
 from tests.study.test_study import write_study
 
-# `depthattn` with a pause before each training step, and each process's steps started in LAUNCH_STEPS/<pid>
+# `depthattn` with a pause before each training step, and each process's steps started in LAUNCH_STEPS/<pid>; the
+# spawned workers import this script as their __mp_main__, so the pause is theirs too
 LAUNCHER = """
 import os, pathlib, signal, sys, time
 import depthattn.train.loop as loop
 from depthattn.cli import main
 
-signal.signal(signal.SIGINT, signal.default_int_handler)  # also where the tests run with SIGINT ignored
-signal.signal(signal.SIGTERM, signal.SIG_DFL)
 real_step = loop.train_step
 def train_step(step, *args, **kwargs):
     pathlib.Path(os.environ["LAUNCH_STEPS"], str(os.getpid())).write_text(str(step))
     time.sleep(float(os.environ.get("LAUNCH_STEP_SECONDS", "0")))
     return real_step(step, *args, **kwargs)
 loop.train_step = train_step
-sys.exit(main(sys.argv[1:]))
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also where the tests run with SIGINT ignored
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    sys.exit(main(sys.argv[1:]))
 """
 STEPS = 150  # at 0.2 s a step, half a minute: the signal comes long before a cell ends
 REACHED = 3  # the step both cells have started when the signal comes

@@ -2,8 +2,11 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import pickle
 import shutil
+import subprocess
+import sys
 from itertools import islice
 from pathlib import Path
 
@@ -397,6 +400,42 @@ def test_a_confirmation_names_a_preset_only_when_better_in_every_setting(tiny_da
                                "**depth_static** (mean difference over the settings it ran in: -0.0503).")
     finish("b", "depth_static", [2.0, 2.1, 2.2])  # worse in one setting
     assert outcome()[0] == "no"
+
+
+@pytest.mark.parametrize("line, replacement, message", [
+    ("seeds = [0, 1]", 'seeds = [0, "one"]', "seeds must be a list of seeds, integers >= 0, got \\[0, 'one'\\]"),
+    ("seeds = [0, 1]", "seeds = [0, -1]", "seeds must be a list of seeds"),
+    ('methods = ["vanilla", "depth_attention"]', 'methods = "vanilla"', "methods must be a list of method presets"),
+    ('methods = ["vanilla", "depth_attention"]', "methods = []", "methods must be a list of method presets"),
+    ('methods = ["vanilla", "depth_attention"]', 'methods = ["vanilla", "vanilla"]', "names \\['vanilla'\\] twice"),
+    ("steps = 3", "stepz = 3",
+     "s.toml: a cell's settings \\(\\[base.\\*\\] and the axes'\\): \\[train\\]: unknown key 'stepz'"),
+])
+def test_bad_seeds_methods_or_base_keys_name_the_config(tiny_data, tmp_path, line, replacement, message):
+    path = write_study(tmp_path, tiny_data)
+    assert line in path.read_text()
+    path.write_text(path.read_text().replace(line, replacement))
+    with pytest.raises(ValueError, match=message):
+        Study.load(path)
+
+
+def test_narrowing_to_a_method_or_seed_the_study_lacks_is_refused(tiny_data, tmp_path):
+    from depthattn.cli import main
+
+    path = str(write_study(tmp_path, tiny_data))
+    with pytest.raises(ValueError, match="--methods vanila: not a method of .*s.toml .*did you mean 'vanilla'"):
+        check_narrowing_of(path, ["vanila"], None)
+    with pytest.raises(ValueError, match="--seeds 7: not a seed of .*add it to the config's seeds"):
+        check_narrowing_of(path, None, [7])
+    check_narrowing_of(path, ["vanilla"], [1])
+    assert main(["study", path, "--status", "--methods", "vanila"]) == 1  # it said "0 finished, 2 to run"
+    assert main(["study", path, "--dry-run", "--mfu", "0"]) == 1  # a division by zero
+
+
+def check_narrowing_of(path, methods, seeds):
+    from depthattn.commands.study import check_narrowing
+
+    check_narrowing([Study.load(path)], methods, seeds)
 
 
 @pytest.mark.parametrize("search, message", [
@@ -801,6 +840,28 @@ def test_several_workers_print_log_lines_not_progress_bars(tiny_data, tmp_path, 
     assert result.record["config"]["train"]["progress"]  # as the study says
 
 
+def test_workers_start_from_a_process_whose_openmp_threads_ran(tiny_data, tmp_path):
+    """A forked worker of such a process (a notebook that trained, a test session) hung in its first OpenMP parallel
+    region (GNU libgomp is not fork-safe); the pool's workers are spawned. In a child process, so that a hang fails
+    the test by its timeout rather than hanging the suite."""
+    path = write_study(tmp_path, tiny_data, seeds=[0])
+    script = f"""
+import torch
+from depthattn.study import Study, run_study
+from depthattn.study.local import LocalExecutor
+from depthattn.study.store import CellStore
+torch.set_num_threads(2)
+q = torch.randn(4, 2, 256, 32)
+torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)  # this process's OpenMP threads start
+study = Study.load({str(path)!r})
+run_study(study, CellStore.of(study), LocalExecutor(workers=2, threads=2))
+print(len(CellStore.of(study).read_results(study)))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, ["src", os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "2", done.stderr[-3000:]
+
+
 def _started(plan):
     """A file in the study's out_dir (above <key>/<method>/seed_<s>) saying that the cell started."""
     marker = Path(plan.config.train.out_dir).parents[2] / f"{plan.cell.method}-{plan.cell.seed}"
@@ -816,24 +877,43 @@ def _slow_cell(plan, threads=None):
     return CellResult(plan.cell.method, plan.cell.seed, 1.0, {"seconds": 2.0})
 
 
-def test_sigterm_stops_a_study_of_several_workers_without_starting_queued_cells(tiny_data, tmp_path, monkeypatch):
+def test_sigterm_stops_a_study_of_several_workers_without_starting_queued_cells(tiny_data, tmp_path):
     """SIGTERM to the main process alone: passed on to the running cells, no queued cell starts."""
     import os
     import signal
     import threading
+    import time
 
-    import depthattn.study.local as local
-
-    monkeypatch.setattr(local, "run_cell", _slow_cell)  # the forked workers run it too
     study = Study.load(write_study(tmp_path, tiny_data, seeds=[0, 1, 2, 3]))
     cells, before = pending_cells(study, CellStore.of(study)), signal.getsignal(signal.SIGTERM)
-    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
-    with pytest.raises(KeyboardInterrupt, match="stopped by SIGTERM"):
-        LocalExecutor(workers=2).run(study.name, [plan_cell(study, CellStore.of(study), cell) for cell in cells])
+    def signal_once_a_cell_runs():
+        while not list(Path(study.out_dir).glob("*-*")):
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=signal_once_a_cell_runs, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt, match="stopped by SIGTERM"):  # the spawned workers import _slow_cell
+        LocalExecutor(workers=2).run(study.name, [plan_cell(study, CellStore.of(study), cell) for cell in cells],
+                                     _slow_cell)
     started = list(Path(study.out_dir).glob("*-*"))
     assert 1 <= len(started) < len(cells) == 8  # the running cells stop; the queued ones never start
     assert signal.getsignal(signal.SIGTERM) == before  # the study's handler lasts only while its pool runs
 
+
+
+def test_a_signal_while_the_workers_start_stops_the_study_cleanly(tiny_data, tmp_path):
+    """Spawned workers take seconds to start; a signal passed on meanwhile waits for their handlers (it killed them,
+    breaking the pool)."""
+    import os
+    import signal
+    import threading
+
+    study = Study.load(write_study(tmp_path, tiny_data, seeds=[0, 1]))
+    plans = [plan_cell(study, CellStore.of(study), cell) for cell in pending_cells(study, CellStore.of(study))]
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    with pytest.raises(KeyboardInterrupt, match="stopped by SIGTERM"):
+        LocalExecutor(workers=2).run(study.name, plans, _slow_cell)
+    assert not list(Path(study.out_dir).glob("*-*"))  # no cell started
 
 
 def _slow_cell_stopped_by_sigterm(plan, threads=None):
@@ -854,7 +934,7 @@ def _slow_cell_stopped_by_sigterm(plan, threads=None):
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the pool's workers in /proc")
-def test_sigterm_to_every_process_starts_no_queued_cell(tiny_data, tmp_path, monkeypatch):
+def test_sigterm_to_every_process_starts_no_queued_cell(tiny_data, tmp_path):
     """As `kill -- -PGID` or a scheduler does: the study and its workers each get SIGTERM. The running cells stop;
     the cell the pool had already handed a worker (it queues one ahead) must not start."""
     import os
@@ -862,9 +942,6 @@ def test_sigterm_to_every_process_starts_no_queued_cell(tiny_data, tmp_path, mon
     import threading
     import time
 
-    import depthattn.study.local as local
-
-    monkeypatch.setattr(local, "run_cell", _slow_cell_stopped_by_sigterm)  # the forked workers run it too
     study = Study.load(write_study(tmp_path, tiny_data, seeds=[0, 1, 2, 3]))
     cells, started = pending_cells(study, CellStore.of(study)), Path(study.out_dir)
 
@@ -882,7 +959,8 @@ def test_sigterm_to_every_process_starts_no_queued_cell(tiny_data, tmp_path, mon
     threading.Thread(target=signal_everyone, daemon=True).start()
     begun = time.monotonic()
     with pytest.raises(KeyboardInterrupt, match="stopped by SIGTERM"):
-        LocalExecutor(workers=2).run(study.name, [plan_cell(study, CellStore.of(study), cell) for cell in cells])
+        LocalExecutor(workers=2).run(study.name, [plan_cell(study, CellStore.of(study), cell) for cell in cells],
+                                     _slow_cell_stopped_by_sigterm)
     assert len(list(started.glob("*-*"))) == 2 and time.monotonic() - begun < 25  # nothing queued ran
 
 

@@ -62,6 +62,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cell results and reports (default: the config's results, docs/results/study)")
 
 
+def check_narrowing(studies, methods: list[str] | None, seeds: list[int] | None) -> None:
+    """--methods and --seeds name methods and seeds of the studies given."""
+    from ..field_checks import did_you_mean
+
+    known = {method for study in studies for method in study.methods}
+    for method in methods or ():
+        if method not in known:
+            raise ValueError(f"--methods {method}: not a method of {', '.join(s.config_file for s in studies)} "
+                             f"(its methods: {', '.join(sorted(known))}){did_you_mean(method, known)}")
+    known_seeds = {seed for study in studies for seed in study.seeds + study.more_seeds}
+    for seed in seeds or ():
+        if seed not in known_seeds:
+            raise ValueError(f"--seeds {seed}: not a seed of {', '.join(s.config_file for s in studies)} (its "
+                             f"seeds: {', '.join(map(str, sorted(known_seeds)))}); add it to the config's seeds")
+
+
 def prediction_date(text: str) -> str:
     """--prediction-date: a calendar date as YYYY-MM-DD, today or later."""
     try:
@@ -108,7 +124,10 @@ def run(args: argparse.Namespace) -> int:
     executor = ExecutorOptions(executor=args.executor, workers=args.workers, threads=args.threads,
                                tasks_per_cell=args.tasks_per_cell, slurm=tuple(args.slurm), detach=args.detach,
                                poll=args.poll)
+    if args.dry_run and not (0 < args.mfu <= 1 and (args.peak_tflops is None or args.peak_tflops > 0)):
+        raise ValueError(f"--mfu must be in (0, 1] and --peak-tflops > 0, got {args.mfu} and {args.peak_tflops}")
     studies, store, index = actions.load_studies(args.configs, args.out_dir, args.results, args.index_config)
+    check_narrowing(studies, args.methods, args.seeds)
     if args.predict_for:
         return actions.predict_for(studies, store, args.predict_for, _date(args), args.assumes, Path(args.predictions))
     if args.score_predictions:

@@ -1,11 +1,13 @@
 """The local executor: a study's cells on this machine, `workers` cells at a time, each in one process or, with
 `tasks_per_cell` > 1, in that many processes under torch.distributed as torchrun starts them (gloo on CPUs, NCCL on
-GPUs)."""
+GPUs). Several workers are spawned processes, which import the script that runs the study as multiprocessing's
+spawn does: a script of your own that runs one keeps that under `if __name__ == "__main__":`."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import multiprocessing
 import os
 import signal
 import sys
@@ -65,6 +67,17 @@ def _start_worker(main_pid: int) -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
     for signum in SIGNALS:
         signal.signal(signum, _stop_worker)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)  # one that came while it started is handled now
+
+
+@contextlib.contextmanager
+def _blocked(signums):
+    """`signums` held back (pending, not lost) in this thread, and in the processes it starts meanwhile."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signums)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _stop_worker(signum, frame):
@@ -140,9 +153,13 @@ class LocalExecutor:
         the rest with its error. SIGINT or SIGTERM to the main process (alone or with its group, as Ctrl-C sends
         it) is passed on to the workers: the running calls stop at a checkpoint and say where, no other starts,
         then TrainingInterrupted (its exit_status the signal's: 130, 143); a second signal stops them at once."""
-        with ProcessPoolExecutor(min(self.workers, len(calls)), initializer=_start_worker,
-                                 initargs=(os.getpid(),)) as pool, _PassOn(pool) as signals:
-            futures = [pool.submit(_in_worker, *call) for call in calls]
+        # spawned, not forked: a fork of a process whose OpenMP threads ran (a notebook, a test session) hangs in
+        # its first parallel region (GNU libgomp is not fork-safe)
+        with ProcessPoolExecutor(min(self.workers, len(calls)), mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_start_worker, initargs=(os.getpid(),)) as pool, \
+                _PassOn(pool) as signals:
+            with _blocked(SIGNALS):  # inherited by the workers as they spawn, until their handlers are set
+                futures = [pool.submit(_in_worker, *call) for call in calls]
             try:
                 for i, (label, future) in enumerate(zip(labels, futures, strict=True), 1):
                     if signals.signum:

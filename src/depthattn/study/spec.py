@@ -138,7 +138,7 @@ class Study:
             head["compare"] = {**compare, "with": cls.load(path.parent / compare["with"], results=head["results"])}
         study = cls(name=path.stem, config_file=_shown(given), axes=axes, datasets=datasets, base=data.get("base", {}),
                     slurm=data.get("slurm", {}), parent=parent, **head)
-        return study.check()
+        return _checked(study, path)
 
     def check(self) -> Study:
         self._check_methods()
@@ -146,6 +146,11 @@ class Study:
             self._check_search(self.search)
         if sum(axis.branches for axis in self.axes) > 1:
             raise ValueError("one axis at most may set branches = true")
+        for name in ("seeds", "more_seeds"):
+            seeds = getattr(self, name)
+            if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                      for s in seeds):
+                raise ValueError(f"[study] {name} must be a list of seeds, integers >= 0, got {seeds!r}")
         seeds = self.seeds + self.more_seeds
         if not self.seeds or len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds and more_seeds must be distinct and seeds non-empty, got {seeds}")
@@ -158,6 +163,13 @@ class Study:
         if self.start_from and self.start_from not in self.started_from.methods:
             raise ValueError(f"start_from {self.start_from!r} must be one of the parent study's methods "
                              f"{self.started_from.methods}")
+        methods: object = self.methods  # whatever the TOML held
+        if not isinstance(methods, list) or not methods or not all(isinstance(m, str) for m in methods):
+            raise ValueError(f'[study] methods must be a list of method presets, e.g. ["vanilla", '
+                             f'"depth_attention"], got {methods!r}')
+        if len(set(methods)) != len(methods):
+            raise ValueError(f"[study] methods names {sorted({m for m in methods if methods.count(m) > 1})} twice; "
+                             "name each method once")
         for method in self.methods:
             if method not in METHOD_PRESETS:
                 raise ValueError(f"study method {method!r} is not a preset{did_you_mean(method, METHOD_PRESETS)}; "
@@ -279,10 +291,19 @@ _NOT_IN_KEY = {"train": {"out_dir", "progress", "log_every", "checkpoint_every",
                "logging": "*"}
 
 
+def _checked(study: Study, path: Path) -> Study:
+    """`study.check()`, its error naming the config file."""
+    try:
+        return study.check()
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
 def cell_key(config: dict) -> str:
     """A short hash of a training config's settings that differ from the defaults, without its method and seed:
     the same settings give the same key, and a new config field with a default keeps every existing key."""
-    full = TrainConfig.from_dict(json.loads(json.dumps(config)), source="study cell").to_dict()
+    source = "a cell's settings ([base.*] and the axes')"
+    full = TrainConfig.from_dict(json.loads(json.dumps(config)), source=source).to_dict()
     defaults = TrainConfig().to_dict()
     full["model"].pop("method")
     full["train"].pop("seed")
