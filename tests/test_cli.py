@@ -56,9 +56,11 @@ def test_demo_never_reuses_a_model_trained_with_other_settings(demo_dir):
         main(["demo", "--out", str(demo_dir), "--steps", "3", "--eval-tokens", "8192"])
 
 
-def test_demo_refuses_too_few_eval_tokens(tmp_path):
-    with pytest.raises(SystemExit, match="--eval-tokens must be at least 2"):
-        main(["demo", "--out", str(tmp_path), "--eval-tokens", "1"])
+@pytest.mark.parametrize("option, message", [(["--eval-tokens", "1"], "--eval-tokens must be at least 2"),
+                                             (["--steps", "0"], "--steps must be at least 1, got 0")])
+def test_demo_refuses_a_bad_option_before_it_starts(tmp_path, capsys, option, message):
+    assert main(["demo", "--out", str(tmp_path), *option]) == 1
+    assert f"depthattn demo: error: {message}" in capsys.readouterr().err  # --steps 0 trained the default 200
     assert not any(tmp_path.iterdir())
 
 
@@ -132,11 +134,16 @@ def test_a_method_field_value_is_a_literal_where_the_default_is_not_a_string(mon
     (["train", "--optim.lrr", "1"], "did you mean 'lr'"),
     (["train", "--config", "missing.toml"], "does not exist"),
     (["generate", "nowhere", "hi"], "model folder nowhere does not exist"),
+    (["generate", "cli_test_file.txt", "hi"], "cli_test_file.txt is a file, not a model folder"),
+    (["convert", "cli_test_file.txt", "out"], "cli_test_file.txt is a file; pass the folder of a saved model"),
     (["generate", "nowhere", "hi", "--compile", "nope"], "unknown --compile backend 'nope'"),
     (["prepare", "--input", "missing.txt", "--out", "x"], "missing.txt"),
+    (["costs", "--preset", "tiny", "--methods", ","], "--methods ',' names no method"),
+    (["eval", "nowhere", "--data", "x", "--out", "."], "--out . is a folder; name a file"),  # before any scoring
 ])
 def test_errors_are_one_clear_line(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "cli_test_file.txt").write_text("a file where a folder belongs")
     assert main(argv) == 1
     assert message in capsys.readouterr().err
 
@@ -190,6 +197,19 @@ def test_plot_draws_the_curves_of_run_folders(demo_dir, tmp_path, capsys):
     assert out.stat().st_size > 10_000 and f"plot: {out}" in capsys.readouterr().out
     assert main(["plot", str(tmp_path), "--out", str(out)]) == 1
     assert f"{tmp_path} holds no metrics.jsonl: pass a training run's folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lines, message", [
+    ('{"step": 1, "loss": 2.0}\n', "have no 'tokens': it is not a metrics.jsonl that depthattn train wrote"),
+    ('{"step": 1, "tokens": 8, "loss": 2.0}\n{"step": 2, "tok', "line 2 is not JSON"),
+    ("[1, 2]\n", "line 1 is a JSON list, not a record"),
+])
+def test_plot_names_a_metrics_file_it_cannot_read(tmp_path, capsys, lines, message):
+    (tmp_path / "metrics.jsonl").write_text(lines)
+    assert main(["plot", str(tmp_path), "--out", str(tmp_path / "p.png")]) == 1
+    err = capsys.readouterr().err
+    assert f"depthattn plot: error: {tmp_path / 'metrics.jsonl'}" in err and message in err
+    assert not (tmp_path / "p.png").exists()
 
 
 OPTIONAL_EXTRAS = ("matplotlib", "lm_eval", "uvicorn", "fastapi", "pyarrow", "tensorboard", "submitit", "datasets",

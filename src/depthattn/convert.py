@@ -156,8 +156,9 @@ def read_decoder_config(folder: Path, families=tuple(FAMILIES)) -> PreTrainedCon
     """The config of the model saved in `folder`, with a one-line error for a missing folder or a config.json that
     is missing, empty, not JSON or not a supported family's."""
     if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} is not a directory: it does not exist; pass the folder of a saved model "
-                                "(config.json and model.safetensors)")
+        what = "a file" if folder.exists() else "not a directory: it does not exist"
+        raise FileNotFoundError(f"{folder} is {what}; pass the folder of a saved model (config.json and "
+                                "model.safetensors)")
     path = folder / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{folder} is not a directory holding a saved model (config.json); pass the folder "

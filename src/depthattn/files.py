@@ -69,6 +69,21 @@ def make_folder(path: str | os.PathLike, option: str = "folder") -> Path:
     return path
 
 
+def check_output(path: str | os.PathLike, option: str = "--out", folder: bool = False) -> None:
+    """Before the work that ends in writing `path` (a file, or a folder if `folder`): that it can be written there,
+    so that a mistake costs no scoring or training first."""
+    path = Path(path)
+    if not folder and path.is_dir():
+        raise ValueError(f"{option} {path} is a folder; name a file (inside it, or elsewhere)")
+    if folder and path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path} is a file; name a folder")
+    ancestor = next(p for p in path.absolute().parents if p.exists())
+    if not ancestor.is_dir():
+        raise ValueError(f"{option} {path} cannot be made: {ancestor} is a file, not a folder; choose another {option}")
+    if not os.access(ancestor, os.W_OK):
+        raise PermissionError(errno.EACCES, "Permission denied (or a read-only file system)", str(path))
+
+
 def fsync_directory(path: Path) -> None:
     """Persist a rename inside `path` (POSIX needs the directory itself fsync'ed)."""
     fd = os.open(path, os.O_RDONLY)

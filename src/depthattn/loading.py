@@ -44,6 +44,9 @@ def quiet_loading_bars() -> None:
 def check_model_dir(model_dir: str | os.PathLike) -> Path:
     """`model_dir` as a Path, after checking that it holds a saved model (config.json)."""
     path = Path(model_dir)
+    if path.is_file():
+        raise ValueError(f"{path} is a file, not a model folder; pass the folder that holds it and config.json "
+                         "(e.g. runs/tiny/depth_attention/final)")
     if not path.is_dir():
         raise FileNotFoundError(f"model folder {path} does not exist; pass a folder written by train "
                                 "(e.g. runs/tiny/depth_attention/final) or by save_pretrained")

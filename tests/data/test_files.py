@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from depthattn.files import AtomicFile, atomic_directory, atomic_write_json
+from depthattn.files import AtomicFile, atomic_directory, atomic_write_json, check_output
 
 
 def test_atomic_write_makes_parents_and_leaves_no_temporary(tmp_path):
@@ -47,3 +47,16 @@ def test_a_write_that_cannot_start_names_its_target_not_the_temporary(tmp_path):
             atomic_write_json(tmp_path / "result.json", {})
     assert raised.value.filename == str(tmp_path / "result.json")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["file.txt", "folder", "new"]
+
+
+def test_an_output_is_checked_before_the_work_that_writes_it(tmp_path):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file.txt").write_text("a file")
+    check_output(tmp_path / "new" / "result.json")  # parents to be made are fine
+    check_output(tmp_path / "folder", folder=True)
+    with pytest.raises(ValueError, match="--out .*folder is a folder; name a file"):
+        check_output(tmp_path / "folder")
+    with pytest.raises(ValueError, match="OUT_DIR .*file.txt is a file; name a folder"):
+        check_output(tmp_path / "file.txt", "OUT_DIR", folder=True)
+    with pytest.raises(ValueError, match="cannot be made: .*file.txt is a file, not a folder"):
+        check_output(tmp_path / "file.txt" / "deeper" / "result.json")

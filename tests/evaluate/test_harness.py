@@ -158,3 +158,18 @@ def test_task_selection_errors():
         harness.resolve_tasks(["piqa"], task_set="paper8")
     with pytest.raises(ValueError, match="unknown task set"):
         harness.resolve_tasks(task_set="paper9")
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--limit", "0"], "--limit takes a number of examples (1 or more) or a fraction"),
+    (["--limit", "-3"], "--limit takes"),
+    (["--limit", "2.5"], "--limit takes"),
+    (["--max-length", "0"], "--max-length must be at least 2 tokens"),
+    (["--bootstrap-iters", "-1"], "--bootstrap-iters must be >= 0"),
+])
+def test_options_lm_eval_cannot_run_are_refused_before_the_model_loads(tmp_path, capsys, option, message):
+    from depthattn.cli import main
+
+    # no model folder at all: the options are refused first
+    assert main(["harness", str(tmp_path / "none"), "--tasks", "depthattn_local", *option]) == 1
+    assert f"depthattn harness: error: {message}" in capsys.readouterr().err

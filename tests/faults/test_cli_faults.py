@@ -128,4 +128,4 @@ def test_a_depth_map_out_that_is_a_file_is_named(tiny_run, tiny_data, tmp_path, 
     blocker.write_text("")
     assert main(["depth-map", str(tiny_run / "final"), "--data", str(tiny_data), "--out", str(blocker),
                  "--samples", "1", "--seq-len", "16"]) == 1
-    assert f"--out {blocker} cannot be made: {blocker} is a file, not a folder" in capsys.readouterr().err
+    assert f"--out {blocker} is a file; name a folder" in capsys.readouterr().err

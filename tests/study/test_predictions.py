@@ -99,6 +99,11 @@ def test_the_study_command_writes_a_prediction_and_scores_it_on_written_cells(st
     (Path(written).parent / "superseded.json").write_text(json.dumps({Path(written).name: "read the wrong unit"}))
     assert main(["study", target.config_file, "--score-predictions", written, "--results", target.results]) == 0
     assert capsys.readouterr().out.startswith("superseded: read the wrong unit\n")
+    assert main(["study", target.config_file, "--score-predictions", str(tmp_path / "nope.json")]) == 1
+    assert "no prediction file" in capsys.readouterr().err
+    Path(written).write_text("[]")
+    assert main(["study", target.config_file, "--score-predictions", written]) == 1
+    assert f"{written} holds" in capsys.readouterr().err
 
 
 def test_a_target_of_two_budgets_is_refused_up_front_and_scoring_says_why_it_cannot_score(studies, tmp_path,

@@ -44,6 +44,7 @@ def test_bad_files_name_the_problem(tmp_path, text, message):
     (["--train.compile", "maybe"], "not a valid bool"),
     (["lr=3"], "must look like --section.key value"),
     (["--train.steps"], "has no value"),
+    (["--optim.lr", "--train.batch_size", "4"], "override --optim.lr has no value"),  # not "override '4' ..."
     (["--optim.lr", "nan"], "optim.lr must be > 0 and finite"),
     (["--optim.weight_decay", "inf"], "must be finite and >= 0"),
 ])

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..checksums import check_checksums, write_checksums
 from ..config import method_fields
 from ..convert import TOKENIZER_FILES
-from ..files import atomic_directory
+from ..files import atomic_directory, check_output
 from ..methods import DESCRIPTIONS
 
 
@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     src, out = Path(args.src), Path(args.out)
     if out.exists():
         raise FileExistsError(f"{out} already exists; remove it or choose another OUT_DIR")
+    check_output(out, "OUT_DIR", folder=True)
     names = ("cross_layer", *method_fields())
     settings = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     check_checksums(src)  # where SRC_DIR records them (a depthattn folder)

@@ -61,6 +61,9 @@ def configs_from_args(args) -> tuple[dict[str, DepthAttentionConfig], str]:
     overrides["vocab_size"], vocab_line = vocabulary(args, cfg)
     if args.methods:
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        if not methods:
+            raise ValueError(f"--methods {args.methods!r} names no method; give presets separated by commas, e.g. "
+                             "vanilla,depth_attention")
     else:
         methods = default_methods()
         methods += [own_method] if own_method and own_method not in methods else []

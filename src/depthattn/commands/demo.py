@@ -123,9 +123,11 @@ def run(args: argparse.Namespace) -> int:
     from ..train import train
 
     out = Path(args.out)
-    steps = args.steps or STEPS
+    steps = STEPS if args.steps is None else args.steps
+    if steps < 1:
+        raise ValueError(f"--steps must be at least 1, got {steps}")
     if args.eval_tokens is not None and args.eval_tokens < 2:
-        raise SystemExit(f"--eval-tokens must be at least 2 (one token of context, one scored), got {args.eval_tokens}")
+        raise ValueError(f"--eval-tokens must be at least 2 (one token of context, one scored), got {args.eval_tokens}")
     data = out / "data"
     started = time.perf_counter()
     if not (data / MANIFEST_NAME).exists():

@@ -8,6 +8,8 @@ import sys
 
 import numpy as np
 
+from ..files import check_output
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..evaluate.depth_map import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLES, DEFAULT_SEQ_LEN
@@ -33,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from ..loading import quiet_loading_bars
 
     quiet_loading_bars()
+    check_output(args.out, folder=True)
     result = compute_depth_map(args.model, args.data, split=args.split, samples=args.samples, seq_len=args.seq_len,
                                batch_size=args.batch_size, dtype=args.dtype, device=args.device)
     json_path, png_path = write_depth_map(result, args.out)

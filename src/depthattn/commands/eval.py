@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..files import atomic_write_json
+from ..files import atomic_write_json, check_output
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from ..loading import quiet_loading_bars
 
     quiet_loading_bars()
+    if args.out:
+        check_output(args.out)
     result = evaluate_perplexity(
         args.model, data=args.data, split=args.split, text=args.text, tokenizer=args.tokenizer,
         block_size=args.block_size, stride=args.stride, batch_size=args.batch_size, max_tokens=args.max_tokens,

@@ -7,12 +7,15 @@ import sys
 
 from transformers.utils import logging as hf_logging
 
-from ..files import atomic_write_json
+from ..files import atomic_write_json, check_output
 
 
 def _limit(text: str) -> int | float:
     """--limit: a number of examples (>= 1) or a fraction of each task (< 1), as lm-eval takes it."""
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of examples or a fraction") from None
     return int(value) if value >= 1 and value.is_integer() else value
 
 
@@ -74,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     from ..evaluate.harness import run_harness
 
     hf_logging.disable_progress_bar()
-
+    if args.out:
+        check_output(args.out)
     result = run_harness(
         args.model, tasks=args.tasks, task_set=args.task_set, num_fewshot=args.num_fewshot, batch_size=args.batch_size,
         max_length=args.max_length, limit=args.limit, tokenizer=args.tokenizer, dtype=args.dtype, device=args.device,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..files import check_output
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", help="training runs: their folders (train.out_dir) or metrics.jsonl files")
@@ -16,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..evaluate.plots import plot_loss_curves
 
+    check_output(args.out)
     runs = [Path(run) for run in args.runs]
     folders = [run if run.is_dir() else run.parent for run in runs]
     names = [str(f) for f in folders]

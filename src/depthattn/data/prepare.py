@@ -33,7 +33,15 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..files import AtomicFile, atomic_write_json, fsync_directory, make_folder, reporting_full_disk, temporary_sibling
+from ..files import (
+    AtomicFile,
+    atomic_write_json,
+    check_output,
+    fsync_directory,
+    make_folder,
+    reporting_full_disk,
+    temporary_sibling,
+)
 from .document_limit import choose_max_document_chars
 from .encode import EncodeSettings, document_batches, encode_in_order, placed_split, utf8_size
 from .errors import DataError
@@ -234,6 +242,10 @@ def prepare(
     sources = resolve_sources(inputs)
     refuse_previous_output(out_dir, overwrite)
     refuse_output_inside_input(out_dir, inputs)
+    try:
+        check_output(out_dir, folder=True)
+    except ValueError as error:
+        raise DataError(str(error)) from None
 
     def documents_with_limit(limit: int, cuts: CutStats | None = None) -> Iterator[tuple]:
         # (input, number, text), or (input, number, text, split_by) for linux-doc

@@ -258,6 +258,24 @@ def _lm_eval_log_level(level: int):
         logger.setLevel(saved)
 
 
+def check_options(num_fewshot: Sequence[int] | int, batch_size: int, max_length: int | None,
+                  limit: int | float | None, bootstrap_iters: int) -> list[int]:
+    """The few-shot counts, once the options are ones lm-eval can run (before any model is loaded)."""
+    shots = [num_fewshot] if isinstance(num_fewshot, int) else list(num_fewshot)
+    if not shots or any(n < 0 for n in shots):
+        raise ValueError(f"--num-fewshot takes counts >= 0, got {shots}")
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    if max_length is not None and max_length < 2:
+        raise ValueError(f"--max-length must be at least 2 tokens (context and a scored token), got {max_length}")
+    if limit is not None and not (0 < limit < 1 or (limit >= 1 and float(limit).is_integer())):
+        raise ValueError(f"--limit takes a number of examples (1 or more) or a fraction of each task (between 0 "
+                         f"and 1), got {limit}")
+    if bootstrap_iters < 0:
+        raise ValueError(f"--bootstrap-iters must be >= 0 (0: no bootstrap stderr), got {bootstrap_iters}")
+    return shots
+
+
 def harness_evaluate(
     model,
     tokenizer,
@@ -280,11 +298,7 @@ def harness_evaluate(
     lm_eval_version = require_lm_eval()
     import lm_eval
 
-    shots = [num_fewshot] if isinstance(num_fewshot, int) else list(num_fewshot)
-    if not shots or any(n < 0 for n in shots):
-        raise ValueError(f"--num-fewshot takes counts >= 0, got {shots}")
-    if batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    shots = check_options(num_fewshot, batch_size, max_length, limit, bootstrap_iters)
     check_vocab(model, tokenizer)
     offline = hub_offline_by_env() or _local_only(tasks) or not hub_reachable()
     level = logging.INFO if verbose else logging.ERROR
@@ -348,6 +362,7 @@ def run_harness(
     """`harness_evaluate` on the model saved in `model_dir` (with its own tokenizer unless `tokenizer`); the local
     tasks only for a model trained on their corpus unless `any_corpus` (`local_tasks_origin`, under "local_tasks")."""
     require_lm_eval()
+    check_options(num_fewshot, batch_size, max_length, limit, bootstrap_iters)
     task_names = resolve_tasks(tasks, task_set)
     origin = local_tasks_origin(model_dir, any_corpus) if _uses_local(task_names) else None
     opened = open_model(model_dir, dtype=dtype, device=device, tokenizer=tokenizer)

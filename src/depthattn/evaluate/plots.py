@@ -23,7 +23,11 @@ def plot_loss_curves(runs: dict[str, str | Path], out_png: str | Path, title: st
     fig, axes = plt.subplots(1, 2 if lr else 1, figsize=(12 if lr else 7, 4.5), squeeze=False)
     ax = axes[0][0]
     for i, (name, run) in enumerate(runs.items()):
-        records = read_metrics(metrics_file(run))
+        path = metrics_file(run)
+        records = read_metrics(path)
+        if without := [n for n, r in enumerate(records, 1) if "tokens" not in r]:
+            raise ValueError(f"{path}: {len(without)} of its records (the first: record {without[0]}) have no "
+                             "'tokens': it is not a metrics.jsonl that depthattn train wrote")
         color = f"C{i}"
         # not the step-0 record (val_loss only) of a run started from a model
         steps = [r for r in records if "loss" in r]

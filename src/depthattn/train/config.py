@@ -267,10 +267,10 @@ def _pairs(overrides) -> list[tuple[str, str]]:
             raise ValueError(f"override {item!r} must look like --section.key value (e.g. --optim.lr 3e-4)")
         if "=" in item:
             key, value = item[2:].split("=", 1)
-        elif items:
+        elif items and not (items[0].startswith("--") and "." in items[0]):  # not the next override
             key, value = item[2:], items.pop(0)
         else:
-            raise ValueError(f"override {item} has no value")
+            raise ValueError(f"override {item} has no value; give one after it (e.g. --optim.lr 3e-4)")
         pairs.append((key, value))
     return pairs
 

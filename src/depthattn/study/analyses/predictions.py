@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...files import atomic_write_json
+from ...files import atomic_write_json, read_json_object
 from ...train.config import MODEL_PRESETS
 from ..fits import exp_linear
 from ..multiplier import EXTRAPOLATION_LIMIT, BudgetTrend, MultiplierPoint, sweep_multipliers
@@ -236,8 +236,10 @@ def superseded(path: str | Path) -> str:
 
 
 def read_prediction(path: str | Path) -> dict:
-    data = json.loads(Path(path).read_text())
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no prediction file {path}; the dated ones are in docs/results/predictions/")
+    data = read_json_object(path)
+    if data.get("format") != FORMAT:
         raise ValueError(f"{path} is not a prediction file (format {FORMAT!r}); `depthattn study SWEEP "
                          "--predict-for TARGET` writes one")
     return data
