@@ -201,8 +201,8 @@ def test_plot_draws_the_curves_of_run_folders(demo_dir, tmp_path, capsys):
 
 @pytest.mark.parametrize("lines, message", [
     ('{"step": 1, "loss": 2.0}\n', "have no 'tokens': it is not a metrics.jsonl that depthattn train wrote"),
-    ('{"step": 1, "tokens": 8, "loss": 2.0}\n{"step": 2, "tok', "line 2 is not JSON"),
-    ("[1, 2]\n", "line 1 is a JSON list, not a record"),
+    ('{"step": 1, "tok\n{"step": 2, "tokens": 8, "loss": 2.0}\n', "line 1: not valid JSON"),
+    ("[1, 2]\n", "line 1: a JSON list, not a record"),
 ])
 def test_plot_names_a_metrics_file_it_cannot_read(tmp_path, capsys, lines, message):
     (tmp_path / "metrics.jsonl").write_text(lines)

@@ -243,16 +243,23 @@ def read_records(path: str | os.PathLike) -> list[dict]:
     """The records of a JSON-lines file. A torn last line (a write cut short by a crash or a full disk) is
     dropped with a notice; a bad line before it is an error naming the file and the line."""
     path = Path(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not UTF-8 text (byte {error.start}), so not a JSON-lines file") from None
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except ValueError as error:
             if number < len(lines):
                 raise ValueError(f"{path}, line {number}: not valid JSON ({error}); fix or delete that line") from None
             print(f"note: {path}: dropped its last line, cut short by an interrupted write: {line[:60]!r}",
                   file=sys.stderr)
+            continue
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}, line {number}: a JSON {type(record).__name__}, not a record (an object)")
+        records.append(record)
     return records
