@@ -118,6 +118,23 @@ def test_grad_accumulation_equals_a_bigger_batch(tiny_data, tmp_path):
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
 
 
+def test_compiled_training_compiles_every_layer_and_matches_eager(tiny_data, tmp_path):
+    """train.compile on more layers than dynamo's default limit of 8 graphs a function: every layer's graphs compile
+    (the limit hit is an error here; at that default layers 9 on ran eagerly) and the losses are eager's."""
+    small = ["--train.steps", "2", "--train.eval_every", "2", "--model.overrides.num_hidden_layers", "10",
+             "--model.overrides.hidden_size", "16", "--model.overrides.intermediate_size", "32",
+             "--model.overrides.num_attention_heads", "2", "--model.overrides.num_key_value_heads", "1",
+             "--model.overrides.depth_stride", "3"]
+    train(config(tiny_data, tmp_path / "eager", *small))
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        train(config(tiny_data, tmp_path / "compiled", *small, "--train.compile", "true"))
+    torch._dynamo.reset()
+    eager, compiled = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
+    assert [r["loss"] for r in compiled] == pytest.approx([r["loss"] for r in eager], abs=1e-4)
+    assert [r["grad_norm"] for r in compiled] == pytest.approx([r["grad_norm"] for r in eager], rel=1e-3)
+
+
 @pytest.mark.parametrize("method, loops", [("denseformer", 1), ("depth_quarter", 2)])
 def test_methods_and_loops_train_by_preset_name(tiny_data, tmp_path, method, loops):
     summary = train(config(tiny_data, tmp_path / "run", "--train.steps", "3", "--model.method", method,

@@ -39,9 +39,22 @@ def build_model(cfg: TrainConfig, shards: TokenShards, world: World, checkpoints
     if t.activation_checkpointing:
         model.activation_checkpointing_enable()
     if t.compile:
-        for layer in model.model.layers:
-            layer.compile()
+        compile_layers(model)
     return model, parallelize(model, t.parallel, world)
+
+
+def compile_layers(model: DepthAttentionForCausalLM) -> None:
+    """torch.compile each decoder layer, as torchtitan compiles each block (FSDP2 shards layer by layer).
+
+    The layers share one forward, whose graphs dynamo caches together, and a layer's index is a constant to dynamo:
+    each layer at each loop compiles graphs of its own (training, evaluation, a new batch shape). Dynamo's limit is
+    raised to hold them all; at its default of 8, every layer past the 8th would run eagerly, silently."""
+    graphs = 4 * model.config.unrolled_depth
+    dynamo_config = torch._dynamo.config
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, graphs)
+    dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 2 * graphs)
+    for layer in model.model.layers:
+        layer.compile()
 
 
 def train(cfg: TrainConfig, resume: bool = False, on_budget=None, reschedule: bool = False) -> dict:
