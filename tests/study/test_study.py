@@ -124,6 +124,25 @@ def test_extends_takes_the_parent_base(tiny_data, tmp_path):
     assert study.cell_config(Cell({"lr": "0.001"}, "vanilla", 0)).data.seq_len == 32
 
 
+def test_extends_follows_a_chain_to_its_root_and_names_a_loop(tiny_data, tmp_path):
+    """A study that extends one that extends another takes the root's [base] too, each level over the one below
+    (before, only the parent's own tables were read: ladder_smoke.toml lost scale.toml's)."""
+    write_study(tmp_path, tiny_data, name="root.toml")
+    (tmp_path / "middle.toml").write_text('[study]\nextends = "root.toml"\nmethods = ["vanilla"]\nseeds = [0]\n'
+                                          '[base.optim]\nlr = 0.004\n[slurm]\ntime = "1:00:00"\n')
+    (tmp_path / "leaf.toml").write_text('[study]\nextends = "middle.toml"\nmethods = ["vanilla"]\nseeds = [0]\n'
+                                        '[base.train]\nsteps = 5\n')
+    leaf = Study.load(tmp_path / "leaf.toml")
+    cfg = leaf.cell_config(Cell({}, "vanilla", 0))
+    assert (cfg.data.seq_len, cfg.train.batch_size, cfg.optim.lr, cfg.train.steps) == (32, 4, 0.004, 5)
+    assert leaf.slurm["time"] == "1:00:00" and leaf.parent.parent.name == "root"
+    (tmp_path / "root.toml").write_text(
+        (tmp_path / "root.toml").read_text().replace("[study]", '[study]\nextends = "leaf.toml"'))
+    with pytest.raises(ValueError, match="leaf.toml -> .*middle.toml -> .*root.toml -> .*leaf.toml: the studies "
+                                         "extend each other in a loop"):
+        Study.load(tmp_path / "leaf.toml")
+
+
 @pytest.mark.parametrize("head, axes, message", [
     ('baseline = "value_residual"', "", "baseline 'value_residual' must be one of"),
     ('contrasts = [["vanilla", "mhc"]]', "", "contrast"),

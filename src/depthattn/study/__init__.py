@@ -22,8 +22,8 @@ A study config (configs/study/*.toml) holds:
     [slurm]                       how `--executor slurm` submits cells: partition, account, qos, time,
                                   gpus_per_cell, tasks_per_cell, cpus_per_task, mem, array_parallelism,
                                   sbatch (any other option), setup (shell lines); see study/slurm.py
-    extends = "core.toml"         (in [study]) take another study's [base], [datasets] and [slurm], then apply
-                                  this file's
+    extends = "core.toml"         (in [study]) take another study's [base], [datasets] and [slurm] (with those
+                                  of the studies it extends), then apply this file's
 
 A setting is one combination of axis values; a cell (`Cell`) is a setting, a method and a seed. Cells with the
 same setting and seed share the data order and the backbone's initial weights, so differences are paired by seed.

@@ -93,21 +93,15 @@ class Study:
         """The study in the config file `path`; `out_dir` and `results`, where given, replace the config's (the
         studies it links to, a search it confirms and one it compares with, read their results there too)."""
         given, path = Path(path), config_path(path)
-        data = read_toml(path, "study config", "configs/study/")
+        data = _with_ancestors(path)
         unknown = set(data) - {"study", "axes", "datasets", "base", "slurm"}
         if unknown:
             raise ValueError(f"{path}: unknown sections {sorted(unknown)}; a study has [study], [axes.*], "
                              "[datasets.*], [base.*] and [slurm]")
         head = dict(data.get("study", {}))
         parent = None
-        if "extends" in head:  # another study's [base] and [datasets], under this file's
+        if "extends" in head:  # its [base], [datasets] and [slurm] hold the extended studies' (_with_ancestors)
             parent = path.parent / head.pop("extends")
-            if not parent.is_file():
-                raise FileNotFoundError(f"{path}: extends {parent}, which does not exist")
-            inherited = read_toml(parent, "study config", "configs/study/")
-            data["datasets"] = {**inherited.get("datasets", {}), **data.get("datasets", {})}
-            data["base"] = _merge(inherited.get("base", {}), data.get("base", {}))
-            data["slurm"] = {**inherited.get("slurm", {}), **data.get("slurm", {})}
         known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts", "paper",
                  "describe", "start_from", "search", "confirm", "compare"}
         if set(head) - known:
@@ -384,6 +378,25 @@ def _shown(path: Path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+def _with_ancestors(path: Path, children: tuple[Path, ...] = ()) -> dict:
+    """The study config `path`, its [datasets], [base] and [slurm] over those of the study it extends, and so on to
+    the root of the chain; `children`: the configs that extend it, to name a chain that loops."""
+    if path.resolve() in children:
+        chain = " -> ".join(str(p) for p in (*children, path))
+        raise ValueError(f"{chain}: the studies extend each other in a loop; end the chain at a study without extends")
+    data = read_toml(path, "study config", "configs/study/")
+    extends = data.get("study", {}).get("extends")
+    if not extends:
+        return data
+    parent = path.parent / extends
+    if not parent.is_file():
+        raise FileNotFoundError(f"{path}: extends {parent}, which does not exist")
+    inherited = _with_ancestors(parent, (*children, path.resolve()))
+    return {**data, "datasets": {**inherited.get("datasets", {}), **data.get("datasets", {})},
+            "base": _merge(inherited.get("base", {}), data.get("base", {})),
+            "slurm": {**inherited.get("slurm", {}), **data.get("slurm", {})}}
 
 
 def _merge(base: dict, top: dict) -> dict:
