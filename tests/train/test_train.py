@@ -119,8 +119,9 @@ def test_grad_accumulation_equals_a_bigger_batch(tiny_data, tmp_path):
 
 
 def test_compiled_training_compiles_every_layer_and_matches_eager(tiny_data, tmp_path):
-    """train.compile on more layers than dynamo's default limit of 8 graphs a function: every layer's graphs compile
-    (the limit hit is an error here; at that default layers 9 on ran eagerly) and the losses are eager's."""
+    """train.compile on more layers than dynamo's default limit of 8 graphs a function, for three models in one
+    process (a study's worker): every layer's graphs compile (the limit hit is an error here; at that default layers
+    9 on ran eagerly, and a limit sized for one model left the third eager) and the losses are eager's."""
     small = ["--train.steps", "2", "--train.eval_every", "2", "--model.overrides.num_hidden_layers", "10",
              "--model.overrides.hidden_size", "16", "--model.overrides.intermediate_size", "32",
              "--model.overrides.num_attention_heads", "2", "--model.overrides.num_key_value_heads", "1",
@@ -128,6 +129,8 @@ def test_compiled_training_compiles_every_layer_and_matches_eager(tiny_data, tmp
     train(config(tiny_data, tmp_path / "eager", *small))
     torch._dynamo.reset()
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        for method in ("vanilla", "value_residual"):
+            train(config(tiny_data, tmp_path / method, *small, "--train.compile", "true", "--model.method", method))
         train(config(tiny_data, tmp_path / "compiled", *small, "--train.compile", "true"))
     torch._dynamo.reset()
     eager, compiled = losses(tmp_path / "eager"), losses(tmp_path / "compiled")

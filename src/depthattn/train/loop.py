@@ -46,13 +46,14 @@ def build_model(cfg: TrainConfig, shards: TokenShards, world: World, checkpoints
 def compile_layers(model: DepthAttentionForCausalLM) -> None:
     """torch.compile each decoder layer, as torchtitan compiles each block (FSDP2 shards layer by layer).
 
-    The layers share one forward, whose graphs dynamo caches together, and a layer's index is a constant to dynamo:
-    each layer at each loop compiles graphs of its own (training, evaluation, a new batch shape). Dynamo's limit is
-    raised to hold them all; at its default of 8, every layer past the 8th would run eagerly, silently."""
+    The layers of every model share one forward, whose graphs dynamo caches together, and each layer at each loop
+    compiles graphs of its own (its index and its method's state are constants to dynamo; training and evaluation,
+    a new batch shape). Each model compiled raises dynamo's limit by as many: at its default of 8 every layer past the
+    8th ran eagerly, silently, and so did every model after the first few in one process (a study's worker)."""
     graphs = 4 * model.config.unrolled_depth
     dynamo_config = torch._dynamo.config
-    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, graphs)
-    dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 2 * graphs)
+    dynamo_config.recompile_limit += graphs
+    dynamo_config.accumulated_recompile_limit += graphs
     for layer in model.model.layers:
         layer.compile()
 
