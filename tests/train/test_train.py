@@ -118,7 +118,7 @@ def test_grad_accumulation_equals_a_bigger_batch(tiny_data, tmp_path):
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
 
 
-def test_compiled_training_compiles_every_layer_and_matches_eager(tiny_data, tmp_path):
+def test_compiled_training_compiles_every_layer_and_matches_eager(tiny_data, tmp_path, capsys):
     """train.compile on more layers than dynamo's default limit of 8 graphs a function, for three models in one
     process (a study's worker): every layer's graphs compile (the limit hit is an error here; at that default layers
     9 on ran eagerly, and a limit sized for one model left the third eager) and the losses are eager's."""
@@ -127,12 +127,14 @@ def test_compiled_training_compiles_every_layer_and_matches_eager(tiny_data, tmp
              "--model.overrides.num_attention_heads", "2", "--model.overrides.num_key_value_heads", "1",
              "--model.overrides.depth_stride", "3"]
     train(config(tiny_data, tmp_path / "eager", *small))
+    assert "compiled" not in capsys.readouterr().out
     torch._dynamo.reset()
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
         for method in ("vanilla", "value_residual"):
             train(config(tiny_data, tmp_path / method, *small, "--train.compile", "true", "--model.method", method))
         train(config(tiny_data, tmp_path / "compiled", *small, "--train.compile", "true"))
     torch._dynamo.reset()
+    assert "each layer compiled (the first steps and evaluations compile" in capsys.readouterr().out
     eager, compiled = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
     assert [r["loss"] for r in compiled] == pytest.approx([r["loss"] for r in eager], abs=1e-4)
     assert [r["grad_norm"] for r in compiled] == pytest.approx([r["grad_norm"] for r in eager], rel=1e-3)

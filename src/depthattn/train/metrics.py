@@ -83,8 +83,10 @@ class Metrics:
         self.tokens_per_step = t.batch_size * cfg.data.seq_len * t.grad_accum * world.world_size
         if world.is_main:
             resuming = f", resuming after step {start}" if start else ""
+            compiled = "; each layer compiled (the first steps and evaluations compile, then run faster)" \
+                if t.compile else ""
             print(f"{cfg.model.method}: {parameters:,} parameters, {self.tokens_per_step:,} tokens per step, "
-                  f"{world.world_size} process(es) on {world.device}{resuming}")
+                  f"{world.world_size} process(es) on {world.device}{resuming}{compiled}")
         self.progress = tqdm(total=t.steps, initial=start, disable=not (t.progress and world.is_main), unit="step",
                              desc=cfg.model.method, dynamic_ncols=True)
         self.last: dict[str, Any] = {"step": start}
