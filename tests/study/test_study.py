@@ -124,6 +124,15 @@ def test_extends_takes_the_parent_base(tiny_data, tmp_path):
     assert study.cell_config(Cell({"lr": "0.001"}, "vanilla", 0)).data.seq_len == 32
 
 
+def test_an_axis_table_merges_into_the_base_table(tiny_data, tmp_path):
+    """An axis value that is a table (here model.overrides) sets its keys over the base's, as extends does: the
+    base's other overrides stay (they were dropped, so the model fell back to its preset's width)."""
+    axes = '[axes.depth]\nkey = "model.overrides"\nvalues = { deeper = { num_hidden_layers = 3 } }\n'
+    study = Study.load(write_study(tmp_path, tiny_data, axes=axes))
+    overrides = study.cell_config(Cell({"depth": "deeper"}, "vanilla", 0)).model.overrides
+    assert overrides == {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3}
+
+
 def test_extends_follows_a_chain_to_its_root_and_names_a_loop(tiny_data, tmp_path):
     """A study that extends one that extends another takes the root's [base] too, each level over the one below
     (before, only the parent's own tables were read: ladder_smoke.toml lost scale.toml's)."""
@@ -154,6 +163,16 @@ def test_extends_follows_a_chain_to_its_root_and_names_a_loop(tiny_data, tmp_pat
     ("", '[axes.x]\nkey = "train.steps"\n', "needs key and values"),
     ("", '[axes.b]\nkey = "train.steps_fraction"\nvalues = { half = 0.5, more = 1.5 }\nbranches = true\n',
      "past 1 only for a baseline_only budget"),
+    # what a study accepted and then silently dropped or merged into one cell
+    ("", '[axes.m]\nkey = "model.method"\nvalues = ["moda"]\n',
+     "the setting m=moda sets model.method, which the study sets per cell from its methods"),
+    ("", '[axes.s]\nkey = "train.seed"\nvalues = [7]\n', "sets train.seed, which the study sets per cell"),
+    ("", '[axes.lr]\nkey = "optim.lr"\nvalues = [0.001, 0.003]\n[axes.recipe.values.short]\n"optim.lr" = 0.002\n',
+     "the settings lr=0.001,recipe=short and lr=0.003,recipe=short train the same cells"),
+    ("", '[axes.b]\nkey = "train.steps"\nvalues = { a = 3, b = 6 }\nbranches = false\nbaseline_only = ["b"]\n',
+     "baseline_only needs branches = true"),
+    ("", '[axes.b]\nkey = "train.steps"\nvalues = { a = 3, b = 6 }\nbranches = true\n',
+     'branches = true needs the warmup-stable-decay schedule.*set schedule = "wsd" in \\[base.optim\\]'),
 ])
 def test_bad_studies_name_the_problem(tiny_data, tmp_path, head, axes, message):
     with pytest.raises(ValueError, match=message):

@@ -148,9 +148,31 @@ class Study:
         seeds = self.seeds + self.more_seeds
         if not self.seeds or len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds and more_seeds must be distinct and seeds non-empty, got {seeds}")
-        for setting in self.settings():  # every cell's config is valid before anything trains
-            self.cell_config(Cell(setting, self.methods[0], self.seeds[0]))
+        self._check_settings()
         return self
+
+    def _check_settings(self):
+        """Every cell's config is valid before anything trains, each setting trains cells of its own, and the study
+        alone sets what varies per cell."""
+        keys: dict[str, dict] = {}
+        for setting in self.settings():
+            data = self.setting_config(setting)
+            for section, name, owner in (("model", "method", "methods"), ("train", "seed", "seeds")):
+                if name in data.get(section, {}):
+                    where = f"the setting {setting_label(setting)}" if setting else "[base]"
+                    raise ValueError(f"{where} sets {section}.{name}, which the study sets per cell from its "
+                                     f"{owner}; remove it from [base.{section}] and the axes")
+            cfg = self.cell_config(Cell(setting, self.methods[0], self.seeds[0]))
+            if self.branch_axis is not None and cfg.optim.schedule != "wsd":
+                raise ValueError(f"[axes.{self.branch_axis.name}] branches = true needs the warmup-stable-decay "
+                                 f'schedule, whose budgets branch off one run: set schedule = "wsd" in [base.optim] '
+                                 f"(it is {cfg.optim.schedule!r})")
+            key = cell_key(data)
+            if key in keys:
+                raise ValueError(f"the settings {setting_label(keys[key])} and {setting_label(setting)} train the "
+                                 f"same cells (key {key}): a later axis, or a preset, sets what an earlier one set; "
+                                 "give each setting a training config of its own")
+            keys[key] = setting
 
     def _check_methods(self):
         """The methods are presets, and every method the study names elsewhere is one of them."""
@@ -338,6 +360,9 @@ def _axes(path: Path, data: dict) -> list[Axis]:
             raise ValueError(f"{path}: [axes.{name}] branches = true takes key = \"train.steps\" and step counts, "
                              f"or key = \"{STEPS_FRACTION}\" and fractions in (0, 1] of the setting's train.steps "
                              "(past 1 only for a baseline_only budget)")
+        if baseline_only and not branches:
+            raise ValueError(f"{path}: [axes.{name}] baseline_only needs branches = true (only a branched budget "
+                             "axis reads the baseline's curve past the others' budgets)")
         shared = [v for label, v in values.items() if label not in baseline_only]
         if set(baseline_only) - set(values) or (baseline_only and (
                 not shared or min(values[label] for label in baseline_only) <= max(shared))):
@@ -413,5 +438,6 @@ def set_key(data: dict, key: str, value) -> None:
         raise ValueError(f"axis key {key!r} must name a config section and key, e.g. model.overrides.num_hidden_layers")
     for part in parts[:-1]:
         data = data.setdefault(part, {})
-    data[parts[-1]] = value
+    both_tables = isinstance(value, dict) and isinstance(data.get(parts[-1]), dict)
+    data[parts[-1]] = _merge(data[parts[-1]], value) if both_tables else value  # a table merges, as extends does
 
