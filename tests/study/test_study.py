@@ -124,6 +124,14 @@ def test_extends_takes_the_parent_base(tiny_data, tmp_path):
     assert study.cell_config(Cell({"lr": "0.001"}, "vanilla", 0)).data.seq_len == 32
 
 
+def test_methods_an_override_makes_one_model_are_refused(tiny_data, tmp_path):
+    """At 8 layers depth_half's stride is 4 and depth_quarter's 2; an override of 2 made them one model."""
+    axes = '[axes.shape.values.stride2]\n"model.overrides" = { num_hidden_layers = 8, depth_stride = 2 }\n'
+    with pytest.raises(ValueError, match="the methods depth_half and depth_quarter build the same model in the "
+                                         "setting shape=stride2: model.overrides sets depth_stride, which their"):
+        Study.load(write_study(tmp_path, tiny_data, axes=axes, methods=("depth_half", "depth_quarter")))
+
+
 def test_an_axis_table_merges_into_the_base_table(tiny_data, tmp_path):
     """An axis value that is a table (here model.overrides) sets its keys over the base's, as extends does: the
     base's other overrides stay (they were dropped, so the model fell back to its preset's width)."""

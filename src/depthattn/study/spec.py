@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..config import did_you_mean
 from ..presets import METHOD_PRESETS
-from ..train.config import TrainConfig, config_path, read_toml
+from ..train.config import TrainConfig, build_model_config, config_path, read_toml
 from .records import Cell, setting_label
 
 STEPS_FRACTION = "train.steps_fraction"  # an axis key: a fraction of the setting's train.steps (budget ladders)
@@ -167,12 +167,29 @@ class Study:
                 raise ValueError(f"[axes.{self.branch_axis.name}] branches = true needs the warmup-stable-decay "
                                  f'schedule, whose budgets branch off one run: set schedule = "wsd" in [base.optim] '
                                  f"(it is {cfg.optim.schedule!r})")
+            self._check_methods_differ(setting)
             key = cell_key(data)
             if key in keys:
                 raise ValueError(f"the settings {setting_label(keys[key])} and {setting_label(setting)} train the "
                                  f"same cells (key {key}): a later axis, or a preset, sets what an earlier one set; "
                                  "give each setting a training config of its own")
             keys[key] = setting
+
+    def _check_methods_differ(self, setting: Mapping[str, str]):
+        """No two methods build the same model because model.overrides sets what their presets set."""
+        built: dict[str, str] = {}
+        for method in self.methods:
+            cfg = self.cell_config(Cell(setting, method, self.seeds[0]))
+            model = json.dumps(build_model_config(cfg, vocab_size=258, eos_id=None).to_dict(), sort_keys=True,
+                               default=str)
+            shared = sorted(set(cfg.model.overrides) & (set(METHOD_PRESETS[method]) |
+                                                        set(METHOD_PRESETS[built.get(model, method)])))
+            if model in built and shared:  # presets that agree at a small depth by themselves are left alone
+                where = f" in the setting {setting_label(setting)}" if setting else ""
+                raise ValueError(f"the methods {built[model]} and {method} build the same model{where}: "
+                                 f"model.overrides sets {', '.join(shared)}, which their presets set; drop it from "
+                                 "the overrides, or one of the methods")
+            built[model] = method
 
     def _check_methods(self):
         """The methods are presets, and every method the study names elsewhere is one of them."""
