@@ -478,6 +478,20 @@ def test_narrowing_to_a_method_or_seed_the_study_lacks_is_refused(tiny_data, tmp
     assert main(["study", path, "--dry-run", "--mfu", "0"]) == 1  # a division by zero
 
 
+def test_narrowing_several_studies_keeps_each_to_its_own_methods_and_seeds(tiny_data, tmp_path):
+    """`study a.toml b.toml --methods value_residual --seeds 3` runs b's cell only: a, which has neither, gave a
+    value_residual cell of seed 3 to train."""
+    a = Study.load(write_study(tmp_path, tiny_data, name="a.toml", seeds=[0, 1]))
+    b = Study.load(write_study(tmp_path, tiny_data, name="b.toml", methods=("vanilla", "value_residual"),
+                               seeds=[0, 3]))
+    from depthattn.commands.study import check_narrowing
+
+    check_narrowing([a, b], ["value_residual"], [3])  # each is some study's
+    assert pending_cells(a, CellStore.of(a), [3], ["value_residual"]) == []
+    assert pending_cells(b, CellStore.of(b), [3], ["value_residual"]) == [Cell({}, "value_residual", 3)]
+    assert pending_cells(a, CellStore.of(a), [1, 3], None) == [Cell({}, "vanilla", 1), Cell({}, "depth_attention", 1)]
+
+
 def check_narrowing_of(path, methods, seeds):
     from depthattn.commands.study import check_narrowing
 

@@ -22,9 +22,9 @@ def runs_of(study: Study, cells: list[Cell]) -> list[Cell]:
 def pending_cells(study: Study, store: CellStore, seeds: list[int] | None = None,
                   methods: list[str] | None = None) -> list[Cell]:
     """Cells (runs) without a result file in `store`, seed-major so early results cover every method of every
-    setting."""
-    seeds = seeds or study.seeds
-    methods = methods or study.methods
+    setting. `seeds` and `methods` narrow the study's own (several studies run together may name others')."""
+    seeds = study.seeds if seeds is None else [seed for seed in seeds if seed in study.seeds + study.more_seeds]
+    methods = study.methods if methods is None else [method for method in methods if method in study.methods]
     cells = [Cell(setting, method, seed) for seed in seeds for setting in study.settings() for method in methods
              if study.trains(setting, method)]
     return runs_of(study, [cell for cell in cells if not store.has_result(study, cell)])
