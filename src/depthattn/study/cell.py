@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import statistics
 import time
 from collections.abc import Sequence
@@ -36,7 +37,12 @@ PROGRESS_BARS = True
 
 
 def ensure_dataset(study: Study, path: str) -> None:
-    if (Path(path) / MANIFEST_NAME).exists():
+    """Prepare the data at `path` as the study's [datasets.*] declares it, unless it is there; data there that a
+    declaration describes otherwise is an error (cell keys hold the path alone, so old cells would pass as new)."""
+    manifest_path = Path(path) / MANIFEST_NAME
+    if manifest_path.exists():
+        if path in study.datasets:
+            check_prepared_as_declared(path, read_json_object(manifest_path), study.datasets[path])
         return
     if path not in study.datasets:
         raise FileNotFoundError(f"{path} holds no prepared data; run depthattn prepare --out {path}, or declare it "
@@ -45,6 +51,20 @@ def ensure_dataset(study: Study, path: str) -> None:
     source = settings.pop("input")
     print(f"preparing {source} into {path} ({settings})")
     prepare([source], Path(path), **settings)
+
+
+def check_prepared_as_declared(path: str, manifest: dict, declared: dict) -> None:
+    prepared: dict[str, str | int | None] = {"input": ", ".join(manifest.get("source", [])), "vocab_size": None}
+    requested = re.search(r"vocab_size (\d+) requested", manifest.get("tokenizer", {}).get("origin", ""))
+    if requested:  # a tokenizer prepare trained (not one it was given)
+        prepared["vocab_size"] = int(requested.group(1))
+    differ = [key for key in ("input", "vocab_size") if prepared[key] is not None and prepared[key] != declared[key]]
+    if differ:
+        said = ", ".join(f"{key} {prepared[key]!r}" for key in differ)
+        wanted = ", ".join(f"{key} {declared[key]!r}" for key in differ)
+        raise ValueError(f"{path} was prepared with {said}, but the study's [datasets.*] declares {wanted}: its "
+                         "cells would pass for the declared data's; give the declaration a path of its own, or delete "
+                         f"{path} so that the study prepares it again")
 
 
 def run_cell(plan: CellPlan, threads: int | None = None, bars: bool | None = None) -> CellResult | None:
