@@ -144,15 +144,18 @@ def test_an_axis_table_merges_into_the_base_table(tiny_data, tmp_path):
 def test_extends_follows_a_chain_to_its_root_and_names_a_loop(tiny_data, tmp_path):
     """A study that extends one that extends another takes the root's [base] too, each level over the one below
     (before, only the parent's own tables were read: ladder_smoke.toml lost scale.toml's)."""
-    write_study(tmp_path, tiny_data, name="root.toml")
+    root = write_study(tmp_path, tiny_data, name="root.toml")
+    root.write_text(root.read_text() + '[slurm]\nsbatch = { constraint = "h100" }\n')
     (tmp_path / "middle.toml").write_text('[study]\nextends = "root.toml"\nmethods = ["vanilla"]\nseeds = [0]\n'
-                                          '[base.optim]\nlr = 0.004\n[slurm]\ntime = "1:00:00"\n')
+                                          '[base.optim]\nlr = 0.004\n[slurm]\ntime = "1:00:00"\n'
+                                          'sbatch = { qos = "high" }\n')
     (tmp_path / "leaf.toml").write_text('[study]\nextends = "middle.toml"\nmethods = ["vanilla"]\nseeds = [0]\n'
                                         '[base.train]\nsteps = 5\n')
     leaf = Study.load(tmp_path / "leaf.toml")
     cfg = leaf.cell_config(Cell({}, "vanilla", 0))
     assert (cfg.data.seq_len, cfg.train.batch_size, cfg.optim.lr, cfg.train.steps) == (32, 4, 0.004, 5)
-    assert leaf.slurm["time"] == "1:00:00" and leaf.parent.parent.name == "root"
+    assert leaf.slurm == {"time": "1:00:00", "sbatch": {"constraint": "h100", "qos": "high"}}  # tables merge
+    assert leaf.parent.parent.name == "root"
     (tmp_path / "root.toml").write_text(
         (tmp_path / "root.toml").read_text().replace("[study]", '[study]\nextends = "leaf.toml"'))
     with pytest.raises(ValueError, match="leaf.toml -> .*middle.toml -> .*root.toml -> .*leaf.toml: the studies "
@@ -593,6 +596,7 @@ def test_slurm_settings_from_the_table_and_the_command_line(table, overrides, ex
     ({}, ["time=soon"], "time must be"),
     ({"gpus_per_cell": -1}, [], "at least 0"),
     ({}, ["tasks_per_cell=two"], "must be an integer"),
+    ({"gpus_per_cell": 2.5}, [], "gpus_per_cell must be an integer, got 2.5"),  # it was cut to 2
 ])
 def test_bad_slurm_settings_name_the_problem(table, overrides, message):
     from depthattn.study.slurm import SlurmSettings

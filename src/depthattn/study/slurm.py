@@ -59,10 +59,11 @@ class SlurmSettings:
             raise ValueError(f"unknown [slurm] keys {sorted(unknown)}; known: {', '.join(fields)}")
         for name in ("gpus_per_cell", "tasks_per_cell", "cpus_per_task", "array_parallelism"):
             if values.get(name) is not None:
+                given = values[name]
                 try:
-                    values[name] = int(values[name])
+                    values[name] = int(str(given))  # "4" from --slurm; never 2.5 cut to 2
                 except ValueError:
-                    raise ValueError(f"[slurm] {name} must be an integer, got {values[name]!r}") from None
+                    raise ValueError(f"[slurm] {name} must be an integer, got {given!r}") from None
                 if values[name] < (0 if name == "gpus_per_cell" else 1):
                     raise ValueError(f"[slurm] {name} must be at least {0 if name == 'gpus_per_cell' else 1}, "
                                      f"got {values[name]}")

@@ -438,7 +438,7 @@ def _with_ancestors(path: Path, children: tuple[Path, ...] = ()) -> dict:
     inherited = _with_ancestors(parent, (*children, path.resolve()))
     return {**data, "datasets": {**inherited.get("datasets", {}), **data.get("datasets", {})},
             "base": _merge(inherited.get("base", {}), data.get("base", {})),
-            "slurm": {**inherited.get("slurm", {}), **data.get("slurm", {})}}
+            "slurm": _merge(inherited.get("slurm", {}), data.get("slurm", {}))}
 
 
 def _merge(base: dict, top: dict) -> dict:
