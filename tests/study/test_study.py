@@ -174,6 +174,11 @@ def test_extends_follows_a_chain_to_its_root_and_names_a_loop(tiny_data, tmp_pat
     ("", '[axes.x]\nkey = "train.steps"\n', "needs key and values"),
     ("", '[axes.b]\nkey = "train.steps_fraction"\nvalues = { half = 0.5, more = 1.5 }\nbranches = true\n',
      "past 1 only for a baseline_only budget"),
+    ("", '[axes.x.values.deep]\nmodel.overrides.num_hidden_layers = 3\n',
+     'sets model as a table: quote a dotted key, "model.overrides.num_hidden_layers" = ...'),
+    ("", '[axes.x.values.half]\n"train.steps_fraction" = 0.5\n', "which only an axis of its own takes"),
+    ('[study.search]\ncandidates = ["vanilla"]\npick = 1\nmetric = "val_los"\nseeds = [0]', "",
+     "metric 'val_los' is not a cell result's loss.*did you mean 'val_loss'"),
     # what a study accepted and then silently dropped or merged into one cell
     ("", '[axes.m]\nkey = "model.method"\nvalues = ["moda"]\n',
      "the setting m=moda sets model.method, which the study sets per cell from its methods"),

@@ -16,6 +16,7 @@ from ..train.config import TrainConfig, build_model_config, config_path, read_to
 from .records import Cell, setting_label
 
 STEPS_FRACTION = "train.steps_fraction"  # an axis key: a fraction of the setting's train.steps (budget ladders)
+SEARCH_METRICS = ("val_loss", "val_bits_per_byte", "final_train_loss")  # a cell result's, lower is better
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,9 @@ class Study:
                              f"methods {self.methods}")
         if not 1 <= search.pick <= len(search.candidates) or self.axes:
             raise ValueError("[study.search] picks 1 .. len(candidates) methods, in a study without axes")
+        if search.metric not in SEARCH_METRICS:
+            raise ValueError(f"[study.search] metric {search.metric!r} is not a cell result's loss"
+                             f"{did_you_mean(search.metric, SEARCH_METRICS)}; choose from {', '.join(SEARCH_METRICS)}")
         if set(search.seeds) - set(self.seeds):
             raise ValueError(f"[study.search] seeds {search.seeds} must be among the study's seeds {self.seeds}")
 
@@ -367,6 +371,8 @@ def _axes(path: Path, data: dict) -> list[Axis]:
         if "key" not in axis and not all(isinstance(v, dict) and v for v in values.values()):
             raise ValueError(f"{path}: [axes.{name}] has no key, so each value must be a table of "
                              'training-config keys, e.g. {"train.steps" = 800}')
+        if "key" not in axis:
+            _check_setting_tables(f"{path}: [axes.{name}.values", values)
         branches = axis.get("branches", False)
         steps = axis.get("key") == "train.steps" and all(isinstance(v, int) for v in values.values())
         baseline_only = [str(label) for label in axis.get("baseline_only", [])]
@@ -387,6 +393,21 @@ def _axes(path: Path, data: dict) -> list[Axis]:
                              "values, each longer than every budget the other methods train")
         axes.append(Axis(name, axis.get("key"), values, branches, baseline_only))
     return axes
+
+
+def _check_setting_tables(where: str, values: dict) -> None:
+    """A keyless axis's tables of "section.key" = value, each key quoted."""
+    for label, table in values.items():
+        for key, value in table.items():
+            if "." not in key and isinstance(value, dict):  # TOML read the key's dots as tables
+                dotted = key
+                while isinstance(value, dict) and value:
+                    dotted, value = f"{dotted}.{next(iter(value))}", next(iter(value.values()))
+                raise ValueError(f'{where}.{label}] sets {key} as a table: quote a dotted key, "{dotted}" = ..., or '
+                                 "TOML reads its dots as tables")
+            if key == STEPS_FRACTION:
+                raise ValueError(f'{where}.{label}] sets {STEPS_FRACTION}, which only an axis of its own takes: '
+                                 f'key = "{STEPS_FRACTION}" and a fraction per label')
 
 
 def _datasets(path: Path, data: dict) -> dict:
