@@ -9,15 +9,18 @@ A study config (configs/study/*.toml) holds:
                                   describe (method = what it changes, a column of the report)
     [axes.NAME]                   key = a training-config key ("model.overrides.num_hidden_layers", "data.path",
                                   "train.steps", ...); values = a list, or a table {label = value}; without
-                                  key, values = {label = {key = value, ...}}: each label sets several keys
-                                  (settings that each change something else from the base)
+                                  key, values = {label = {"section.key" = value, ...}}: each label sets several
+                                  keys (settings that each change something else from the base). A table value
+                                  merges into the base's; axes apply in order; no two settings may train the
+                                  same cells, and the methods and seeds are the study's alone
     [study.search]                a pre-registered search among the study's methods: candidates, metric,
                                   seeds and pick (how many go on); the rule is fixed here: the `pick` candidates
                                   with the lowest mean metric over those seeds, once all their cells are in
     [study.confirm]               from = another study config with a [study.search]; its picks join this study's
                                   methods once the search is complete, each contrasted with `against`
-    [datasets.NAME]               a dataset the study prepares from the embedded corpus when its folder is
-                                  missing: path, vocab_size (258 = plain bytes: no merges)
+    [datasets.NAME]               a dataset the study prepares when its folder is missing: path, vocab_size
+                                  (258 = plain bytes: no merges), input (what `depthattn prepare --input` takes;
+                                  the embedded corpus by default); a folder prepared otherwise is refused
     [base.SECTION]                the training config every cell starts from
     [slurm]                       how `--executor slurm` submits cells: partition, account, qos, time,
                                   gpus_per_cell, tasks_per_cell, cpus_per_task, mem, array_parallelism,
