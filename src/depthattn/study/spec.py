@@ -168,7 +168,9 @@ class Study:
                 raise ValueError(f"[axes.{self.branch_axis.name}] branches = true needs the warmup-stable-decay "
                                  f'schedule, whose budgets branch off one run: set schedule = "wsd" in [base.optim] '
                                  f"(it is {cfg.optim.schedule!r})")
-            self._check_methods_differ(setting)
+            preset_fields = {name for method in self.methods for name in METHOD_PRESETS[method]}
+            if preset_fields & set(data.get("model", {}).get("overrides", {})):
+                self._check_methods_differ(setting)
             key = cell_key(data)
             if key in keys:
                 raise ValueError(f"the settings {setting_label(keys[key])} and {setting_label(setting)} train the "
