@@ -22,17 +22,17 @@ def write_orderings(tmp_path, data, seeds=range(5), names=("a", "b")):
     return path
 
 
-def planted(study, multipliers, seeds=range(5)):
+def planted(study, multipliers, seeds=range(5), epochs_per_x=0.01):
     """Cells whose method m reaches vanilla's loss at multipliers[m] times its tokens; seed noise 0.003."""
     results = []
     for label, steps in study.branch_axis.values.items():
         x = steps * 10.0
         for seed in seeds:
-            for method in METHODS:
+            for method in (m for m in METHODS if m in study.methods):
                 noise = 0.003 * (seed - 2) * (method != "vanilla")
                 value = loss(multipliers.get(method, 1.0) * x) + 0.01 * seed + noise
                 results.append(CellResult(method, seed, value, {
-                    "train_tokens": steps * 1000, "params_total": 100, "data_epochs": 0.01 * x,
+                    "train_tokens": steps * 1000, "params_total": 100, "data_epochs": epochs_per_x * x,
                     "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "curve": [], "val_bits_per_byte": value},
                     setting={"budget": label}))
     return results
@@ -55,6 +55,27 @@ def test_the_same_order_agrees_and_a_clear_swap_is_named_and_separated(tiny_data
         assert row.swaps[0].separated == (True, True) == row.swaps[0].separated_calibrated
     assert "depth_attention / value_residual (separated, separated; calibrated: separated, separated)" in \
         format_orderings(orderings, found)
+
+
+def test_orders_read_past_two_epochs_are_marked_and_a_method_one_sweep_lacks_is_named(tiny_data, tmp_path,
+                                                                                      monkeypatch):
+    path = write_orderings(tmp_path, tiny_data)
+    b = (tmp_path / "b.toml").read_text()
+    (tmp_path / "b.toml").write_text(b.replace('methods = ["vanilla", "depth_attention", "value_residual"]',
+                                               'methods = ["vanilla", "depth_attention"]'))
+    orderings = Orderings.load(path)
+    multipliers = {"depth_attention": 1.3, "value_residual": 1.1}
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: planted(self, multipliers, epochs_per_x=0.004))
+    found = compare(orderings)
+    read = [1.3 * row.x * 0.004 for row in found.budgets]  # depth_attention's reading of vanilla's curve, in epochs
+    assert any(r > 2 for r in read) and any(r <= 2 for r in read)
+    for row, epochs in zip(found.budgets, read, strict=True):
+        assert row.read_epochs == pytest.approx((epochs, epochs), rel=0.02)
+        assert row.repeats(0) == row.repeats(1) == (epochs > 2)
+    text = format_orderings(orderings, found)
+    assert "depth_attention 1.30x‡" in text and "an order there is not a finding" in text
+    assert found.left_out == {"value_residual": f"`{tmp_path / 'a.toml'}`"}
+    assert f"left out: value_residual (only in `{tmp_path / 'a.toml'}`)" in text
 
 
 def test_the_calibrated_separation_holds_the_held_out_documents_variance_where_cells_store_it(tiny_data, tmp_path,

@@ -22,7 +22,7 @@ from ..calibrated import jackknife_t
 from ..fits import percentile_interval
 from ..spec import Study
 from ..store import CellStore
-from ..sweep import SeedBootstrap, one_model, read_sweeps
+from ..sweep import REPEATS_FLAG, SeedBootstrap, one_model, read_sweeps
 
 
 @dataclass
@@ -71,6 +71,12 @@ class BudgetOrders:
     orders: tuple[list[str], ...]
     k: tuple[dict[str, float], ...]
     pairs: tuple[PairOrders, ...]
+    read_epochs: tuple[float | None, ...] = ()  # per sweep, the most passes over the data its multipliers read
+
+    def repeats(self, sweep: int) -> bool:
+        """Whether sweep `sweep`'s multipliers read the baseline's curve past REPEATS_FLAG epochs here."""
+        epochs = self.read_epochs[sweep] if self.read_epochs else None
+        return epochs is not None and epochs > REPEATS_FLAG
 
     @property
     def same(self) -> bool:
@@ -97,6 +103,7 @@ class OrderingsFound:
     budgets: list[BudgetOrders]
     seeds: list[int] | None = None
     compared: tuple[str, ...] = ()
+    left_out: dict[str, str] | None = None  # a method some compared sweep lacks -> the sweeps that have it
 
 
 def _separated(found: SeedBootstrap, a: str, b: str, i: int) -> bool | None:
@@ -143,6 +150,8 @@ def compare(orderings: Orderings) -> OrderingsFound:
         return OrderingsFound(missing, [])
     found = [f for _, f in ready]
     methods = [m for m in found[0].k if all(m in f.k for f in found[1:])]
+    left_out = {m: ", ".join(f"`{s.config_file}`" for s, f in ready if m in f.k)
+                for m in dict.fromkeys(m for f in found for m in f.k) if m not in methods}
     budgets = []
     for label in (label for label in found[0].labels if all(label in f.labels for f in found[1:])):
         at = [f.labels.index(label) for f in found]
@@ -151,5 +160,8 @@ def compare(orderings: Orderings) -> OrderingsFound:
             continue  # a budget only the baseline trains
         orders = tuple(sorted(methods, key=k.__getitem__, reverse=True) for k in ks)
         pairs = tuple(_pair(found, at, ks, orders, i, j) for i, j in itertools.combinations(range(len(found)), 2))
-        budgets.append(BudgetOrders(label, float(found[0].x[at[0]]), orders, ks, pairs))
-    return OrderingsFound(missing, budgets, [len(f.seeds) for f in found], tuple(s.config_file for s, _ in ready))
+        read = tuple(max(float(f.read[m][i]) * f.epochs_per_x for m in methods) if f.epochs_per_x else None
+                     for f, i in zip(found, at, strict=True))
+        budgets.append(BudgetOrders(label, float(found[0].x[at[0]]), orders, ks, pairs, read))
+    return OrderingsFound(missing, budgets, [len(f.seeds) for f in found], tuple(s.config_file for s, _ in ready),
+                          left_out)

@@ -127,7 +127,8 @@ def format_orderings(orderings: Orderings, found: OrderingsFound) -> str:
               + " | same order | pairs that swap |",
               "|---" * (len(found.compared) + 3) + "|"]
     for row in found.budgets:
-        orders = [" > ".join(f"{m} {k[m]:.2f}x" for m in order) for order, k in zip(row.orders, row.k, strict=True)]
+        orders = [" > ".join(f"{m} {k[m]:.2f}x" for m in order) + ("‡" if row.repeats(i) else "")
+                  for i, (order, k) in enumerate(zip(row.orders, row.k, strict=True))]
         if many:
             same = "yes" if row.same else "no: " + "; ".join(
                 f"{compared[i]} / {compared[j]}" for (i, j) in (p.sweeps for p in row.pairs if not p.same))
@@ -136,6 +137,12 @@ def format_orderings(orderings: Orderings, found: OrderingsFound) -> str:
         else:
             same, swaps = "yes" if row.same else "no", "; ".join(map(_swap, row.swaps)) or "—"
         lines.append(f"| {row.label} | " + " | ".join(orders) + f" | {same} | {swaps} |")
+    if any(row.repeats(i) for row in found.budgets for i in range(len(found.compared))):
+        lines += ["", f"‡ the sweep's multipliers read the baseline's curve past {REPEATS_FLAG:g} epochs, where "
+                  "repeating the data flattens it and inflates them: an order there is not a finding."]
+    if found.left_out:
+        lines += ["", "Compared over the methods every sweep has; left out: "
+                  + "; ".join(f"{m} (only in {where})" for m, where in found.left_out.items()) + "."]
     if many and found.budgets:
         lines += ["", "Each method's rank by its multiplier (1: the highest) in each corpus, at "
                   + _listed([row.label for row in found.budgets]) + " tokens per parameter:", "",
