@@ -57,6 +57,19 @@ def test_the_same_order_agrees_and_a_clear_swap_is_named_and_separated(tiny_data
         format_orderings(orderings, found)
 
 
+def test_an_analysis_reads_its_sweeps_cells_in_the_results_folder_given(tiny_data, tmp_path, capsys):
+    """`--analysis FILE --results R` reads the cells in R, not only writes its page there (it read each config's
+    own results folder, relative to wherever it ran: a page of empty columns), and refuses the options it ignored."""
+    from depthattn.cli import main
+
+    path = write_orderings(tmp_path, tiny_data)
+    assert {s.results for s in Orderings.load(path, results=str(tmp_path / "elsewhere")).sweeps} == \
+        {str(tmp_path / "elsewhere")}
+    assert {s.results for s in Orderings.load(path).sweeps} == {str(tmp_path / "results")}
+    assert main(["study", "--analysis", str(path), "--seeds", "0", "--status"]) == 1
+    assert "--seeds, --status does not apply; run it without" in capsys.readouterr().err
+
+
 def test_orders_read_past_two_epochs_are_marked_and_a_method_one_sweep_lacks_is_named(tiny_data, tmp_path,
                                                                                       monkeypatch):
     path = write_orderings(tmp_path, tiny_data)

@@ -98,6 +98,13 @@ def analyses(args: argparse.Namespace) -> int:
 
     if args.configs:
         raise ValueError("--analysis reads the sweeps its file names; give no study configs beside it")
+    ignored = [option for option, given in (("--methods", args.methods), ("--seeds", args.seeds),
+                                            ("--status", args.status), ("--dry-run", args.dry_run),
+                                            ("--score-predictions", args.score_predictions), ("--why", args.why),
+                                            ("--index", args.index)) if given]
+    if ignored:
+        raise ValueError(f"--analysis reads the sweeps' finished cells, every seed and method its file names, and "
+                         f"trains nothing: {', '.join(ignored)} does not apply; run it without")
     for path in args.analysis:
         analysis = analysis_of(path)
         if not args.predict_for:
@@ -105,7 +112,7 @@ def analyses(args: argparse.Namespace) -> int:
         elif analysis.predict is None:
             raise ValueError(f"{path}: --predict-for reads a depth axis (configs/analysis/depth_axis.toml)")
         else:
-            write_dated(analysis.predict(analysis.load(path), Study.load(args.predict_for), _date(args),
+            write_dated(analysis.predict(analysis.load(path, args.results), Study.load(args.predict_for), _date(args),
                                          args.assumes), Path(args.predictions))
     return 0
 

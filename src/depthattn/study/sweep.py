@@ -295,8 +295,10 @@ def model_depth(study: Study, setting: dict) -> int:
     return {**MODEL_PRESETS[model.preset], **model.overrides}["num_hidden_layers"] * model.num_loops
 
 
-def read_sweeps(path: str | Path, table: str, wanted: str, count_ok) -> tuple[str, list[Study], Path]:
-    """An analysis config's [table]: its title and its budget sweeps (`sweeps`, paths relative to the file)."""
+def read_sweeps(path: str | Path, table: str, wanted: str, count_ok,
+                results: str | None = None) -> tuple[str, list[Study], Path]:
+    """An analysis config's [table]: its title and its budget sweeps (`sweeps`, paths relative to the file), their
+    cells read in `results` where given (else each sweep's own)."""
     path = config_path(path)
     head = read_toml(path, "analysis config", "configs/analysis/").get(table)
     if not isinstance(head, dict) or not isinstance(head.get("sweeps"), list) or not count_ok(len(head["sweeps"])):
@@ -304,7 +306,7 @@ def read_sweeps(path: str | Path, table: str, wanted: str, count_ok) -> tuple[st
     unknown = set(head) - {"title", "sweeps"}
     if unknown:
         raise ValueError(f"{path}: unknown [{table}] keys {sorted(unknown)}; it takes title and sweeps")
-    sweeps = [Study.load(os.path.normpath(path.parent / name)) for name in head["sweeps"]]
+    sweeps = [Study.load(os.path.normpath(path.parent / name), results=results) for name in head["sweeps"]]
     for sweep in sweeps:
         if sweep.branch_axis is None:
             raise ValueError(f"{path}: {sweep.config_file} has no branched budget axis; the analysis compares "

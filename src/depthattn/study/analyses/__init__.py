@@ -20,19 +20,20 @@ from .predictions import predict_with_depth
 
 @dataclass(frozen=True)
 class Analysis:
-    """load(config path) -> the analysis's sweeps; compute(loaded) -> its frozen record; render(loaded, record) ->
+    """load(config path, results) -> the analysis's sweeps, their cells read in results (by default each sweep's
+    own); compute(loaded) -> its frozen record; render(loaded, record) ->
     its page's Markdown; predict(loaded, target study, date, assumes) -> a prediction file's content, for an
     analysis that predicts (None otherwise)."""
 
-    load: Callable[[str | Path], Any]
+    load: Callable[[str | Path, str | None], Any]
     compute: Callable[[Any], Any]
     render: Callable[[Any, Any], str]
     predict: Callable[..., dict] | None = None
 
     def write(self, path: str | Path, results: str | None = None) -> Path:
-        """The analysis of the config at `path` as <results>/<config name>.md (by default its first sweep's results
-        folder)."""
-        loaded = self.load(path)
+        """The analysis of the config at `path` as <results>/<config name>.md, its sweeps' cells read there too (by
+        default each sweep's own results folder, the page in the first's)."""
+        loaded = self.load(path, results)
         out = Path(results or loaded.sweeps[0].results) / f"{Path(path).stem}.md"
         atomic_write_bytes(out, self.render(loaded, self.compute(loaded)).encode())
         return out

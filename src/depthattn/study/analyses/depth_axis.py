@@ -41,9 +41,9 @@ class DepthAxis:
     config_file: str
 
     @classmethod
-    def load(cls, path: str | Path) -> DepthAxis:
+    def load(cls, path: str | Path, results: str | None = None) -> DepthAxis:
         title, sweeps, path = read_sweeps(path, "depth_axis", "two or more study configs (paths relative to it) "
-                                          "that differ only in depth", lambda n: n >= 2)
+                                          "that differ only in depth", lambda n: n >= 2, results)
         depths = [sweep_depth(s) for s in sweeps]
         if len(set(depths)) != len(depths):
             raise ValueError(f"{path}: two sweeps have the same depth ({depths}); each sweep is one depth")

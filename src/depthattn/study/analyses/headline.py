@@ -55,7 +55,7 @@ class Headline:
         return [column.study for column in self.columns]
 
     @classmethod
-    def load(cls, path: str | Path) -> Headline:
+    def load(cls, path: str | Path, results: str | None = None) -> Headline:
         path = config_path(path)
         head = read_toml(path, "analysis config", "configs/analysis/").get("headline")
         columns = head.get("columns") if isinstance(head, dict) else None
@@ -70,7 +70,7 @@ class Headline:
             if not isinstance(entry, dict) or set(entry) != {"label", "study", "budget"}:
                 raise ValueError(f"{path}: each [[headline.columns]] has exactly label, study and budget; got "
                                  f"{entry!r}")
-            study = Study.load(os.path.normpath(path.parent / entry["study"]))
+            study = Study.load(os.path.normpath(path.parent / entry["study"]), results=results)
             axis = study.branch_axis
             if axis is None or entry["budget"] not in axis.values:
                 raise ValueError(f"{path}: column {entry['label']!r}: {study.config_file} has no branched budget "

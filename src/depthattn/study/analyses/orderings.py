@@ -34,9 +34,9 @@ class Orderings:
     config_file: str
 
     @classmethod
-    def load(cls, path: str | Path) -> Orderings:
+    def load(cls, path: str | Path, results: str | None = None) -> Orderings:
         title, sweeps, path = read_sweeps(path, "orderings", "two or more study configs (paths relative to it) of "
-                                          "the same methods", lambda n: n >= 2)
+                                          "the same methods", lambda n: n >= 2, results)
         return cls(title, sweeps, str(path))
 
 
