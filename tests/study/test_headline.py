@@ -72,6 +72,12 @@ def test_a_sweep_without_cells_says_what_it_lacks(tiny_data, tmp_path, monkeypat
     assert f"`{headline.sweeps[1].config_file}`: {found.columns[1].missing}" in page
     assert "| seeds | 5 | — |" in page
 
+    # a column's seeds so far of those its rule may run, more_seeds included
+    a = tmp_path / "a.toml"
+    a.write_text(a.read_text().replace("seeds = [0, 1, 2, 3, 4]", "seeds = [0, 1, 2, 3, 4]\nmore_seeds = [5]"))
+    headline = Headline.load(tmp_path / "headline.toml")
+    assert "| seeds | 5 of 6 | — |" in format_headline(headline, headline_table(headline))
+
 
 @pytest.mark.parametrize("columns, message", [
     ([("first", "a.toml", "z")], "has no branched budget 'z'; its budgets: a, b, c, d, e, f"),

@@ -116,7 +116,9 @@ def format_orderings(orderings: Orderings, found: OrderingsFound) -> str:
     many = len(orderings.sweeps) > 2
     short = {s.config_file: s.name for s in orderings.sweeps}
     compared = [short[c] for c in found.compared]
-    seeds = _listed([str(n) for n in found.seeds or []])
+    planned = {s.config_file: len(s.seeds + s.more_seeds) for s in orderings.sweeps}
+    seeds = _listed([f"{n} of {planned[c]}" if n < planned[c] else str(n)
+                     for n, c in zip(found.seeds or [], found.compared, strict=True)])
     order_of = "for the pair's first sweep, then its second" if many else "for the first sweep, then the second"
     lines += [f"Methods by data multiplier over the baseline, highest first (seeds: {seeds}); a swapped pair is "
               "separated in a sweep when the 95% seed-bootstrap interval of its multipliers' ratio excludes 1, said "
@@ -229,7 +231,7 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
              f"| headline | {head} |", "|---|" + "---|" * len(columns)]
     for method in found.methods:
         lines.append(f"| {method} | " + " | ".join(cell(c.cells.get(method)) for c in columns) + " |")
-    planned = [len(study.seeds) for study in headline.sweeps]
+    planned = [len(study.seeds + study.more_seeds) for study in headline.sweeps]
     lines.append("| seeds | " + " | ".join(
         "—" if not c.cells else f"{c.seeds} of {n}" if c.seeds < n else str(c.seeds)
         for c, n in zip(columns, planned, strict=True)) + " |")
