@@ -129,6 +129,14 @@ def test_a_bad_depth_axis_config_says_what_it_needs(tiny_data, tmp_path):
     path.write_text('[depth_axis]\nsweeps = ["sweep2.toml", "sweep2.toml"]\n')
     with pytest.raises(ValueError, match="same depth"):
         DepthAxis.load(path)
+    # sweeps on two corpora (or two widths, two learning rates): their difference is not depth's
+    path.write_text('[depth_axis]\nsweeps = ["sweep2.toml", "sweep4.toml"]\n')
+    DepthAxis.load(path)
+    sweep4 = tmp_path / "sweep4.toml"
+    sweep4.write_text(sweep4.read_text().replace("hidden_size = 32", "hidden_size = 48"))
+    with pytest.raises(ValueError, match=r"sweep2.toml and .*sweep4.toml differ in more than depth "
+                                         r"\(model.overrides.hidden_size\)"):
+        DepthAxis.load(path)
 
 
 def test_a_depth_informed_prediction_reads_the_surface_at_each_rungs_depth(tiny_data, tmp_path, monkeypatch):

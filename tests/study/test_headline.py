@@ -86,3 +86,17 @@ def test_a_sweep_without_cells_says_what_it_lacks(tiny_data, tmp_path, monkeypat
 def test_a_bad_headline_config_says_what_it_needs(tiny_data, tmp_path, columns, message):
     with pytest.raises(ValueError, match=message):
         Headline.load(write_headline(tmp_path, tiny_data, columns))
+
+
+def test_a_headline_budget_is_a_quoted_label_that_every_method_trains(tiny_data, tmp_path):
+    path = write_headline(tmp_path, tiny_data, [("first", "a.toml", "1")])
+    a = tmp_path / "a.toml"
+    a.write_text(a.read_text().replace(BUDGETS, '{ "1" = 1, "2" = 2, "5" = 5, "10" = 10 }')
+                 .replace("branches = true", 'branches = true\nbaseline_only = ["10"]'))
+    Headline.load(path)
+    path.write_text(path.read_text().replace('budget = "1"', "budget = 1"))
+    with pytest.raises(ValueError, match=r"has no branched budget 1; .* \(a label is a string: budget = \"1\"\)"):
+        Headline.load(path)
+    path.write_text(path.read_text().replace("budget = 1", 'budget = "10"'))
+    with pytest.raises(ValueError, match="only the baseline trains budget '10' of .*choose a budget every method"):
+        Headline.load(path)

@@ -32,6 +32,16 @@ from ..store import CellStore
 from ..sweep import DOCUMENT_GROUPS, REPEATS_FLAG, SeedBootstrap, one_model, read_sweeps, sweep_depth, within_repeats
 
 
+def _apart_from_depth(study: Study) -> dict:
+    """The data, model and optimiser settings of a sweep's base setting, its layer count left out, as flat keys."""
+    config = study.setting_config(study.settings()[0])
+    flat = {f"{section}.{key}": value for section in ("data", "model", "optim")
+            for key, value in config.get(section, {}).items() if key != "overrides"}
+    flat.update({f"model.overrides.{key}": value for key, value in config.get("model", {}).get("overrides", {}).items()
+                 if key != "num_hidden_layers"})
+    return flat
+
+
 @dataclass
 class DepthAxis:
     """Budget sweeps of the same methods and budgets at different depths."""
@@ -47,6 +57,13 @@ class DepthAxis:
         depths = [sweep_depth(s) for s in sweeps]
         if len(set(depths)) != len(depths):
             raise ValueError(f"{path}: two sweeps have the same depth ({depths}); each sweep is one depth")
+        first = _apart_from_depth(sweeps[0])
+        for sweep in sweeps[1:]:
+            other = _apart_from_depth(sweep)
+            differ = sorted(key for key in set(first) | set(other) if first.get(key) != other.get(key))
+            if differ:
+                raise ValueError(f"{path}: {sweeps[0].config_file} and {sweep.config_file} differ in more than depth "
+                                 f"({', '.join(differ)}): a depth axis reads what depth alone changes")
         return cls(title, sweeps, str(path))
 
 

@@ -73,8 +73,15 @@ class Headline:
             study = Study.load(os.path.normpath(path.parent / entry["study"]), results=results)
             axis = study.branch_axis
             if axis is None or entry["budget"] not in axis.values:
+                quote = (f' (a label is a string: budget = "{entry["budget"]}")'
+                         if axis and str(entry["budget"]) in axis.values else "")
                 raise ValueError(f"{path}: column {entry['label']!r}: {study.config_file} has no branched budget "
-                                 f"{entry['budget']!r}" + (f"; its budgets: {', '.join(axis.values)}" if axis else ""))
+                                 f"{entry['budget']!r}" + (f"; its budgets: {', '.join(axis.values)}" if axis else "")
+                                 + quote)
+            if entry["budget"] in axis.baseline_only:
+                raise ValueError(f"{path}: column {entry['label']!r}: only the baseline trains budget "
+                                 f"{entry['budget']!r} of {study.config_file} (its curve's end); choose a budget every "
+                                 "method trains")
             found.append(Column(entry["label"], study, entry["budget"]))
         return cls(head.get("title", path.stem), found, str(path))
 
