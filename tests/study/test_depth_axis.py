@@ -95,6 +95,16 @@ def test_three_seeds_give_slopes_but_no_intervals_or_verdicts(tiny_data, tmp_pat
         predict_with_depth(axis, target, "2026-11-29", "nothing")
 
 
+def test_sweeps_of_unequal_seed_counts_say_why_they_have_no_calibrated_interval(tiny_data, tmp_path, monkeypatch):
+    axis = DepthAxis.load(write_axis(tmp_path, tiny_data, seeds=range(6)))
+    monkeypatch.setattr(CellStore, "read_results", lambda _, self: planted_results(
+        self, lambda x: 1.1 * sweep_depth(self) ** 0.2, seeds=range(6 if sweep_depth(self) == 8 else 5), noise=0.005,
+        turn=DEPTHS.index(sweep_depth(self))))
+    trend = depth_trend(axis)
+    assert trend.seeds == [5, 5, 6] and trend.methods["depth_attention"].surface.delta.t_low is None
+    assert "No calibrated interval: the sweeps' seed counts differ" in format_depth_axis(axis, trend)
+
+
 def test_a_sweep_without_cells_is_named_and_nothing_is_fitted(tiny_data, tmp_path, monkeypatch):
     axis = DepthAxis.load(write_axis(tmp_path, tiny_data))
     monkeypatch.setattr(CellStore, "read_results", lambda _, self: [] if sweep_depth(self) == 8 else planted_results(

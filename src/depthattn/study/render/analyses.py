@@ -54,6 +54,9 @@ def format_depth_axis(axis: DepthAxis, trend: DepthTrend) -> str:
               f"{EXTRAPOLATION_LIMIT:g}x beyond: a bound instead), ‡ read on it past {REPEATS_FLAG:g} epochs; "
               "delta: the slope of log multiplier against log depth, with its 95% seed-bootstrap interval (none below "
               f"{MIN_SEEDS} seeds in every sweep).", ""]
+    if len(set(trend.seeds or [])) > 1:
+        lines += ["No calibrated interval: the sweeps' seed counts differ, and the grouped jackknife leaves one seed "
+                  "position out of every sweep at once, so it needs as many seeds in each (run the missing ones).", ""]
     for method, entry in trend.methods.items():
         s = entry.surface.delta
         calibrated = s.t_low is not None
