@@ -137,7 +137,16 @@ def test_a_bad_depth_axis_config_says_what_it_needs(tiny_data, tmp_path):
     with pytest.raises(ValueError, match="two or more study configs"):
         DepthAxis.load(path)
     path.write_text('[depth_axis]\nsweeps = ["sweep2.toml", "sweep2.toml"]\n')
-    with pytest.raises(ValueError, match="same depth"):
+    with pytest.raises(ValueError, match="names each sweep once"):
+        DepthAxis.load(path)
+    path.write_text('[depth_axis]\nsweep = ["sweep2.toml", "sweep4.toml"]\n')
+    with pytest.raises(ValueError, match=r"unknown \[depth_axis\] keys \['sweep'\]; it takes title and sweeps"):
+        DepthAxis.load(path)
+    path.write_text('[depth_axis]\ntitle = 5\nsweeps = ["sweep2.toml", "sweep4.toml"]\n')
+    with pytest.raises(ValueError, match="its title is a string"):
+        DepthAxis.load(path)
+    path.write_text('[depth_axis]\nsweeps = ["sweep2.toml", "sweep3.toml"]\n')
+    with pytest.raises(ValueError, match=r"axis.toml names sweep3.toml: .*does not exist"):
         DepthAxis.load(path)
     # sweeps on two corpora (or two widths, two learning rates): their difference is not depth's
     path.write_text('[depth_axis]\nsweeps = ["sweep2.toml", "sweep4.toml"]\n')

@@ -136,7 +136,7 @@ def test_a_prediction_far_past_the_sweeps_depth_is_marked_and_warned_of(studies,
     source, target = studies
     for result in planted_results(source, lambda x: 1.3, noise=0.005):
         result.write(CellStore.of(source).result_path(source, result.cell))
-    assert main(["study", source.config_file, "--predict-for", target.config_file,
+    assert main(["study", source.config_file, "--predict-for", target.config_file, "--assumes", "no change",
                  "--predictions", str(tmp_path / "predictions")]) == 0
     out, err = capsys.readouterr()
     prediction = read_prediction(out.split("prediction: ")[1].strip())
@@ -158,6 +158,9 @@ def test_a_second_prediction_of_the_day_takes_a_later_date(studies, tmp_path, ca
         result.write(CellStore.of(source).result_path(source, result.cell))
     command = ["study", source.config_file, "--predict-for", target.config_file,
                "--predictions", str(tmp_path / "predictions")]
+    assert main(command) == 1
+    assert "--predict-for needs --assumes" in capsys.readouterr().err
+    command += ["--assumes", "no change"]
     assert main(command) == 0
     assert main(command) == 1
     assert "a prediction is written once; date a new one later with --prediction-date YYYY-MM-DD" in \

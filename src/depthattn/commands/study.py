@@ -122,6 +122,9 @@ def run(args: argparse.Namespace) -> int:
     from ..study.runner import ExecutorOptions
     from ..study.status import dry_run, status
 
+    if args.predict_for and not args.assumes.strip():
+        raise ValueError("--predict-for needs --assumes: what the prediction takes for granted about the step from "
+                         "the sweeps to the target (its file states it beside the numbers)")
     if args.analysis:
         return analyses(args)
     if not args.configs:

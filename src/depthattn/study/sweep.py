@@ -295,18 +295,28 @@ def model_depth(study: Study, setting: dict) -> int:
     return {**MODEL_PRESETS[model.preset], **model.overrides}["num_hidden_layers"] * model.num_loops
 
 
+def load_named(config: Path, name: str, results: str | None) -> Study:
+    """The study an analysis config names (relative to it), an error naming that config where it fails."""
+    try:
+        return Study.load(os.path.normpath(config.parent / name), results=results)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{config} names {name}: {error}") from None
+
+
 def read_sweeps(path: str | Path, table: str, wanted: str, count_ok,
                 results: str | None = None) -> tuple[str, list[Study], Path]:
     """An analysis config's [table]: its title and its budget sweeps (`sweeps`, paths relative to the file), their
     cells read in `results` where given (else each sweep's own)."""
     path = config_path(path)
     head = read_toml(path, "analysis config", "configs/analysis/").get(table)
-    if not isinstance(head, dict) or not isinstance(head.get("sweeps"), list) or not count_ok(len(head["sweeps"])):
-        raise ValueError(f"{path}: this analysis has a [{table}] table with `sweeps`, {wanted}")
-    unknown = set(head) - {"title", "sweeps"}
+    unknown = set(head) - {"title", "sweeps"} if isinstance(head, dict) else set()
     if unknown:
         raise ValueError(f"{path}: unknown [{table}] keys {sorted(unknown)}; it takes title and sweeps")
-    sweeps = [Study.load(os.path.normpath(path.parent / name), results=results) for name in head["sweeps"]]
+    if not isinstance(head, dict) or not isinstance(head.get("sweeps"), list) or not count_ok(len(head["sweeps"])):
+        raise ValueError(f"{path}: this analysis has a [{table}] table with `sweeps`, {wanted}")
+    if len(set(head["sweeps"])) != len(head["sweeps"]) or not isinstance(head.get("title", ""), str):
+        raise ValueError(f"{path}: [{table}] names each sweep once, and its title is a string")
+    sweeps = [load_named(path, name, results) for name in head["sweeps"]]
     for sweep in sweeps:
         if sweep.branch_axis is None:
             raise ValueError(f"{path}: {sweep.config_file} has no branched budget axis; the analysis compares "

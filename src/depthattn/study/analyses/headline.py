@@ -17,7 +17,6 @@ the column's methods (configs/analysis/headline.toml names the columns: a sweep 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from ..calibrated import holm, holm_verdict, jackknife_p
 from ..multiplier import MultiplierPoint, point
 from ..spec import Study
 from ..store import CellStore
-from ..sweep import Sweep, one_model
+from ..sweep import Sweep, load_named, one_model
 from ..tuning import TunedPoint, rate_axis, tuned_multipliers
 
 VERDICTS = ("ahead", "not shown", "behind")  # by the one rule, study/calibrated.py's holm_verdict
@@ -70,7 +69,7 @@ class Headline:
             if not isinstance(entry, dict) or set(entry) != {"label", "study", "budget"}:
                 raise ValueError(f"{path}: each [[headline.columns]] has exactly label, study and budget; got "
                                  f"{entry!r}")
-            study = Study.load(os.path.normpath(path.parent / entry["study"]), results=results)
+            study = load_named(path, entry["study"], results)
             axis = study.branch_axis
             if axis is None or entry["budget"] not in axis.values:
                 quote = (f' (a label is a string: budget = "{entry["budget"]}")'
