@@ -131,24 +131,23 @@ def test_a_sweep_waiting_for_its_first_seed_names_the_cells_it_lacks(tiny_data, 
         predict_with_depth(axis, target, "2026-11-29", "nothing")
 
 
-def test_a_bad_depth_axis_config_says_what_it_needs(tiny_data, tmp_path):
+@pytest.mark.parametrize("config, message", [
+    ('sweeps = ["sweep2.toml"]', "two or more study configs"),
+    ('sweeps = ["sweep2.toml", "sweep2.toml"]', "names each sweep once"),
+    ('sweep = ["sweep2.toml", "sweep4.toml"]', r"unknown \[depth_axis\] keys \['sweep'\]; it takes title and sweeps"),
+    ('title = 5\nsweeps = ["sweep2.toml", "sweep4.toml"]', "its title is a string"),
+    ('sweeps = ["sweep2.toml", "sweep3.toml"]', r"axis.toml names sweep3.toml: .*does not exist"),
+])
+def test_a_bad_depth_axis_config_says_what_it_needs(tiny_data, tmp_path, config, message):
     path = write_axis(tmp_path, tiny_data)
-    path.write_text('[depth_axis]\nsweeps = ["sweep2.toml"]\n')
-    with pytest.raises(ValueError, match="two or more study configs"):
+    path.write_text(f"[depth_axis]\n{config}\n")
+    with pytest.raises(ValueError, match=message):
         DepthAxis.load(path)
-    path.write_text('[depth_axis]\nsweeps = ["sweep2.toml", "sweep2.toml"]\n')
-    with pytest.raises(ValueError, match="names each sweep once"):
-        DepthAxis.load(path)
-    path.write_text('[depth_axis]\nsweep = ["sweep2.toml", "sweep4.toml"]\n')
-    with pytest.raises(ValueError, match=r"unknown \[depth_axis\] keys \['sweep'\]; it takes title and sweeps"):
-        DepthAxis.load(path)
-    path.write_text('[depth_axis]\ntitle = 5\nsweeps = ["sweep2.toml", "sweep4.toml"]\n')
-    with pytest.raises(ValueError, match="its title is a string"):
-        DepthAxis.load(path)
-    path.write_text('[depth_axis]\nsweeps = ["sweep2.toml", "sweep3.toml"]\n')
-    with pytest.raises(ValueError, match=r"axis.toml names sweep3.toml: .*does not exist"):
-        DepthAxis.load(path)
-    # sweeps on two corpora (or two widths, two learning rates): their difference is not depth's
+
+
+def test_sweeps_that_differ_in_more_than_depth_are_no_depth_axis(tiny_data, tmp_path):
+    """Sweeps on two corpora (or two widths, two learning rates): their difference is not depth's."""
+    path = write_axis(tmp_path, tiny_data)
     path.write_text('[depth_axis]\nsweeps = ["sweep2.toml", "sweep4.toml"]\n')
     DepthAxis.load(path)
     sweep4 = tmp_path / "sweep4.toml"
