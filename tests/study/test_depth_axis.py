@@ -7,6 +7,7 @@ from depthattn.study.analyses.depth_axis import DepthAxis, depth_trend
 from depthattn.study.render.analyses import format_depth_axis
 from depthattn.study.store import CellStore
 from depthattn.study.sweep import sweep_depth
+from tests.study import test_tuning
 from tests.study.test_multiplier import BUDGETS, fewer_resamples, planted_results  # noqa: F401 (a fixture)
 from tests.study.test_study import BASE, WSD_BUDGETS, write_study
 
@@ -137,9 +138,11 @@ def test_a_sweep_waiting_for_its_first_seed_names_the_cells_it_lacks(tiny_data, 
     ('sweep = ["sweep2.toml", "sweep4.toml"]', r"unknown \[depth_axis\] keys \['sweep'\]; it takes title and sweeps"),
     ('title = 5\nsweeps = ["sweep2.toml", "sweep4.toml"]', "its title is a string"),
     ('sweeps = ["sweep2.toml", "sweep3.toml"]', r"axis.toml names sweep3.toml: .*does not exist"),
+    ('sweeps = ["sweep2.toml", "lr.toml"]', "lr.toml is no budget sweep of one model"),
 ])
 def test_a_bad_depth_axis_config_says_what_it_needs(tiny_data, tmp_path, config, message):
     path = write_axis(tmp_path, tiny_data)
+    write_study(tmp_path, tiny_data, name="lr.toml", axes=test_tuning.RATES + WSD_BUDGETS)
     path.write_text(f"[depth_axis]\n{config}\n")
     with pytest.raises(ValueError, match=message):
         DepthAxis.load(path)

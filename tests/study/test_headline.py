@@ -88,6 +88,19 @@ def test_a_bad_headline_config_says_what_it_needs(tiny_data, tmp_path, columns, 
         Headline.load(write_headline(tmp_path, tiny_data, columns))
 
 
+def test_a_headline_column_reads_one_model_and_a_tuned_one_has_the_reference_rate(tiny_data, tmp_path):
+    path = write_headline(tmp_path, tiny_data, [("tuned", "lr.toml", "b")], lr_sweep=True)
+    Headline.load(path)
+    lr = tmp_path / "lr.toml"
+    lr.write_text(lr.read_text().replace('"2e-3" = 2e-3, ', ""))
+    with pytest.raises(ValueError, match="lr.toml's rates lack 2e-3, the untuned sweeps' rate"):
+        Headline.load(path)
+    lr.write_text(lr.read_text().replace('key = "optim.lr"', 'key = "optim.weight_decay"')
+                  .replace('{ "1e-3" = 1e-3, "4e-3" = 4e-3 }', "[0.1, 0.2]"))
+    with pytest.raises(ValueError, match="lr.toml has axes besides its budget .*a column reads one model"):
+        Headline.load(path)
+
+
 def test_a_headline_budget_is_a_quoted_label_that_every_method_trains(tiny_data, tmp_path):
     path = write_headline(tmp_path, tiny_data, [("first", "a.toml", "1")])
     a = tmp_path / "a.toml"

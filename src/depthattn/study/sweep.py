@@ -318,7 +318,7 @@ def read_sweeps(path: str | Path, table: str, wanted: str, count_ok,
         raise ValueError(f"{path}: [{table}] names each sweep once, and its title is a string")
     sweeps = [load_named(path, name, results) for name in head["sweeps"]]
     for sweep in sweeps:
-        if sweep.branch_axis is None:
-            raise ValueError(f"{path}: {sweep.config_file} has no branched budget axis; the analysis compares "
-                             "budget sweeps")
+        if sweep.branch_axis is None or len(sweep.axes) > 1:
+            raise ValueError(f"{path}: {sweep.config_file} is no budget sweep of one model (a branched budget axis "
+                             "and no other); the analysis compares such sweeps")
     return head.get("title", path.stem), sweeps, path

@@ -190,8 +190,11 @@ def _slope(x: np.ndarray, k: np.ndarray, loo: list[np.ndarray], documents: list[
     return Slope(gamma, t_low=float(low), t_high=float(high))
 
 
-def tuned_multipliers(study: Study, results: list[CellResult], reference: str = "2e-3", verdict_at: str | None = None
-                      ) -> Tuning | None:
+REFERENCE_RATE = "2e-3"  # the rate every untuned sweep trained at, which a tuned reading compares with
+
+
+def tuned_multipliers(study: Study, results: list[CellResult], reference: str = REFERENCE_RATE,
+                      verdict_at: str | None = None) -> Tuning | None:
     """The tuned reading of a learning-rate sweep; None without a rate axis, a branched axis and one seed every rate
     has at every budget. `verdict_at`: the budget of the verdict, by default the longest that every method trains."""
     axis, branch = rate_axis(study), study.branch_axis

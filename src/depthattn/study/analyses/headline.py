@@ -28,7 +28,7 @@ from ..multiplier import MultiplierPoint, point
 from ..spec import Study
 from ..store import CellStore
 from ..sweep import Sweep, load_named, one_model
-from ..tuning import TunedPoint, rate_axis, tuned_multipliers
+from ..tuning import REFERENCE_RATE, TunedPoint, rate_axis, tuned_multipliers
 
 VERDICTS = ("ahead", "not shown", "behind")  # by the one rule, study/calibrated.py's holm_verdict
 TUNED_VERDICTS = {"survives tuning": "ahead", "not shown": "not shown", "reversed": "behind"}  # study/tuning.py's
@@ -77,6 +77,13 @@ class Headline:
                 raise ValueError(f"{path}: column {entry['label']!r}: {study.config_file} has no branched budget "
                                  f"{entry['budget']!r}" + (f"; its budgets: {', '.join(axis.values)}" if axis else "")
                                  + quote)
+            rates = rate_axis(study)
+            if len(study.axes) > 1 + (rates is not None):
+                raise ValueError(f"{path}: column {entry['label']!r}: {study.config_file} has axes besides its budget "
+                                 "(and a learning-rate axis); a column reads one model")
+            if rates is not None and REFERENCE_RATE not in rates.values:
+                raise ValueError(f"{path}: column {entry['label']!r}: {study.config_file}'s rates lack "
+                                 f"{REFERENCE_RATE}, the untuned sweeps' rate that the tuned reading compares with")
             if entry["budget"] in axis.baseline_only:
                 raise ValueError(f"{path}: column {entry['label']!r}: only the baseline trains budget "
                                  f"{entry['budget']!r} of {study.config_file} (its curve's end); choose a budget every "
