@@ -183,6 +183,8 @@ def test_extends_follows_a_chain_to_its_root_and_names_a_loop(tiny_data, tmp_pat
     ("", '[axes.m]\nkey = "model.method"\nvalues = ["moda"]\n',
      "the setting m=moda sets model.method, which the study sets per cell from its methods"),
     ("", '[axes.s]\nkey = "train.seed"\nvalues = [7]\n', "sets train.seed, which the study sets per cell"),
+    ("", '[axes.b]\nkey = "train.branch_steps"\nvalues = { two = [2] }\n',
+     "sets train.branch_steps, which the study sets per cell from a budget axis with branches = true"),
     ("", '[axes.lr]\nkey = "optim.lr"\nvalues = [0.001, 0.003]\n[axes.recipe.values.short]\n"optim.lr" = 0.002\n',
      "the settings lr=0.001,recipe=short and lr=0.003,recipe=short train the same cells"),
     ("", '[axes.b]\nkey = "train.steps"\nvalues = { a = 3, b = 6 }\nbranches = false\nbaseline_only = ["b"]\n',

@@ -158,11 +158,12 @@ class Study:
         keys: dict[str, dict] = {}
         for setting in self.settings():
             data = self.setting_config(setting)
-            for section, name, owner in (("model", "method", "methods"), ("train", "seed", "seeds")):
+            for section, name, owner in (("model", "method", "its methods"), ("train", "seed", "its seeds"),
+                                         ("train", "branch_steps", "a budget axis with branches = true")):
                 if name in data.get(section, {}):
                     where = f"the setting {setting_label(setting)}" if setting else "[base]"
-                    raise ValueError(f"{where} sets {section}.{name}, which the study sets per cell from its "
-                                     f"{owner}; remove it from [base.{section}] and the axes")
+                    raise ValueError(f"{where} sets {section}.{name}, which the study sets per cell from {owner}; "
+                                     f"remove it from [base.{section}] and the axes")
             cfg = self.cell_config(Cell(setting, self.methods[0], self.seeds[0]))
             if self.branch_axis is not None and cfg.optim.schedule != "wsd":
                 raise ValueError(f"[axes.{self.branch_axis.name}] branches = true needs the warmup-stable-decay "
