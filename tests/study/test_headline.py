@@ -46,6 +46,7 @@ def test_planted_multipliers_are_read_and_called_per_column(tiny_data, tmp_path,
     # depth_attention reads vanilla's curve at 1.3 x 100 tokens per parameter, 0.01 epochs each
     assert first.read_epochs == pytest.approx(1.3, rel=0.02) and "vanilla's curve read at up to 1.30 epochs" in page
     assert "| depth_attention | 1.30x [" in page and "] ✓ |" in page and "] ✗ |" in page and "] · |" in page
+    assert "— none: the column's study has no such method, or its cells are not in yet" in page
 
 
 def test_a_learning_rate_sweeps_column_is_its_tuned_reading(tiny_data, tmp_path, monkeypatch):

@@ -243,7 +243,8 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
               "ahead / ✗ behind / · not shown by that interval's test with Holm's adjustment over the column's "
               f"methods (none below {MIN_SEEDS} seeds); @rate: a tuned column's method at its own best learning rate "
               "against the baseline's best-rate envelope (ᵉ: at the grid's edge); † read beyond the baseline's "
-              f"measured budgets; ‡ read past {REPEATS_FLAG:g} epochs.", ""]
+              f"measured budgets; ‡ read past {REPEATS_FLAG:g} epochs; — none: the column's study has no such "
+              "method, or its cells are not in yet (below: what each column lacks).", ""]
     for column, study in zip(columns, headline.sweeps, strict=True):
         note = f"- {column.label}: `{study.config_file}`" + (", tuned" if column.tuned else "")
         if column.missing:
