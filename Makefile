@@ -56,11 +56,16 @@ STUDIES := core retrofit budget depth tokenization ablations search confirm moda
 GPU_STUDIES := ladder_smoke
 # the linux-doc sweep's corpus, the Debian package linux-doc-6.1 (depthattn/data/linux_doc.py): installed where it
 # is missing and this is root with apt-get; elsewhere that sweep, run last, stops and says how
+# (the build whose text the sweep declares by its sha256; another is installed where the mirror lacks it, and the
+# sweep refuses it by name)
 LINUX_DOC := /usr/share/doc/linux-doc-6.1/html/_sources
+LINUX_DOC_BUILD := 6.1.192-3
 $(LINUX_DOC):
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends linux-doc-6.1 || \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			linux-doc-6.1=$(LINUX_DOC_BUILD) || \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends linux-doc-6.1; } || \
 		echo "make: installing linux-doc-6.1 failed; the linux-doc sweep, run last, stops there"; \
 	else echo "make: linux-doc-6.1 is not installed (as root: apt-get install linux-doc-6.1);" \
 		"the linux-doc sweep, run last, stops there"; fi

@@ -1,6 +1,7 @@
 """A study's files: the data it declares and prepares, and the config file its report names."""
 
 import json
+import shutil
 
 import pytest
 
@@ -32,6 +33,51 @@ def test_a_study_prepares_its_declared_dataset_from_the_input_it_names(tmp_path)
     with pytest.raises(ValueError, match="prepared with input .*mine.jsonl', vocab_size 258, but .* declares input "
                                          "'embedded', vocab_size 512"):
         ensure_dataset(Study.load(config), str(data))
+
+
+
+def test_a_declared_sha256_refuses_another_text_of_the_same_input(tmp_path, monkeypatch):
+    """A package's next build changes the text under the same input name and path: the declared sha256 keeps
+    its cells from mixing with the declared text's."""
+    from depthattn.data import linux_doc
+    from depthattn.study.cell import ensure_dataset
+    from tests.data.test_data_linux_doc import write_docs
+
+    root = write_docs(tmp_path / "_sources")
+    monkeypatch.setenv(linux_doc.DIR_VARIABLE, str(root))
+    declared = linux_doc.sources_checksum(root, linux_doc.documentation_files(root))
+    data = tmp_path / "prepared"
+    config = write_study(tmp_path, data, head=f'[datasets.docs]\npath = "{data}"\nvocab_size = 258\n'
+                                              f'input = "linux-doc"\nsha256 = "{declared}"')
+    ensure_dataset(Study.load(config), str(data))
+    assert json.loads((data / "manifest.json").read_text())["source_files"][0]["sha256"] == declared
+    ensure_dataset(Study.load(config), str(data))  # there as declared: nothing to do
+
+    # a folder prepared from another text than the one declared: refused
+    other = config.parent / "other.toml"
+    other.write_text(config.read_text().replace(declared, "0" * 64))
+    with pytest.raises(ValueError, match=f"{data} was prepared from a text with sha256 {declared} .*declares 0+: "):
+        ensure_dataset(Study.load(other), str(data))
+
+    # the package's text changed, prepared afresh: refused, and the folder it wrote is not left to pass as declared
+    (root / "core-api" / "page0.rst.txt").write_text("Page 0, as the next build ships it.\n")
+    shutil.rmtree(data)
+    with pytest.raises(ValueError, match=f"the input 'linux-doc' read here .*has sha256 (?!{declared})[0-9a-f]{{64}}, "
+                                         rf"but the study's \[datasets.\*\] declares {declared}: its cells would mix"):
+        ensure_dataset(Study.load(config), str(data))
+    assert not data.exists()
+
+
+@pytest.mark.parametrize("declaration, message", [
+    ('input = "embedded"\nsha256 = "' + "0" * 64 + '"', "only the inputs whose text prepare checksums have "
+                                                         r"\(wikipedia, linux-doc\), not 'embedded': remove it"),
+    ('input = "linux-doc"\nsha256 = "96C0"', "sha256 must be 64 lowercase hex digits .*got '96C0'"),
+])
+def test_a_sha256_is_declared_for_a_checked_input_in_full(tmp_path, declaration, message):
+    config = write_study(tmp_path, tmp_path / "data", head=f'[datasets.docs]\npath = "{tmp_path / "data"}"\n'
+                                                           f'{declaration}')
+    with pytest.raises(ValueError, match=message):
+        Study.load(config)
 
 
 def test_a_report_names_the_config_file_it_was_run_from(tiny_data, tmp_path):

@@ -20,7 +20,8 @@ A study config (configs/study/*.toml) holds:
                                   methods once the search is complete, each contrasted with `against`
     [datasets.NAME]               a dataset the study prepares when its folder is missing: path, vocab_size
                                   (258 = plain bytes: no merges), input (what `depthattn prepare --input` takes;
-                                  the embedded corpus by default); a folder prepared otherwise is refused
+                                  the embedded corpus by default), sha256 (of the text wikipedia or linux-doc
+                                  reads, so another build of it is refused); a folder prepared otherwise is refused
     [base.SECTION]                the training config every cell starts from
     [slurm]                       how `--executor slurm` submits cells: partition, account, qos, time,
                                   gpus_per_cell, tasks_per_cell, cpus_per_task, mem, array_parallelism,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import shutil
 import statistics
 import time
 from collections.abc import Sequence
@@ -48,9 +49,25 @@ def ensure_dataset(study: Study, path: str) -> None:
         raise FileNotFoundError(f"{path} holds no prepared data; run depthattn prepare --out {path}, or declare it "
                                 f"under [datasets.NAME] in the study config so the study prepares it")
     settings = dict(study.datasets[path])
-    source = settings.pop("input")
+    source, sha256 = settings.pop("input"), settings.pop("sha256", None)
     print(f"preparing {source} into {path} ({settings})")
-    prepare([source], Path(path), **settings)
+    manifest = prepare([source], Path(path), **settings)
+    if sha256 and _source_sha256(manifest) != sha256:
+        shutil.rmtree(path)  # prepared just now, of a text the study does not declare
+        raise ValueError(f"the input {source!r} read here ({_source_origin(manifest)}) has sha256 "
+                         f"{_source_sha256(manifest)}, but the study's [datasets.*] declares {sha256}: its cells "
+                         "would mix two texts. Install the text the study config names (its comments say which "
+                         "version) and run again; for a study of this text, give the declaration a path and sha256 "
+                         "of its own")
+
+
+def _source_sha256(manifest: dict) -> str | None:
+    """The sha256 of the text a checked input read (the manifest's source_files; None where it read none)."""
+    return next((record["sha256"] for record in manifest.get("source_files", [])), None)
+
+
+def _source_origin(manifest: dict) -> str:
+    return next((record["attribution"] for record in manifest.get("source_files", [])), "no checked source")
 
 
 def check_prepared_as_declared(path: str, manifest: dict, declared: dict) -> None:
@@ -65,6 +82,11 @@ def check_prepared_as_declared(path: str, manifest: dict, declared: dict) -> Non
         raise ValueError(f"{path} was prepared with {said}, but the study's [datasets.*] declares {wanted}: its "
                          "cells would pass for the declared data's; give the declaration a path of its own, or delete "
                          f"{path} so that the study prepares it again")
+    if declared.get("sha256") and _source_sha256(manifest) != declared["sha256"]:
+        raise ValueError(f"{path} was prepared from a text with sha256 {_source_sha256(manifest)} "
+                         f"({_source_origin(manifest)}), but the study's [datasets.*] declares {declared['sha256']}: "
+                         f"its cells would pass for the declared text's; install the text the study config names and "
+                         f"delete {path} so that the study prepares it again")
 
 
 def run_cell(plan: CellPlan, threads: int | None = None, bars: bool | None = None) -> CellResult | None:

@@ -6,14 +6,18 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import did_you_mean
+from ..data.sources import LINUX_DOC, WIKIPEDIA
 from ..presets import METHOD_PRESETS
 from ..train.config import TrainConfig, build_model_config, config_path, read_toml
 from .records import Cell, setting_label
+
+CHECKED_INPUTS = (WIKIPEDIA, LINUX_DOC)  # the inputs whose manifest records the source text's sha256
 
 STEPS_FRACTION = "train.steps_fraction"  # an axis key: a fraction of the setting's train.steps (budget ladders)
 SEARCH_METRICS = ("val_loss", "val_bits_per_byte", "final_train_loss")  # a cell result's, lower is better
@@ -414,14 +418,23 @@ def _check_setting_tables(where: str, values: dict) -> None:
 
 
 def _datasets(path: Path, data: dict) -> dict:
-    """The config's [datasets.*] by path, with prepare's settings."""
+    """The config's [datasets.*] by path, with prepare's settings (and the source's sha256 where declared)."""
     datasets = {}
     for name, spec in data.get("datasets", {}).items():
-        if set(spec) - {"path", "vocab_size", "input"} or "path" not in spec:
-            raise ValueError(f"{path}: [datasets.{name}] takes path, vocab_size and input (what `depthattn "
-                             f"prepare --input` takes; the embedded corpus by default), got {sorted(spec)}")
-        datasets[spec["path"]] = {"vocab_size": spec.get("vocab_size", 4096),
-                                  "input": spec.get("input", "embedded")}
+        if set(spec) - {"path", "vocab_size", "input", "sha256"} or "path" not in spec:
+            raise ValueError(f"{path}: [datasets.{name}] takes path, vocab_size, input (what `depthattn "
+                             f"prepare --input` takes; the embedded corpus by default) and sha256, got {sorted(spec)}")
+        declared = {"vocab_size": spec.get("vocab_size", 4096), "input": spec.get("input", "embedded")}
+        if "sha256" in spec:
+            if declared["input"] not in CHECKED_INPUTS:
+                raise ValueError(f"{path}: [datasets.{name}] declares a sha256, which only the inputs whose text "
+                                 f"prepare checksums have ({', '.join(CHECKED_INPUTS)}), not {declared['input']!r}: "
+                                 "remove it")
+            if not (isinstance(spec["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", spec["sha256"])):
+                raise ValueError(f"{path}: [datasets.{name}] sha256 must be 64 lowercase hex digits (the manifest's "
+                                 f"source_files sha256), got {spec['sha256']!r}")
+            declared["sha256"] = spec["sha256"]
+        datasets[spec["path"]] = declared
     return datasets
 
 
