@@ -1,5 +1,6 @@
 """Short real training runs on a small slice of the embedded corpus."""
 
+import io
 import json
 import math
 import os
@@ -149,17 +150,29 @@ def test_methods_and_loops_train_by_preset_name(tiny_data, tmp_path, method, loo
     assert model.config.cross_layer == {"denseformer": "denseformer", "depth_quarter": "depth_attention"}[method]
 
 
-def test_log_lines_without_a_progress_bar(tiny_data, tmp_path, capsys):
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("progress, terminal", [(False, True), (True, False), (True, True)])
+def test_log_lines_without_a_progress_bar(tiny_data, tmp_path, capsys, monkeypatch, progress, terminal):
+    """A bar where one is asked for and stderr is a terminal; log lines otherwise (a log file reads no bar)."""
     from depthattn.train import TrainConfig, train
 
+    stderr = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
     train(TrainConfig.from_dict({
         "model": {"overrides": {"hidden_size": 32, "intermediate_size": 64}},
         "data": {"path": str(tiny_data), "seq_len": 32},
         "train": {"out_dir": str(tmp_path), "steps": 4, "batch_size": 2, "eval_every": 3, "eval_batches": 1,
-                  "checkpoint_every": 4, "progress": False, "log_every": 2}}))
+                  "checkpoint_every": 4, "progress": progress, "log_every": 2}}))
     lines = [line for line in capsys.readouterr().out.splitlines() if " step " in line]
-    assert [line.split(" step ")[1].split(":")[0] for line in lines] == ["2/4", "3/4", "4/4"]
-    assert "val " in lines[1] and "val " not in lines[0]
+    if progress and terminal:
+        assert lines == [] and "4/4" in stderr.getvalue()
+    else:
+        assert [line.split(" step ")[1].split(":")[0] for line in lines] == ["2/4", "3/4", "4/4"]
+        assert "val " in lines[1] and "val " not in lines[0] and "4/4" not in stderr.getvalue()
 
 
 def test_a_run_that_repeats_its_data_says_so(tiny_data, tmp_path, capsys):

@@ -255,7 +255,8 @@ def prepare(
     encoded_cuts = CutStats()  # counted by the encoding pass, which reads every document
 
     def documents(desc: str, cuts: CutStats | None = None) -> tqdm:
-        return tqdm(documents_with_limit(limit, cuts), desc=desc, unit="doc", disable=not progress)
+        return tqdm(documents_with_limit(limit, cuts), desc=desc, unit="doc",
+                    disable=None if progress else True)  # None: no bar where stderr is not a terminal
 
     with building_dataset(out_dir) as build_dir:
         if tokenizer is None:

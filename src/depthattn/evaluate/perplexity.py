@@ -133,7 +133,8 @@ def score_stream(model, stream, block_size: int, stride: int | None = None, batc
     model.eval()
     total = torch.zeros((), dtype=torch.float64, device=device)
     num_scored = sum(span[2] for span in spans)
-    bar = tqdm(total=num_scored, unit="tok", desc="eval", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=num_scored, unit="tok", desc="eval", disable=None if progress else True,  # None: not in a log
+               dynamic_ncols=True)
     for batch in _batches(spans, batch_size):
         length = batch[0][1]
         rows = torch.from_numpy(np.stack([stream.read(begin, length + 1) for begin, _, _ in batch])).to(device)

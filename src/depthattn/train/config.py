@@ -130,10 +130,10 @@ class TrainSection:
     parallel: str = "ddp"  # with torchrun: ddp or fsdp
     eval_every: int = 50
     eval_batches: int = 8
-    log_every: int = 10  # with progress = false: a log line every N steps (and at each evaluation)
+    log_every: int = 10  # without a bar: a log line every N steps (and at each evaluation)
     checkpoint_every: int = 50
     keep_checkpoints: int = 2
-    progress: bool = True
+    progress: bool = True  # a bar where stderr is a terminal (log lines elsewhere: a file, a pipe)
     # with optim.schedule = "wsd": shorter budgets whose decay branches off this run's stable phase, each equal to a
     # run of that many steps (train/branches.py); train.steps is the longest budget, the run itself
     branch_steps: list = field(default_factory=list)

@@ -87,8 +87,9 @@ class Metrics:
                 if t.compile else ""
             print(f"{cfg.model.method}: {parameters:,} parameters, {self.tokens_per_step:,} tokens per step, "
                   f"{world.world_size} process(es) on {world.device}{resuming}{compiled}")
-        self.progress = tqdm(total=t.steps, initial=start, disable=not (t.progress and world.is_main), unit="step",
-                             desc=cfg.model.method, dynamic_ncols=True)
+        # disable=None: tqdm draws no bar where stderr is not a terminal (a log file), and log lines stand in
+        self.progress = tqdm(total=t.steps, initial=start, disable=None if t.progress and world.is_main else True,
+                             unit="step", desc=cfg.model.method, dynamic_ncols=True)
         self.last: dict[str, Any] = {"step": start}
         self.clock = time.perf_counter()
 
@@ -109,8 +110,7 @@ class Metrics:
         self.progress.set_postfix({"loss": f"{loss:.3f}", "lr": f"{lr:.2e}", "tok_s": f"{tok_s:,.0f}",
                                    **({"val": f"{val:.3f}"} if val is not None else {})})
         t = self.cfg.train
-        if self.is_main and not t.progress and (step % t.log_every == 0 or val is not None):
-            # for logs without a bar
+        if self.is_main and self.progress.disable and (step % t.log_every == 0 or val is not None):
             print(f"{self.cfg.model.method} step {step}/{t.steps}: loss {loss:.4f}, lr {lr:.2e}, "
                   f"{tok_s:,.0f} tok/s" + (f", val {val:.4f}" if val is not None else ""), flush=True)
 
