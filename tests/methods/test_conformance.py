@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import AutoModelForCausalLM, DynamicCache, StaticCache
 
 from depthattn import DepthAttentionForCausalLM, count_parameters
 from depthattn.commands import convert as convert_command
@@ -94,6 +94,12 @@ def test_cached_decoding_equals_the_full_forward(settings):
     torch.testing.assert_close(torch.cat(chunks, 1), full, rtol=0, atol=ATOL)
     generated = model.generate(ids[:1, :5], max_new_tokens=4, do_sample=False, pad_token_id=0)
     assert torch.equal(generated[0, 5:], model(generated[:, :-1]).logits[0, 4:].argmax(-1))
+    # a static cache (generate's cache_implementation="static", `depthattn generate --compile`) has more key slots
+    # than tokens: its prefill is where a mask aligned to the last keys reads empty slots
+    static = StaticCache(config=model.config, max_cache_len=16)
+    spans = [(0, 4), *((t, t + 1) for t in range(4, 9))]
+    steps = [model(ids[:, a:b], cache=static, use_cache=True).logits for a, b in spans]
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=ATOL)
 
     # a method keeps nothing across tokens beyond the KV cache, which has exactly vanilla's tensors
     vanilla = tiny_model(**{**settings, "cross_layer": "vanilla"})(ids, use_cache=True).cache

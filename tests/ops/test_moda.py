@@ -23,13 +23,16 @@ def padding_mask(B, T, S):
     return mask
 
 
-def test_the_reference_is_one_softmax_over_sequence_and_depth_keys():
-    query, key, value, depth_key, depth_value = inputs()
+@pytest.mark.parametrize("shape", [dict(), dict(T=1, S=9)])
+def test_the_reference_is_one_softmax_over_sequence_and_depth_keys(shape):
+    """Without a mask as transformers' SDPA reads none (is_causal): several queries see the keys from the first
+    to their own index (a static cache's prefill: the slots past the prompt are empty), one query every key."""
+    query, key, value, depth_key, depth_value = inputs(**shape)
     B, Hq, T, d = query.shape
     S, groups, scale = key.shape[2], Hq // key.shape[1], d**-0.5
     out, _ = moda_attention_reference(query, key, value, depth_key, depth_value, None, scale)
-    for b, h, t in [(0, 0, 0), (1, 3, 4), (0, 2, 2)]:
-        kv, position = h // groups, S - T + t
+    for b, h, t in [(0, 0, 0), (1, 3, T - 1), (0, 2, T // 2)]:
+        kv, position = h // groups, (t if T > 1 else S - 1)
         keys = [key[b, kv, s] for s in range(position + 1)] + list(depth_key[b, kv, t])
         values = [value[b, kv, s] for s in range(position + 1)] + list(depth_value[b, kv, t])
         weights = torch.softmax(torch.stack([query[b, h, t] @ k * scale for k in keys]), 0)

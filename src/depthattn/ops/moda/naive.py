@@ -6,12 +6,14 @@ import torch
 
 
 def additive_mask(mask: torch.Tensor | None, query: torch.Tensor, length: int) -> torch.Tensor:
-    """Any attention mask as an additive float mask broadcastable to (B, H, T, S): None means causal with the
-    queries at the last T of S positions; a bool mask is True where a query attends."""
+    """Any attention mask as an additive float mask broadcastable to (B, H, T, S); a bool mask is True where a
+    query attends. None means what it means to transformers' SDPA path (is_causal): for several queries causal from
+    the first key (query i sees keys 0..i; a static cache's prefill has more key slots than queries, empty past
+    the prompt), for one query every key."""
     T = query.shape[-2]
     if mask is None:
         keys = torch.arange(length, device=query.device)
-        rows = torch.arange(length - T, length, device=query.device)
+        rows = torch.arange(T, device=query.device) if T > 1 else torch.full((1,), length - 1, device=query.device)
         mask = keys[None, :] <= rows[:, None]  # (T, S)
     if mask.dtype == torch.bool:
         return torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill(~mask, float("-inf"))
