@@ -72,10 +72,12 @@ def test_resume_refuses_changed_model_and_data_settings(tiny_run, tmp_path, tiny
     out_dir = tmp_path / "run"
     shutil.copytree(tiny_run, out_dir)
     before = {p: p.read_bytes() for p in out_dir.rglob("*") if p.is_file()}
-    argv = train_args(tiny_data, out_dir, 6, 2, "--model.method", "vanilla", "--data.seq_len", "16") + ["--resume"]
+    argv = train_args(tiny_data, out_dir, 6, 2, "--model.method", "vanilla", "--data.seq_len", "16",
+                      "--train.grad_accum", "2") + ["--resume"]
     assert main(argv) == 1
     error = capsys.readouterr().err
-    assert 'model.method was "depth_attention", now "vanilla"; data.seq_len was 32, now 16' in error
+    assert 'model.method was "depth_attention", now "vanilla"; data.seq_len was 32, now 16; train.grad_accum ' \
+           'was 1, now 2' in error
     assert {p: p.read_bytes() for p in out_dir.rglob("*") if p.is_file()} == before  # nothing was touched
 
 
@@ -106,6 +108,18 @@ def test_resume_falls_back_from_a_damaged_checkpoint(tiny_run, tmp_path, tiny_da
     assert f"resuming from {out_dir / 'checkpoints' / 'step_00000002'}, the newest whole checkpoint" in error
     assert [r["step"] for r in records(out_dir)] == [1, 2, 3, 4, 5]
     assert steps_of(out_dir) == ["step_00000004", "step_00000005"] and all_finite(out_dir / "final")
+
+
+
+def test_a_damaged_newer_checkpoint_never_displaces_the_one_just_written(tiny_run, tmp_path, tiny_data):
+    out_dir = tmp_path / "run"
+    shutil.copytree(tiny_run, out_dir)
+    damage_weights(out_dir / "checkpoints" / "step_00000004" / "model.safetensors", "flip a byte")
+    # resumed from step 2 and stopped at step 3, short of the damaged step 4: step 3 is the run's one whole checkpoint
+    argv = train_args(tiny_data, out_dir, 3, 2, "--train.keep_checkpoints", "1") + ["--resume"]
+    assert main([*argv, "--reschedule"]) == 0
+    assert steps_of(out_dir) == ["step_00000003", "step_00000004"]
+    assert main(argv) == 0  # and a run stopped there resumes from it
 
 
 SLOW_CHECKPOINT = """

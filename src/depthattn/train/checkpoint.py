@@ -168,11 +168,13 @@ def saved_settings(path: Path) -> dict:
 
 def run_settings(cfg: TrainConfig, manifest: dict, tokenizer_dir: Path) -> dict:
     """What a resumed run must share with its checkpoint: the model, the sequence length, the training data
-    (its shards' checksums, wherever the folder now is) and the tokenizer."""
+    (its shards' checksums, wherever the folder now is), the tokenizer and the micro-steps per step (the tokens
+    before the checkpoint are counted at its tokens per step; the batch size is the data order's to check)."""
     tokenizer_files = sorted(tokenizer_dir.iterdir()) if tokenizer_dir.is_dir() else []
     settings = {
         **{f"model.{key}": value for key, value in dataclasses.asdict(cfg.model).items()},
         "data.seq_len": cfg.data.seq_len,
+        "train.grad_accum": cfg.train.grad_accum,
         "data.train_sha256": [file["sha256"] for file in manifest["splits"]["train"]["files"]],
         "tokenizer.vocab_size": manifest["tokenizer"]["vocab_size"],
         "tokenizer.eos_id": manifest["tokenizer"]["eos_id"],
@@ -205,7 +207,8 @@ def check_resume_settings(checkpoint: Path, settings: dict):
         raise ValueError(
             f"cannot resume from {checkpoint}: "
             + "; ".join(f"{key} was {_short(saved[key])}, now {_short(settings[key])}" for key in changed)
-            + ". The model, data and tokenizer must stay as the checkpoint has them: resume with its settings, "
+            + ". The model, data, tokenizer and micro-steps per step must stay as the checkpoint has them: resume "
+              "with its settings, "
               "or start a new run in another --train.out_dir")
 
 
@@ -338,7 +341,9 @@ class CheckpointManager:
                         **extra}, tmp / TRAINER_STATE)
             atomic_write_json(tmp / SETTINGS, self.settings)
             write_checksums(tmp)
-        for old in list_checkpoints(self.out_dir)[:-self.keep]:
+        # a newer one is a damaged checkpoint --resume passed over (this run rewrites it when it gets there): it
+        # must not count among the newest `keep`, or the whole one just written would go
+        for old in [old for old in list_checkpoints(self.out_dir) if checkpoint_step(old) <= step][:-self.keep]:
             # renamed first: a run stopped midway leaves a temporary folder, not a half-deleted checkpoint
             doomed = temporary_sibling(old)
             os.replace(old, doomed)
