@@ -324,10 +324,12 @@ def max_positions_of(config) -> int | None:
 
 
 def default_context_length(model_dir: str | os.PathLike, max_positions: int | None, fallback: int = 2048) -> int:
-    """The training sequence length when the model folder sits in a training run (train_config.json in it or
-    above it, as `depthattn train` writes), else the model's max_position_embeddings (else `fallback`)."""
+    """The training sequence length when the model folder sits in a training run (train_config.json in it, above
+    it as for final/, or two above a checkpoint in checkpoints/, as `depthattn train` writes them), else the
+    model's max_position_embeddings (else `fallback`)."""
     model_dir = Path(model_dir)
-    for config_path in (model_dir / "train_config.json", model_dir.parent / "train_config.json"):
+    runs = [model_dir, model_dir.parent] + ([model_dir.parent.parent] if model_dir.parent.name == "checkpoints" else [])
+    for config_path in (run / "train_config.json" for run in runs):
         try:
             seq_len = json.loads(config_path.read_text())["data"]["seq_len"]
         except (OSError, ValueError, KeyError, TypeError):

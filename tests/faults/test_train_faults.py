@@ -68,6 +68,12 @@ def test_learning_rates_must_be_finite_and_positive(tiny_data, tmp_path, capsys,
     assert "optim.lr must be > 0 and finite" in capsys.readouterr().err
 
 
+def test_a_seed_torch_cannot_take_is_refused_by_name(tiny_data, tmp_path, capsys):
+    assert main(train_args(tiny_data, tmp_path / "run", 4, 2, "--train.seed", "-1")) == 1
+    assert "train.seed must be an integer from 0 to 2**63 - 1 (torch's seed range), got -1" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_resume_refuses_changed_model_and_data_settings(tiny_run, tmp_path, tiny_data, capsys):
     out_dir = tmp_path / "run"
     shutil.copytree(tiny_run, out_dir)
@@ -191,6 +197,21 @@ def test_an_out_dir_under_a_file_is_a_clear_error(tiny_data, tmp_path, capsys):
 def test_generate_reads_a_checkpoint_folder(tiny_run, capsys):
     assert main(["generate", str(tiny_run / "checkpoints" / "step_00000004"), "ROMEO.", "--max-new-tokens", "4"]) == 0
     assert capsys.readouterr().out.startswith("ROMEO.")
+
+
+def test_eval_scores_a_checkpoint_as_the_final_model_it_equals(tiny_run, tiny_data, tmp_path):
+    """Blocks of the run's seq_len for a checkpoint as for final/ (they were of max_position_embeddings)."""
+    from depthattn.loading import open_model
+
+    checkpoint = tiny_run / "checkpoints" / "step_00000004"
+    final = tiny_run / "final"
+    assert open_model(checkpoint).default_context_length() == open_model(final).default_context_length() == 32
+    losses = []
+    for folder in (checkpoint, final):
+        out = tmp_path / "e.json"
+        assert main(["eval", str(folder), "--data", str(tiny_data), "--no-progress", "--out", str(out)]) == 0
+        losses.append(json.loads(out.read_text())["loss"])
+    assert losses[0] == losses[1]
 
 
 def test_data_without_a_tokenizer_warns_and_generate_names_the_fix(tiny_data, tmp_path, capsys):

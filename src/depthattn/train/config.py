@@ -142,6 +142,9 @@ class TrainSection:
         for name in ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every",
                      "checkpoint_every", "keep_checkpoints"):
             _positive(f"train.{name}", getattr(self, name))
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"train.seed must be an integer from 0 to 2**63 - 1 (torch's seed range), "
+                             f"got {self.seed!r}")
         check_choice("train.dtype", self.dtype, ("auto", "float32", "bfloat16"))
         check_choice("train.parallel", self.parallel, ("ddp", "fsdp"))
         if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in self.branch_steps):
