@@ -183,6 +183,27 @@ BAD_REQUESTS = {
                                      "logprobs is not supported by this server"),
     "one in a chat": ("/v1/chat/completions", dict(messages=[{"role": "user", "content": "hi"}], top_logprobs=3), 422,
                       "top_logprobs is not supported"),
+    # transformers' app answers these, unchecked (/v1/responses past the context) or unloading the model (/reset)
+    "a route not served": ("/v1/responses", dict(input="the", max_output_tokens=100), 404,
+                           "POST /v1/responses is not served here; this server answers GET /health, "),
+    "a reset": ("/reset", {}, 404, "POST /reset is not served here"),
+    "a served route's other method": ("/v1/completions", None, 405, "GET /v1/completions is not served here"),
+    "a seed not an integer": ("/v1/completions", dict(prompt="the", seed=[1]), 400, "seed must be an integer >= 0"),
+    "a seed out of range": ("/v1/completions", dict(prompt="the", seed=2**70), 400, "seed must be an integer >= 0 and"),
+    "stream_options not an object": ("/v1/completions", dict(prompt="the", stream=True, stream_options="yes"), 400,
+                                     "stream_options must be an object"),
+    "generation_config": ("/v1/completions", dict(prompt="the", generation_config='{"max_new_tokens": 99}'), 422,
+                          "generation_config is not taken by this server"),
+    "frequency_penalty": ("/v1/completions", dict(prompt="the", frequency_penalty=0.5), 422,
+                          "not OpenAI's penalty by count"),
+    "logit_bias in a completion": ("/v1/completions", dict(prompt="the", logit_bias={"3": 100}), 422,
+                                   "logit_bias is not supported on /v1/completions"),
+    "logit_bias naming no token": ("/v1/chat/completions", dict(messages=[{"role": "user", "content": "hi"}],
+                                                                logit_bias={"the": 5}), 400,
+                                   "logit_bias must map token ids"),
+    "stop not text": ("/v1/completions", dict(prompt="the", stop=[1]), 400, "stop must be a non-empty string or a"),
+    "stop on a word-level vocabulary": ("/v1/completions", dict(prompt="the", stop="of"), 422,
+                                        "stop cannot be used with this model's tokenizer"),
 }
 
 
@@ -228,6 +249,19 @@ def test_under_continuous_batching_a_request_cannot_ask_for_other_sampling(serve
     assert got == 400 and "temperature 0.7 cannot be honoured" in message and "greedy decoding" in message
     left_out = server.request("/v1/completions", dict(prompt=PROMPTS[0], max_tokens=2, top_p=0.5))  # no effect
     assert left_out[0] == 200 and json.loads(left_out[1])["choices"][0]["text"] == greedy_text(server, PROMPTS[0], 2)
+    # what transformers' batching worker drops: refused, not ignored
+    for fields, refused in ((dict(prompt="the", stop="of"), "stop is not supported under --continuous-batching"),
+                            (dict(messages=[{"role": "user", "content": "hi"}], logit_bias={"3": 100}),
+                             "logit_bias is not supported under --continuous-batching")):
+        route = "/v1/completions" if "prompt" in fields else "/v1/chat/completions"
+        got, answer = server.request(route, dict(fields, max_tokens=2))
+        assert got == 422 and refused in json.loads(answer)["error"]["message"], answer
+
+
+def test_a_temperature_too_small_to_sample_at_is_greedy(servers):
+    server = servers["vanilla"]  # logits over 1e-40 overflow float32: generation failed with a 500
+    got, answer = server.request("/v1/completions", dict(prompt=PROMPTS[0], max_tokens=4, temperature=1e-40, seed=1))
+    assert got == 200 and json.loads(answer)["choices"][0]["text"] == greedy_text(server, PROMPTS[0], 4), answer
 
 
 def test_every_response_names_the_served_model_name(servers):

@@ -16,6 +16,11 @@ from ..data.tokenizer import start_token_id
 from .transformers_serve import chat_processor_inputs, ignored_fields
 
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
+# what this server answers; transformers' app has more (/v1/responses, unchecked; /reset and /load_model, which
+# unload the model for anyone who asks): those get a 404
+SERVED_ROUTES = {("GET", "/health"), ("GET", "/v1/models"), *(("POST", route) for route in GENERATION_ROUTES)}
+MIN_TEMPERATURE = 1e-5  # below it, sampling is greedy (as vLLM's): logits over 1e-40 overflow float32 to inf
+MAX_STOPS = 4  # as the OpenAI API
 
 
 class BadRequest(ValueError):
@@ -77,12 +82,15 @@ class RequestChecks:
         self.app, self.model_id, self.model_names, self.listed_name = app, model_id, model_names, listed_name
         self.tokenizer, self.context_length, self.context_origin = tokenizer, context_length, context_origin
         self.shared_sampling = shared_sampling
+        self.stop_strings_failure: str | None = None  # "" once stop strings were found to work
         self.start_text = tokenizer.convert_ids_to_tokens(start_token_id(tokenizer))
 
     async def __call__(self, scope, receive, send):  # noqa: C901  (one request's flow; its closures share its state)
+        if scope["type"] == "http" and (scope["method"], scope["path"]) not in SERVED_ROUTES:
+            return await _error_response(_not_served(scope["method"], scope["path"]))(scope, receive, send)
         if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == "/v1/models":
             return await self.models()(scope, receive, send)
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in GENERATION_ROUTES:
+        if scope["type"] != "http" or scope["method"] != "POST":
             return await self.app(scope, receive, send)
         raw, more = b"", True
         while more:
@@ -142,6 +150,14 @@ class RequestChecks:
             raise BadRequest(f"model {body['model']!r} is not served here; this server serves {self.listed_name!r} "
                              "(GET /v1/models)", "model", status=404)
         body["model"] = self.model_id
+        self.check_fields(route, body)
+        if self.shared_sampling is not None:
+            self.shared_sampling.check(body)
+        self.fit_to_context(route, body)
+        return body
+
+    def check_fields(self, route: str, body: dict) -> None:
+        """The request's fields: each a value transformers takes and honours as the OpenAI API does, or a 4xx."""
         for name in ("max_tokens", "max_completion_tokens"):
             _check_number(body, name, low=1, integer=True)
         _check_number(body, "temperature", low=0, hint=" (0: greedy)")
@@ -150,15 +166,63 @@ class RequestChecks:
             raise BadRequest(f"n must be 1 (one choice per request), got {body['n']!r}", "n")
         if not isinstance(body.get("stream", False), bool):
             raise BadRequest(f"stream must be true or false, got {body['stream']!r}", "stream")
+        if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
+            raise BadRequest(f"stream_options must be an object, got {body['stream_options']!r}", "stream_options")
+        _check_number(body, "seed", low=0, high=2**64 - 1, integer=True)
+        if body.get("temperature") and body["temperature"] < MIN_TEMPERATURE:
+            body["temperature"] = 0
+        if "generation_config" in body:  # transformers' own field: it would bypass every check here
+            raise BadRequest("generation_config is not taken by this server: send temperature, top_p, seed, "
+                             "max_tokens and stop as fields of the request (the folder's generation_config.json "
+                             "holds the defaults)", "generation_config", status=422)
+        if body.get("frequency_penalty") not in (None, 0):
+            raise BadRequest("frequency_penalty is not supported by this server: transformers' server turns it "
+                             "into a repetition penalty (each present token's logit divided by 1 + the penalty), "
+                             "not OpenAI's penalty by count: leave it out", "frequency_penalty", status=422)
+        self.check_logit_bias(route, body)
+        self.check_stop(body)
         for name in sorted(ignored_fields(route) & set(body)):
             harmless = HARMLESS.get(name, ())
             if harmless is not None and body[name] not in harmless:
                 raise BadRequest(f"{name} is not supported by this server (transformers' server would ignore it): "
                                  "leave it out", name, status=422)
+
+    def check_logit_bias(self, route: str, body: dict) -> None:
+        bias = body.get("logit_bias")
+        if bias in (None, {}):
+            return
+        if route == "/v1/completions" or self.shared_sampling is not None:
+            where = "on /v1/completions" if route == "/v1/completions" else "under --continuous-batching"
+            raise BadRequest(f"logit_bias is not supported {where} (transformers' server would ignore it): "
+                             "leave it out" + ("" if route == "/v1/completions" else
+                                               ", or serve without --continuous-batching"), "logit_bias", status=422)
+        vocab = len(self.tokenizer)
+        if not isinstance(bias, dict) or not all(
+                isinstance(token, str) and token.isdigit() and int(token) < vocab and isinstance(value, (int, float))
+                and not isinstance(value, bool) and -100 <= value <= 100 for token, value in bias.items()):
+            raise BadRequest(f"logit_bias must map token ids (strings of integers below the vocabulary's {vocab}) to "
+                             f"numbers from -100 to 100, got {bias!r}", "logit_bias")
+
+    def check_stop(self, body: dict) -> None:
+        stop = body.get("stop")
+        stops = [stop] if isinstance(stop, str) else stop
+        if stops is None or stops == []:
+            body.pop("stop", None)
+            return
+        if not (isinstance(stops, list) and 0 < len(stops) <= MAX_STOPS
+                and all(isinstance(text, str) and text for text in stops)):
+            raise BadRequest(f"stop must be a non-empty string or a list of at most {MAX_STOPS} of them, got "
+                             f"{stop!r}", "stop")
         if self.shared_sampling is not None:
-            self.shared_sampling.check(body)
-        self.fit_to_context(route, body)
-        return body
+            raise BadRequest("stop is not supported under --continuous-batching (transformers' batching worker "
+                             "would ignore it): leave it out, or serve without --continuous-batching", "stop",
+                             status=422)
+        if self.stop_strings_failure is None:
+            self.stop_strings_failure = stop_strings_failure(self.tokenizer)
+        if self.stop_strings_failure:
+            raise BadRequest(f"stop cannot be used with this model's tokenizer: transformers' stop strings fail on "
+                             f"its vocabulary ({self.stop_strings_failure})", "stop", status=422)
+        body["stop"] = stops
 
     def fit_to_context(self, route: str, body: dict) -> None:
         """Checks that the prompt and the tokens asked for fit the model's context; by default asks for the room
@@ -258,6 +322,24 @@ class ResponseNamer:
             answer["model"] = self.listed_name
             return json.dumps(answer).encode()
         return raw
+
+
+def stop_strings_failure(tokenizer) -> str:
+    """Why transformers' stop strings fail on `tokenizer`'s vocabulary ("" where they work): a word-level vocabulary
+    without the probe word transformers decodes each token after fails so, for instance."""
+    from transformers import StopStringCriteria
+
+    try:
+        StopStringCriteria(tokenizer, ["\n"])
+    except Exception as error:  # noqa: BLE001  (whatever the vocabulary's cleaning raises)
+        return f"{type(error).__name__}: {error}"
+    return ""
+
+
+def _not_served(method: str, path: str) -> BadRequest:
+    served = ", ".join(f"{m} {p}" for m, p in sorted(SERVED_ROUTES, key=lambda route: (route[1], route[0])))
+    known = any(p == path for _, p in SERVED_ROUTES)
+    return BadRequest(f"{method} {path} is not served here; this server answers {served}", status=405 if known else 404)
 
 
 def _check_number(body: dict, name: str, low: float, high: float = math.inf, integer: bool = False,
