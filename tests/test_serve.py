@@ -16,7 +16,7 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 import benchmarks.serving
-from depthattn.data.tokenizer import start_token_id, word_level_tokenizer
+from depthattn.data.tokenizer import start_token_id, train_bpe_tokenizer, word_level_tokenizer
 from depthattn.loading import load_model
 from tests.helpers import tiny_model
 
@@ -39,8 +39,13 @@ SERVERS = {"depth_attention": (dict(depth_stride=1, depth_impl="compiled"),
            "moda": (dict(cross_layer="moda"), [])}
 
 
-def save_model_folder(folder, chat_template=None, **settings):
-    tokenizer = word_level_tokenizer(WORDS)
+# a server whose tokenizer is a byte-level BPE, as users' are: transformers' stop strings need one (a word-level
+# vocabulary fails them); not in SERVERS, whose tests rely on one token per word
+BPE_SERVER = "bpe"
+
+
+def save_model_folder(folder, chat_template=None, bpe=False, **settings):
+    tokenizer = train_bpe_tokenizer([" ".join(WORDS)] * 4, 300, folder) if bpe else word_level_tokenizer(WORDS)
     tokenizer.chat_template = chat_template
     tokenizer.save_pretrained(folder)
     model = tiny_model(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -64,9 +69,10 @@ class Server(benchmarks.serving.Server):
 def servers(tmp_path_factory):
     """Both servers, started together (most of a start is importing torch and transformers)."""
     started = {}
-    for name, (settings, args) in SERVERS.items():
+    for name, (settings, args) in {**SERVERS, BPE_SERVER: (dict(depth_stride=1), [])}.items():
         folder = tmp_path_factory.mktemp(name)
-        save_model_folder(folder, chat_template=CHAT_TEMPLATE if name == "depth_attention" else None, **settings)
+        save_model_folder(folder, chat_template=CHAT_TEMPLATE if name == "depth_attention" else None,
+                          bpe=name == BPE_SERVER, **settings)
         if name == "moda":
             (folder / "train_config.json").write_text(json.dumps({"data": {"seq_len": TRAINED_CONTEXT}}))
         started[name] = Server(str(folder), ["--device", "cpu", *args], folder / "server.log", threads=1)
@@ -256,6 +262,61 @@ def test_under_continuous_batching_a_request_cannot_ask_for_other_sampling(serve
         route = "/v1/completions" if "prompt" in fields else "/v1/chat/completions"
         got, answer = server.request(route, dict(fields, max_tokens=2))
         assert got == 422 and refused in json.loads(answer)["error"]["message"], answer
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_text_ends_before_the_stop_string_as_the_openai_api_returns_it(servers, stream):
+    server = servers[BPE_SERVER]
+    model, tokenizer = reference(server.folder)
+    prompt, length = PROMPTS[1], 12  # its greedy answer has a word among random bytes
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        tokens = model.generate(ids, max_new_tokens=length, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    tokens = tokens[0, ids.shape[1]:].tolist()
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    stop = next(piece for piece in (tokenizer.decode(tokens[k:k + 1]) for k in range(1, length))
+                if piece.strip() and piece.isascii() and piece.isprintable())  # a word from the answer's middle
+    status, answer = server.request("/v1/completions", dict(prompt=prompt, max_tokens=length, temperature=0,
+                                                            stop=[stop, "never said"], stream=stream))
+    assert status == 200, answer
+    if stream:
+        events = [json.loads(line[6:]) for line in answer.decode().splitlines() if line.startswith("data: {")]
+        got, finish = "".join(e["choices"][0]["text"] for e in events), events[-1]["choices"][0]["finish_reason"]
+    else:
+        got, finish = json.loads(answer)["choices"][0]["text"], json.loads(answer)["choices"][0]["finish_reason"]
+    assert (got, finish) == (text[:text.index(stop)], "stop"), (text, stop)
+
+
+@pytest.mark.parametrize("texts, stops, expected", [
+    (["ab", "cE", "N", "Dxyz", ""], ["END"], ["ab", "c", "", "", ""]),  # a stop string over three events
+    (["aE", "Nb", ""], ["END"], ["a", "ENb", ""]),  # a beginning held, then given back
+    (["x", "yz", ""], ["z", "y"], ["x", "", ""]),  # the first of several
+])
+def test_a_stream_is_cut_before_its_stop_string_whichever_events_it_spans(texts, stops, expected):
+    from depthattn.serving.server import StopCut
+
+    cut, got = StopCut(stops), []
+    for number, text in enumerate(texts):
+        event = {"choices": [{"text": text, "finish_reason": "length" if number == len(texts) - 1 else None}]}
+        cut(event, whole=False)
+        got.append(event["choices"][0]["text"])
+    assert got == expected and event["choices"][0]["finish_reason"] == ("stop" if cut.stopped else "length")
+
+
+def test_a_chat_answer_is_cut_before_its_stop_string_streamed_or_whole():
+    from depthattn.serving.server import StopCut
+
+    whole = {"choices": [{"message": {"role": "assistant", "content": "one two three"}, "finish_reason": "length"}]}
+    StopCut([" three", "two"])(whole, whole=True)
+    assert whole["choices"][0] == {"message": {"role": "assistant", "content": "one "}, "finish_reason": "stop"}
+    cut, events = StopCut(["two"]), [{"choices": [{"delta": {"role": "assistant"}, "finish_reason": None}]},
+                                     {"choices": [{"delta": {"content": "one t"}, "finish_reason": None}]},
+                                     {"choices": [{"delta": {"content": "wo"}, "finish_reason": None}]},
+                                     {"choices": [{"delta": {}, "finish_reason": "length"}]}, {"usage": {}}]
+    for event in events:
+        cut(event, whole=False)
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:4]) == "one "
+    assert events[3]["choices"][0]["finish_reason"] == "stop" and events[4] == {"usage": {}}
 
 
 def test_a_temperature_too_small_to_sample_at_is_greedy(servers):

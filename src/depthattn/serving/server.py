@@ -104,7 +104,8 @@ class RequestChecks:
             return await _error_response(error)(scope, receive, send)
 
         replayed, started, error_status, error_body, streamed = False, False, None, b"", b""
-        named = ResponseNamer(self.model_id, self.listed_name, streaming=bool(body.get("stream")))
+        named = ResponseRewriter(self.model_id, self.listed_name, streaming=bool(body.get("stream")),
+                                 stops=body.get("stop", ()))
 
         async def replay():  # the checked body once, then the client's own messages (a disconnect)
             nonlocal replayed
@@ -276,18 +277,21 @@ class RequestChecks:
             {"id": self.listed_name, "object": "model", "created": 0, "owned_by": "depthattn"}]})
 
 
-class ResponseNamer:
-    """Rewrites the "model" of a response's JSON (a body, or each `data: {...}` event of a stream) from the folder
-    transformers' app knows to the name clients were told (--served-model-name). Not streamed, the body is held
-    until it is whole and its content-length set anew."""
+class ResponseRewriter:
+    """Rewrites a generation response's JSON (a body, or each `data: {...}` event of a stream): its "model" from
+    the folder transformers' app knows to the name clients were told (--served-model-name), and its text cut before
+    the first of the request's `stop` strings, as the OpenAI API returns it (transformers ends generation once the
+    text ends with one, which stays in the text). Not streamed, the body is held until it is whole and its
+    content-length set anew; streamed, text that may begin a stop string is held until the next event tells."""
 
-    def __init__(self, model_id: str, listed_name: str, streaming: bool):
+    def __init__(self, model_id: str, listed_name: str, streaming: bool, stops: list[str] | tuple = ()):
         self.model_id, self.listed_name, self.streaming = model_id, listed_name, streaming
+        self.cut = StopCut(list(stops)) if stops else None
         self.start: dict | None = None
         self.held = b""
 
     def __call__(self, message: dict) -> list[dict]:
-        if self.model_id == self.listed_name:
+        if self.model_id == self.listed_name and self.cut is None:
             return [message]
         if message["type"] == "http.response.start" and not self.streaming:
             self.start = message
@@ -301,7 +305,7 @@ class ResponseNamer:
                 return []
             if self.start is None:
                 raise RuntimeError("the server sent a response body before its start")
-            body = self._renamed(self.held)
+            body = self._rewritten(self.held)
             headers = [(k, v) for k, v in self.start.get("headers", []) if k.lower() != b"content-length"]
             return [{**self.start, "headers": [*headers, (b"content-length", str(len(body)).encode())]},
                     {**message, "body": body}]
@@ -309,19 +313,69 @@ class ResponseNamer:
         if cut == 0:
             return []
         whole, self.held = self.held[:cut], self.held[cut:]
-        lines = [b"data: " + self._renamed(line[6:]) if line.startswith(b"data: {") else line
+        lines = [b"data: " + self._rewritten(line[6:]) if line.startswith(b"data: {") else line
                  for line in whole.split(b"\n")]
         return [{**message, "body": b"\n".join(lines)}]
 
-    def _renamed(self, raw: bytes) -> bytes:
+    def _rewritten(self, raw: bytes) -> bytes:
         try:
             answer = json.loads(raw)
         except ValueError:
             return raw
-        if isinstance(answer, dict) and answer.get("model") == self.model_id:
+        if not isinstance(answer, dict):
+            return raw
+        if answer.get("model") == self.model_id:
             answer["model"] = self.listed_name
-            return json.dumps(answer).encode()
-        return raw
+        if self.cut is not None:
+            self.cut(answer, whole=not self.streaming)
+        return json.dumps(answer).encode()
+
+
+class StopCut:
+    """A response's text cut before the first of `stops`: one body whole, or a stream's events in order, holding
+    back the end of the text that may begin a stop string until the next event (or the last) settles it."""
+
+    def __init__(self, stops: list[str]):
+        self.stops, self.pending, self.stopped = stops, "", False
+
+    def __call__(self, answer: dict, whole: bool) -> None:
+        choices = answer.get("choices")
+        if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)):
+            return  # a stream's usage event
+        choice = choices[0]
+        holder, key = _text_slot(choice)
+        text = holder.get(key) or "" if holder is not None else ""
+        last = whole or choice.get("finish_reason") is not None
+        if self.stopped:
+            out = ""
+        else:
+            self.pending += text
+            found = [at for at in (self.pending.find(stop) for stop in self.stops) if at >= 0]
+            if found:
+                out, self.pending, self.stopped = self.pending[:min(found)], "", True
+            else:
+                keep = 0 if last else _stop_prefix_length(self.pending, self.stops)
+                out, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
+        if holder is not None:
+            holder[key] = out
+        if last and self.stopped:
+            choice["finish_reason"] = "stop"
+
+
+def _text_slot(choice: dict) -> tuple[dict | None, str]:
+    """Where a choice holds its text: a completion's "text", a chat stream's delta, a chat answer's message."""
+    if "text" in choice:
+        return choice, "text"
+    for name in ("delta", "message"):
+        if isinstance(choice.get(name), dict):
+            return choice[name], "content"
+    return None, ""
+
+
+def _stop_prefix_length(text: str, stops: list[str]) -> int:
+    """The length of the longest end of `text` that begins some stop string (and may be completed later)."""
+    return max((n for stop in stops for n in range(min(len(stop) - 1, len(text)), 0, -1)
+                if stop.startswith(text[len(text) - n:])), default=0)
 
 
 def stop_strings_failure(tokenizer) -> str:
