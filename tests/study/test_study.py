@@ -1023,16 +1023,19 @@ def test_sigterm_to_every_process_starts_no_queued_cell(tiny_data, tmp_path):
                                                       for pid in os.listdir("/proc") if pid.isdigit()
                                                       if Path(f"/proc/{pid}/stat").exists())
                     if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid()]
+        signalled.append(time.monotonic())
         for pid in children:
             os.kill(pid, signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGTERM)
 
+    signalled: list[float] = []
     threading.Thread(target=signal_everyone, daemon=True).start()
-    begun = time.monotonic()
     with pytest.raises(KeyboardInterrupt, match="stopped by SIGTERM"):
         LocalExecutor(workers=2).run(study.name, [plan_cell(study, CellStore.of(study), cell) for cell in cells],
                                      _slow_cell_stopped_by_sigterm)
-    assert len(list(started.glob("*-*"))) == 2 and time.monotonic() - begun < 25  # nothing queued ran
+    # nothing queued ran, and the running cells stopped well before their 30 s (timed from the signal: a loaded
+    # machine's workers take a while to start)
+    assert len(list(started.glob("*-*"))) == 2 and time.monotonic() - signalled[0] < 25
 
 
 def test_a_cell_plan_holds_the_run_and_its_budgets_and_pickles(tmp_path):
