@@ -94,6 +94,8 @@ def test_cached_decoding_equals_the_full_forward(settings):
     torch.testing.assert_close(torch.cat(chunks, 1), full, rtol=0, atol=ATOL)
     generated = model.generate(ids[:1, :5], max_new_tokens=4, do_sample=False, pad_token_id=0)
     assert torch.equal(generated[0, 5:], model(generated[:, :-1]).logits[0, 4:].argmax(-1))
+    # attention weights: one entry per layer (an implementation without weights dropped its layers' entries)
+    assert len(model(ids, output_attentions=True).attentions) == model.config.unrolled_depth
     # a static cache (generate's cache_implementation="static", `depthattn generate --compile`) has more key slots
     # than tokens: its prefill is where a mask aligned to the last keys reads empty slots
     static = StaticCache(config=model.config, max_cache_len=16)

@@ -57,4 +57,8 @@ class MoDA(MoDADescription, AttentionMixer):
             keys += [states[j].score_key, apply_rotary(mlp_key, *position_embeddings)]
             values += [states[j].value, mlp_value]
         depth_key, depth_value = torch.stack(keys, dim=3), torch.stack(values, dim=3)  # (B, Hkv, T, 2 step, d)
-        return self.attend_with(query, key, value, depth_key, depth_value, mask, kwargs["scaling"])
+        # the eager path (which output_attentions takes) gets the reference: its weights, one entry per layer (the
+        # merged form has none, and a layer without weights drops out of `attentions`)
+        eager = getattr(attention_fn, "__name__", "") == "eager_attention_forward"
+        attend = MODA_IMPLS["reference"] if eager else self.attend_with
+        return attend(query, key, value, depth_key, depth_value, mask, kwargs["scaling"])
