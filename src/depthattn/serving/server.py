@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from ..data.tokenizer import start_token_id
-from .transformers_serve import chat_processor_inputs, ignored_fields
+from .transformers_serve import chat_processor_inputs, ignored_fields, stop_strings_failure
 
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 # what this server answers; transformers' app has more (/v1/responses, unchecked; /reset and /load_model, which
@@ -376,18 +376,6 @@ def _stop_prefix_length(text: str, stops: list[str]) -> int:
     """The length of the longest end of `text` that begins some stop string (and may be completed later)."""
     return max((n for stop in stops for n in range(min(len(stop) - 1, len(text)), 0, -1)
                 if stop.startswith(text[len(text) - n:])), default=0)
-
-
-def stop_strings_failure(tokenizer) -> str:
-    """Why transformers' stop strings fail on `tokenizer`'s vocabulary ("" where they work): a word-level vocabulary
-    without the probe word transformers decodes each token after fails so, for instance."""
-    from transformers import StopStringCriteria
-
-    try:
-        StopStringCriteria(tokenizer, ["\n"])
-    except Exception as error:  # noqa: BLE001  (whatever the vocabulary's cleaning raises)
-        return f"{type(error).__name__}: {error}"
-    return ""
 
 
 def _not_served(method: str, path: str) -> BadRequest:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from transformers import ContinuousBatchingConfig
+from transformers import ContinuousBatchingConfig, StopStringCriteria
 from transformers.utils.import_utils import is_serve_available
 
 
@@ -128,6 +128,16 @@ def chat_processor_inputs(messages: list[dict]):
     from transformers.cli.serving.utils import BaseHandler, Modality
 
     return BaseHandler.get_processor_inputs_from_messages(messages, Modality.LLM)
+
+
+def stop_strings_failure(tokenizer) -> str:
+    """Why transformers' stop strings fail on `tokenizer`'s vocabulary ("" where they work): a word-level vocabulary
+    without the probe word transformers decodes each token after fails so, for instance."""
+    try:
+        StopStringCriteria(tokenizer, ["\n"])
+    except Exception as error:  # noqa: BLE001  (whatever the vocabulary's cleaning raises)
+        return f"{type(error).__name__}: {error}"
+    return ""
 
 
 def ignored_fields(route: str) -> frozenset[str]:
