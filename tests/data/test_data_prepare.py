@@ -2,6 +2,9 @@
 
 import argparse
 import json
+import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,6 +176,35 @@ def test_rerun_refuses_unless_overwrite(tmp_path, prepared_dir, small_docs):
     manifest = prepare([str(docs_path)], tmp_path / "out", overwrite=True, **options)
     listed = {file["name"] for split in manifest["splits"].values() for file in split["files"]}
     assert {path.name for path in (tmp_path / "out").glob("*.bin")} == listed == {"train_000.bin", "val_000.bin"}
+
+
+def test_files_of_a_datasets_names_without_a_manifest_are_refused_not_deleted(tmp_path, prepared_dir, small_docs):
+    docs_path = write_jsonl(tmp_path / "docs.jsonl", small_docs)
+    out = tmp_path / "out"
+    (out / "tokenizer").mkdir(parents=True)
+    (out / "tokenizer" / "NOTES.md").write_text("mine")
+    (out / "train_000.bin").write_bytes(b"mine")
+    with pytest.raises(DataError, match=r"holds files a dataset would replace \(train_000.bin, tokenizer/\), without "
+                                        "a manifest.json: move them away, pass --overwrite"):
+        prepare([str(docs_path)], out, tokenizer=prepared_dir / "tokenizer", val_fraction=0.2, progress=False)
+    assert (out / "tokenizer" / "NOTES.md").read_text() == "mine" and (out / "train_000.bin").read_bytes() == b"mine"
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm, a filesystem of its own")
+def test_an_out_folder_on_another_filesystem_through_a_link(tmp_path, prepared_dir, small_docs):
+    """The dataset is built inside --out, where a link or a mount puts it: moving it in stays a rename."""
+    docs_path = write_jsonl(tmp_path / "docs.jsonl", small_docs)
+    elsewhere = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        (tmp_path / "out").symlink_to(elsewhere, target_is_directory=True)
+        options = dict(tokenizer=prepared_dir / "tokenizer", val_fraction=0.2, progress=False)
+        first = prepare([str(docs_path)], tmp_path / "out", **options)
+        again = prepare([str(docs_path)], tmp_path / "out", overwrite=True, **options)
+        assert first["splits"] == again["splits"] and (elsewhere / "manifest.json").is_file()
+        assert sorted(p.name for p in elsewhere.iterdir()) == ["manifest.json", "tokenizer", "train_000.bin",
+                                                                "val_000.bin"]  # no temporary folder left
+    finally:
+        shutil.rmtree(elsewhere)
 
 
 def test_a_failed_run_leaves_no_dataset_and_no_temporary_files(tmp_path, prepared_dir, small_docs):

@@ -94,7 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"processes that encode the documents; the output is the same for any N (default: the CPUs this "
         f"process may use, here {default_workers()})",
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace a prepared dataset already in --out")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a prepared dataset (or files of its names) already in --out")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
@@ -144,11 +144,18 @@ class TokenizerSample:
 
 
 def refuse_previous_output(out_dir: Path, overwrite: bool) -> None:
-    if (out_dir / MANIFEST_NAME).exists() and not overwrite:
+    """Without `overwrite`, a folder holding a dataset, or files of a dataset's names (a tokenizer/ folder, shards
+    of another run), is refused: replacing them would delete them."""
+    found = dataset_entries(out_dir) if out_dir.is_dir() and not overwrite else []
+    if found and found[0].name == MANIFEST_NAME:
         raise DataError(
             f"{out_dir} already holds a prepared dataset ({MANIFEST_NAME}). "
             "Pass --overwrite to replace it, or choose another --out."
         )
+    if found:
+        names = ", ".join(entry.name + ("/" if entry.is_dir() else "") for entry in found)
+        raise DataError(f"{out_dir} holds files a dataset would replace ({names}), without a {MANIFEST_NAME}: "
+                        "move them away, pass --overwrite to replace them, or choose another --out.")
 
 
 def refuse_output_inside_input(out_dir: Path, inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> None:
@@ -170,9 +177,9 @@ def dataset_entries(folder: Path) -> list[Path]:
 
 def install_dataset(build_dir: Path, out_dir: Path) -> None:
     """Move the dataset built in `build_dir` into `out_dir` in place of an older one there: the old manifest
-    goes first and the new one comes last, so `out_dir` never holds a manifest of the wrong shards."""
-    make_folder(out_dir, "--out")
-    old = temporary_sibling(out_dir)
+    goes first and the new one comes last, so `out_dir` never holds a manifest of the wrong shards. The old files
+    wait in a hidden folder inside `out_dir`, on its filesystem, so every move is a rename."""
+    old = temporary_sibling(out_dir / "replaced")
     old.mkdir()
     for entry in dataset_entries(out_dir):
         os.replace(entry, old / entry.name)
@@ -184,17 +191,23 @@ def install_dataset(build_dir: Path, out_dir: Path) -> None:
 
 @contextmanager
 def building_dataset(out_dir: Path):
-    """Yield a hidden temporary folder beside `out_dir` to build a dataset in; when the block ends well, the
-    dataset moves into `out_dir` (install_dataset), and in any case the temporary folder goes."""
-    make_folder(out_dir.parent, "--out")
-    build_dir = temporary_sibling(out_dir)
+    """Yield a hidden temporary folder inside `out_dir` to build a dataset in (on the filesystem `out_dir` is on,
+    wherever a link or a mount puts it: moving the dataset in is then a rename); when the block ends well, the
+    dataset moves into `out_dir` (install_dataset), and in any case the temporary folder goes, and so does
+    `out_dir` when this made it and it stayed empty."""
+    made = not out_dir.exists()
+    make_folder(out_dir, "--out")
+    build_dir = temporary_sibling(out_dir / "building")
     build_dir.mkdir()
     try:
-        with reporting_full_disk(out_dir.parent):
+        with reporting_full_disk(out_dir):
             yield build_dir
             install_dataset(build_dir, out_dir)
     finally:
         shutil.rmtree(build_dir, ignore_errors=True)
+        if made:
+            with suppress(OSError):  # not empty: the dataset is in
+                out_dir.rmdir()
 
 
 def prepare(
