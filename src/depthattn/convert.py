@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from transformers import AutoConfig, PreTrainedConfig
+from transformers.utils import logging as transformers_logging
 
 from .checkpoint_shapes import (
     CONFIG_FIX,
@@ -143,8 +144,13 @@ def _from_folder(model_class, folder: Path, families, depth_settings):
     if saved is not None:  # safetensors: checked before anything is loaded
         check_layers(saved, source, f"{folder / 'config.json'}")
         check_shapes(saved, meta_shapes(model_class, config), source, f"{folder / 'config.json'}")
-    model, info = model_class.from_pretrained(folder, config=config, local_files_only=True, use_kernels=False,
-                                              output_loading_info=True, ignore_mismatched_sizes=True)
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # its load report ("can be ignored"): the checks below decide
+    try:
+        model, info = model_class.from_pretrained(folder, config=config, local_files_only=True, use_kernels=False,
+                                                  output_loading_info=True, ignore_mismatched_sizes=True)
+    finally:
+        transformers_logging.set_verbosity(verbosity)
     check_shapes({key: tuple(s) for key, s, _ in info["mismatched_keys"]},
                  {key: tuple(n) for key, _, n in info["mismatched_keys"]}, source, f"{folder / 'config.json'}")
     unused = REFERENCE_UNUSED if is_reference_config(source) else set()

@@ -3,6 +3,8 @@ OUT_DIR; `from_pretrained_decoder` raises the same errors."""
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -106,6 +108,19 @@ def test_a_norm_of_another_size_names_head_dim(src, tmp_path, capsys):
     err = convert_fails(src, tmp_path / "out", capsys)
     assert "model.layers.0.self_attn.q_norm.weight has shape (8,) in the checkpoint but (16,) from" in err
     assert "config.json head_dim=16" in err
+
+
+def test_tensors_the_config_does_not_name_are_one_line_on_the_real_stderr(src, tmp_path):
+    """Run as a user runs it: transformers' load report (which calls such tensors ignorable) and its progress bars,
+    which capsys does not see, stay off."""
+    weights = load_file(src / "model.safetensors")
+    save_file({**weights, "model.layers.0.self_attn.q_proj.bias": torch.zeros(64)}, src / "model.safetensors",
+              metadata={"format": "pt"})
+    done = subprocess.run([sys.executable, "-m", "depthattn", "convert", str(src), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        f"depthattn convert: error: the tensors of {src} do not match its config: missing [], unexpected "
+        "['model.layers.0.self_attn.q_proj.bias']"], done.stderr
 
 
 def test_missing_weights_and_folders_are_one_line(src, tmp_path, capsys):

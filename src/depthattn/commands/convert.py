@@ -46,7 +46,10 @@ def _reader(default):
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..loading import quiet_loading_bars
     from ..modeling import DepthAttentionForCausalLM
+
+    quiet_loading_bars()
 
     src, out = Path(args.src), Path(args.out)
     if out.exists():
