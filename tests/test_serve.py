@@ -40,7 +40,7 @@ SERVERS = {"depth_attention": (dict(depth_stride=1, depth_impl="compiled"),
 
 
 # a server whose tokenizer is a byte-level BPE, as users' are: transformers' stop strings need one (a word-level
-# vocabulary fails them); not in SERVERS, whose tests rely on one token per word
+# vocabulary fails them); not in SERVERS, whose tests rely on one token per word (bpe_server)
 BPE_SERVER = "bpe"
 
 
@@ -69,10 +69,9 @@ class Server(benchmarks.serving.Server):
 def servers(tmp_path_factory):
     """Both servers, started together (most of a start is importing torch and transformers)."""
     started = {}
-    for name, (settings, args) in {**SERVERS, BPE_SERVER: (dict(depth_stride=1), [])}.items():
+    for name, (settings, args) in SERVERS.items():
         folder = tmp_path_factory.mktemp(name)
-        save_model_folder(folder, chat_template=CHAT_TEMPLATE if name == "depth_attention" else None,
-                          bpe=name == BPE_SERVER, **settings)
+        save_model_folder(folder, chat_template=CHAT_TEMPLATE if name == "depth_attention" else None, **settings)
         if name == "moda":
             (folder / "train_config.json").write_text(json.dumps({"data": {"seq_len": TRAINED_CONTEXT}}))
         started[name] = Server(str(folder), ["--device", "cpu", *args], folder / "server.log", threads=1)
@@ -85,6 +84,21 @@ def servers(tmp_path_factory):
             if server.process.poll() is None:
                 server.process.kill()
                 server.process.wait()
+
+
+@pytest.fixture(scope="module")
+def bpe_server(tmp_path_factory):
+    """A Depth-Attention server whose tokenizer is a byte-level BPE, started when a test first asks for it."""
+    folder = tmp_path_factory.mktemp(BPE_SERVER)
+    save_model_folder(folder, bpe=True, depth_stride=1)
+    server = Server(str(folder), ["--device", "cpu"], folder / "server.log", threads=1)
+    try:
+        server.wait_ready(timeout=180)
+        yield server
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait()
 
 
 @functools.cache
@@ -265,8 +279,8 @@ def test_under_continuous_batching_a_request_cannot_ask_for_other_sampling(serve
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_the_text_ends_before_the_stop_string_as_the_openai_api_returns_it(servers, stream):
-    server = servers[BPE_SERVER]
+def test_the_text_ends_before_the_stop_string_as_the_openai_api_returns_it(bpe_server, stream):
+    server = bpe_server
     model, tokenizer = reference(server.folder)
     prompt, length = PROMPTS[1], 12  # its greedy answer has a word among random bytes
     ids = tokenizer(prompt, return_tensors="pt").input_ids
