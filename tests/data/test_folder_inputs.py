@@ -22,6 +22,23 @@ def licence_folder(tmp_path):
     return folder
 
 
+def test_blank_text_files_and_others_not_utf8_are_skipped_in_a_folder(tmp_path, capsys):
+    folder = licence_folder(tmp_path)
+    (folder / "blank.txt").write_text("  \n\n ")
+    (folder / "LATIN1").write_bytes("caf\u00e9\n".encode("latin-1"))
+    documents = list(iter_documents(resolve_sources([folder])))
+    assert documents == ["Apache License\nVersion 2.0", "GNU GENERAL PUBLIC LICENSE\nVersion 3", "<p>notes</p>"]
+    err = capsys.readouterr().err
+    assert f"note: skipped {folder / 'blank.txt'}: empty (only blank text)" in err
+    assert f"note: skipped {folder / 'LATIN1'}: not UTF-8 text" in err and "skipped 4 of the 7 files" in err
+
+
+def test_a_jsonl_file_may_start_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"text": "first"}\n{"text": "second"}\n')
+    assert list(iter_documents(resolve_sources([path]))) == ["first", "second"]
+
+
 def test_a_folder_reads_files_by_content_and_skips_the_unreadable_with_a_note(tmp_path, capsys):
     folder = licence_folder(tmp_path)
     documents = list(iter_documents(resolve_sources([folder])))

@@ -116,7 +116,8 @@ def folder_sources(folder: Path) -> list[Source]:
     files, sources = folder_files(folder), []
     for path in files:
         kind = FILE_KINDS.get(path.suffix.lower())
-        problem = "empty" if path.stat().st_size == 0 else None if kind else text_problem(path)
+        # a text file is read by content (a blank one, or one of no extension that is not UTF-8, is skipped too)
+        problem = "empty" if path.stat().st_size == 0 else text_problem(path) if kind in (None, "txt") else None
         if problem:
             print(f"note: skipped {path}: {problem}", file=sys.stderr)
         else:
@@ -365,6 +366,8 @@ def read_jsonl(path: Path, text_field: str) -> Iterator[str]:
         for line_number, line in enumerate(file, start=1):
             where = f", line {line_number}"
             line_text = decode_utf8(line, path, offset, where)
+            if line_number == 1:
+                line_text = line_text.removeprefix("\ufeff")  # a byte order mark, as text files may start with
             offset += len(line)
             if not line_text.strip():
                 continue
