@@ -78,8 +78,7 @@ def human_summary(cfg: TrainConfig, summary: dict) -> str:
     if "loss" in summary:
         lines[0] += f", {summary['tokens']:,} tokens; last training loss {summary['loss']:.4f}"
     if "val_loss" in summary:
-        lines.append(f"validation loss {summary['val_loss']:.4f} on the first {t.eval_batches} batches of the "
-                     f"held-out split (train.eval_batches)")
+        lines.append(f"validation loss {summary['val_loss']:.4f} on {scored_batches(cfg)} of the held-out split")
     if "val_loss_whole_split" in summary:
         lines.append(f"validation loss on the whole held-out split: {summary['val_loss_whole_split']:.4f}")
     if t.branch_steps:
@@ -88,6 +87,18 @@ def human_summary(cfg: TrainConfig, summary: dict) -> str:
     lines.append(f"score it on the whole held-out split: depthattn eval {shlex.quote(str(out_dir / 'final'))} "
                  f"--data {shlex.quote(cfg.data.path)}")
     return "\n".join(lines)
+
+
+def scored_batches(cfg: TrainConfig) -> str:
+    """Which batches of the held-out split the run's validation loss read: the first train.eval_batches, or all of
+    them where the split has no more."""
+    from ..data.shards import TokenShards, count_windows
+
+    batch = cfg.train.batch_size * int(os.environ.get("WORLD_SIZE", "1"))  # per step, over every process
+    available = -(-count_windows(TokenShards(cfg.data.path, "val"), cfg.data.seq_len, 1) // batch)
+    if available <= cfg.train.eval_batches:
+        return f"all {available} batches (train.eval_batches is {cfg.train.eval_batches})"
+    return f"the first {cfg.train.eval_batches} batches (train.eval_batches)"
 
 
 def resume_command(args: argparse.Namespace) -> str:
