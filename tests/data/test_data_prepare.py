@@ -2,9 +2,12 @@
 
 import argparse
 import json
+import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -205,6 +208,36 @@ def test_an_out_folder_on_another_filesystem_through_a_link(tmp_path, prepared_d
                                                                 "val_000.bin"]  # no temporary folder left
     finally:
         shutil.rmtree(elsewhere)
+
+
+@pytest.mark.parametrize("stop_at", [2, 5, 7, 8])  # moving the old files aside; the new ones in; all but the manifest
+def test_a_prepare_stopped_while_replacing_a_dataset_gives_the_old_one_back(tmp_path, prepared_dir, small_docs,
+                                                                            monkeypatch, stop_at):
+    prepare_module = sys.modules["depthattn.data.prepare"]  # (the package's `prepare` is the function)
+
+    docs_path = write_jsonl(tmp_path / "docs.jsonl", small_docs)
+    options = dict(tokenizer=prepared_dir / "tokenizer", val_fraction=0.2, progress=False)
+    out = tmp_path / "out"
+    prepare([str(docs_path)], out, **options)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    calls = []
+
+    def killed(source, target):  # as a SIGKILL would, the process stops at this rename, before its cleanup
+        calls.append(source)
+        if len(calls) == stop_at:
+            raise SystemExit("killed")
+        os.replace(source, target)
+
+    # prepare.py's own os and shutil, as a kill leaves them: its renames counted, nothing cleaned up
+    monkeypatch.setattr(prepare_module, "os", SimpleNamespace(**{**vars(os), "replace": killed}))
+    monkeypatch.setattr(prepare_module, "shutil", SimpleNamespace(rmtree=lambda *args, **kwargs: None))
+    with pytest.raises(SystemExit):
+        prepare([str(write_jsonl(tmp_path / "other.jsonl", small_docs[:20]))], out, overwrite=True, **options)
+    monkeypatch.undo()
+    assert not (out / "manifest.json").exists()  # the state a kill leaves: no dataset a reader would take
+    with pytest.raises(DataError, match="already holds a prepared dataset"):
+        prepare([str(docs_path)], out, **options)  # the old one is back, so this needs --overwrite
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_a_failed_run_leaves_no_dataset_and_no_temporary_files(tmp_path, prepared_dir, small_docs):

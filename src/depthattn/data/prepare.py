@@ -26,6 +26,7 @@ import hashlib
 import os
 import re
 import shutil
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -58,6 +59,7 @@ from .sources import (
 from .tokenizer import load_tokenizer, save_tokenizer, train_bpe_tokenizer
 
 DEFAULT_VOCAB_SIZE = 4096
+BUILDING, REPLACED = "building", "replaced"  # hidden folders in --out while a prepare runs (temporary_sibling's names)
 DEFAULT_VAL_FRACTION = 0.05
 DEFAULT_SEED = 1337
 DEFAULT_SHARD_TOKENS = 100_000_000  # 200 MB per uint16 shard
@@ -179,7 +181,7 @@ def install_dataset(build_dir: Path, out_dir: Path) -> None:
     """Move the dataset built in `build_dir` into `out_dir` in place of an older one there: the old manifest
     goes first and the new one comes last, so `out_dir` never holds a manifest of the wrong shards. The old files
     wait in a hidden folder inside `out_dir`, on its filesystem, so every move is a rename."""
-    old = temporary_sibling(out_dir / "replaced")
+    old = temporary_sibling(out_dir / REPLACED)
     old.mkdir()
     for entry in dataset_entries(out_dir):
         os.replace(entry, old / entry.name)
@@ -187,6 +189,27 @@ def install_dataset(build_dir: Path, out_dir: Path) -> None:
         os.replace(entry, out_dir / entry.name)
     fsync_directory(out_dir)
     shutil.rmtree(old)
+
+
+def recover_interrupted_prepare(out_dir: Path) -> None:
+    """What a prepare killed in `out_dir` left (install_dataset's hidden folders, named here): a dataset it had moved
+    aside, before the new one's manifest came in, moves back (over the new files that came in); a folder it was
+    building, or an old dataset it had replaced, goes. One prepare at a time per folder."""
+    if not out_dir.is_dir():
+        return
+    for leftover in sorted(out_dir.glob(f".{REPLACED}.*.tmp")) + sorted(out_dir.glob(f".{BUILDING}.*.tmp")):
+        if leftover.name.startswith(f".{REPLACED}.") and (leftover / MANIFEST_NAME).exists() \
+                and not (out_dir / MANIFEST_NAME).exists():
+            old_names = {entry.name for entry in dataset_entries(leftover)}
+            if any(entry.name in old_names for entry in dataset_entries(out_dir)):  # new files had come in
+                for entry in dataset_entries(out_dir):
+                    shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            # (else it stopped while moving the old files aside: those still here stay)
+            for entry in reversed(dataset_entries(leftover)):  # the manifest last, as install_dataset moves it
+                os.replace(entry, out_dir / entry.name)
+            print(f"note: a prepare stopped while replacing the dataset in {out_dir}: the old one is back",
+                  file=sys.stderr)
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 @contextmanager
@@ -197,7 +220,7 @@ def building_dataset(out_dir: Path):
     `out_dir` when this made it and it stayed empty."""
     made = not out_dir.exists()
     make_folder(out_dir, "--out")
-    build_dir = temporary_sibling(out_dir / "building")
+    build_dir = temporary_sibling(out_dir / BUILDING)
     build_dir.mkdir()
     try:
         with reporting_full_disk(out_dir):
@@ -253,6 +276,7 @@ def prepare(
                         f"{default_workers()} CPUs this process may use).")
     out_dir = Path(out_dir)
     sources = resolve_sources(inputs)
+    recover_interrupted_prepare(out_dir)
     refuse_previous_output(out_dir, overwrite)
     refuse_output_inside_input(out_dir, inputs)
     try:
