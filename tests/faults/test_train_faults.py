@@ -199,6 +199,15 @@ def test_generate_reads_a_checkpoint_folder(tiny_run, capsys):
     assert capsys.readouterr().out.startswith("ROMEO.")
 
 
+def test_generate_at_a_vanishing_temperature_is_greedy_and_notes_the_trained_length(tiny_run, capsys):
+    final = str(tiny_run / "final")
+    assert main(["generate", final, "ROMEO.", "--max-new-tokens", "40", "--temperature", "0"]) == 0
+    greedy = capsys.readouterr()
+    assert main(["generate", final, "ROMEO.", "--max-new-tokens", "40", "--temperature", "1e-40"]) == 0
+    tiny = capsys.readouterr()  # it was transformers' "probability tensor contains either inf, nan"
+    assert tiny.out == greedy.out and "new ones go past the 32 tokens the model was trained on" in tiny.err
+
+
 def test_eval_scores_a_checkpoint_as_the_final_model_it_equals(tiny_run, tiny_data, tmp_path):
     """Blocks of the run's seq_len for a checkpoint as for final/ (they were of max_position_embeddings)."""
     from depthattn.loading import open_model

@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass
 
 from ..data.tokenizer import start_token_id
+from .generation import MIN_TEMPERATURE
 from .transformers_serve import chat_processor_inputs, ignored_fields, stop_strings_failure
 
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 # what this server answers; transformers' app has more (/v1/responses, unchecked; /reset and /load_model, which
 # unload the model for anyone who asks): those get a 404
 SERVED_ROUTES = {("GET", "/health"), ("GET", "/v1/models"), *(("POST", route) for route in GENERATION_ROUTES)}
-MIN_TEMPERATURE = 1e-5  # below it, sampling is greedy (as vLLM's): logits over 1e-40 overflow float32 to inf
 MAX_STOPS = 4  # as the OpenAI API
 
 
