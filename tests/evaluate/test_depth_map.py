@@ -141,3 +141,22 @@ def test_any_method_that_weighs_its_depth_sources_has_a_depth_map_titled_by_it(t
     assert matrix[1, 2] == matrix[2, 1] == 0 and 0 < matrix[2, 0] < 1
     write_depth_map({**result, "cross_layer": "depth_attention", "depth_stride": 2}, tmp_path / "depth")
     assert titles == ["Toy gains (6 x 12 tokens)", "Depth-Attention weights (6 x 12 tokens, stride 2)"]
+
+
+@pytest.mark.parametrize("matrix, scale", [([[1.0, 0.0], [0.3, 0.7]], (0.0, 1.0)),
+                                           ([[1.0, 0.0], [1.8, -0.5]], (-0.5, 1.8))])  # a linear mix's free weights
+def test_the_colour_scale_holds_every_weight(tmp_path, monkeypatch, matrix, scale):
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+
+    from depthattn.evaluate.plots import plot_depth_map
+
+    shown, imshow = [], Axes.imshow
+
+    def recorded(self, data, **kwargs):
+        shown.append((kwargs["vmin"], kwargs["vmax"]))
+        return imshow(self, data, **kwargs)
+
+    monkeypatch.setattr(Axes, "imshow", recorded)
+    plot_depth_map(np.array(matrix), tmp_path / "map.png")
+    assert shown == [scale] and (tmp_path / "map.png").stat().st_size > 0

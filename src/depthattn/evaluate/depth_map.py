@@ -4,7 +4,9 @@ Forward passes with `output_depth_weights=True` give, per layer l with sources (
 weights (B, Hkv, T, |S(l)| + 1) over the layer's sources S(l) and itself (last). Averaged over batch rows
 (samples), KV heads and tokens, they make row l of a D x D matrix (D = num_hidden_layers * num_loops):
 entry (l, j) is the mean weight layer l gives to source j, (l, l) the weight it keeps for its own value.
-Every row sums to 1; entries for layers that are not sources are 0; layer 0 (no sources) is 1 on the diagonal.
+With the softmax and uniform rules every row sums to 1; the linear mixes (depth_linear, depth_linear_every) learn
+free weights, negative or above 1, whose rows need not. Entries for layers that are not sources are 0; layer 0
+(no sources) is 1 on the diagonal.
 """
 
 from __future__ import annotations

@@ -69,15 +69,16 @@ def plot_depth_map(matrix, out_png: str | Path, present=None, title: str = "",
     shown = np.ma.masked_where(~present, matrix)
     size = min(12.0, 2.5 + 0.45 * depth)
     fig, ax = plt.subplots(figsize=(size + 1.2, size))
+    low, high = float(min(0.0, shown.min())), float(max(1.0, shown.max()))  # a linear mix's weights leave [0, 1]
     cmap = plt.get_cmap("viridis").with_extremes(bad="white")
-    image = ax.imshow(shown, cmap=cmap, vmin=0.0, vmax=1.0, origin="upper")
+    image = ax.imshow(shown, cmap=cmap, vmin=low, vmax=high, origin="upper")
     if depth <= 32:  # values stay readable up to about 32 layers
         fontsize = max(4.0, min(9.0, 160 / depth))
         for i in range(depth):
             for j in range(depth):
                 if present[i, j]:
                     ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=fontsize,
-                            color="black" if matrix[i, j] > 0.6 else "white")
+                            color="black" if matrix[i, j] > low + 0.6 * (high - low) else "white")
     if loop_length:
         for edge in range(loop_length, depth, loop_length):
             ax.axhline(edge - 0.5, color="red", lw=0.8)
