@@ -70,7 +70,7 @@ def test_a_full_disk_says_so_and_leaves_no_temporary_files(dataset, tiny_data, m
             "--tokenizer", str(tiny_data / "tokenizer"), "--shard-tokens", "200"]
     assert main(argv) == 1
     err = capsys.readouterr().err
-    assert f"error: no space left on {dataset.parent} (" in err and " free); free some space and run again" in err
+    assert f"error: no space left on {dataset} (" in err and " free); free some space and run again" in err
     assert FullDisk.room < 400 and snapshot(dataset.parent) == before  # it failed part-way
 
 

@@ -38,9 +38,10 @@ hc = pytest.importorskip("hyper_connections", reason="hyper-connections (the dev
 
 N, D, LAYERS = 4, 32, 2  # streams; tiny_config's hidden size; 4 sublayers, so A_m's stream runs through all N
 S = 2 * LAYERS
-TOL = 1e-5    # float32, of each tensor's largest entry (seen: 3.2e-6 and 6.6e-6, gradients of the scales, sums
-FLOOR = 1e-9  # over every token and feature); absolute, for gradients that are zero but for rounding (mHC's residual
-              # scale in the first sublayer, whose mix acts on equal streams, and the last, whose mix the sum undoes)
+TOL = 1e-4    # float32, of each tensor's largest entry (seen: 3.2e-6, 6.6e-6, on an AMD EPYC 2.9e-5: gradients of
+FLOOR = 1e-9  # the scales, sums over every token and feature); absolute, for gradients that are zero but for rounding
+              # (mHC's residual scale in the first sublayer, whose mix acts on equal streams, and the last, whose mix
+              # the sum undoes)
 
 
 def sublayer_weights():
