@@ -1,6 +1,7 @@
 """prepare: documents -> split -> tokens -> shards + manifest."""
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -238,6 +239,51 @@ def test_a_prepare_stopped_while_replacing_a_dataset_gives_the_old_one_back(tmp_
     with pytest.raises(DataError, match="already holds a prepared dataset"):
         prepare([str(docs_path)], out, **options)  # the old one is back, so this needs --overwrite
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("stop_at", [1, 3])  # the first file in; all but the manifest
+def test_a_first_prepare_stopped_while_moving_its_dataset_in_leaves_nothing_the_next_refuses(
+        tmp_path, prepared_dir, small_docs, monkeypatch, stop_at):
+    prepare_module = sys.modules["depthattn.data.prepare"]
+    docs_path = write_jsonl(tmp_path / "docs.jsonl", small_docs)
+    options = dict(tokenizer=prepared_dir / "tokenizer", val_fraction=0.2, progress=False)
+    calls = []
+
+    def killed(source, target):
+        calls.append(source)
+        if len(calls) == stop_at:
+            raise SystemExit("killed")
+        os.replace(source, target)
+
+    monkeypatch.setattr(prepare_module, "os", SimpleNamespace(**{**vars(os), "replace": killed}))
+    monkeypatch.setattr(prepare_module, "shutil", SimpleNamespace(rmtree=lambda *args, **kwargs: None))
+    with pytest.raises(SystemExit):
+        prepare([str(docs_path)], tmp_path / "out", **options)
+    monkeypatch.undo()
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    again = prepare([str(docs_path)], tmp_path / "out", **options)  # no --overwrite: the partial files went
+    assert again["splits"] == prepare([str(docs_path)], tmp_path / "whole", **options)["splits"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["manifest.json", "tokenizer", "train_000.bin",
+                                                                     "val_000.bin"]
+
+
+def test_a_second_prepare_into_a_folder_being_written_is_refused_and_removes_nothing(tmp_path, prepared_dir,
+                                                                                     small_docs):
+    docs_path = write_jsonl(tmp_path / "docs.jsonl", small_docs)
+    options = dict(tokenizer=prepared_dir / "tokenizer", val_fraction=0.2, progress=False)
+    out = tmp_path / "out"
+    building = out / ".building.0123456789abcdef.tmp"  # the first one's, as its prepare makes it
+    building.mkdir(parents=True)
+    first = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(first, fcntl.LOCK_EX)  # as the first prepare holds it
+        with pytest.raises(DataError, match=f"another prepare is writing into {out} now"):
+            prepare([str(docs_path)], out, **options)
+        assert building.is_dir()
+    finally:
+        os.close(first)
+    prepare([str(docs_path)], out, **options)  # the first one gone: its leftover goes
+    assert not building.exists() and (out / "manifest.json").is_file()
 
 
 def test_a_failed_run_leaves_no_dataset_and_no_temporary_files(tmp_path, prepared_dir, small_docs):

@@ -16,12 +16,15 @@
    of `shard_tokens` tokens, in input order: the output does not depend on the number of workers.
 5. Write manifest.json last, so a directory with a manifest is always complete.
 
-Everything is written into a hidden temporary folder beside the output folder; only once its manifest
+Everything is written into a hidden temporary folder inside the output folder; only once its manifest
 is written do its files move in, taking the place of an older dataset's manifest, shards and tokenizer
-(other files there are left alone). So a failed or killed run leaves the output folder as it was. A
-folder that already holds a dataset (a manifest.json) is refused unless overwrite=True (--overwrite).
+(other files there are left alone). So a failed or killed run leaves the output folder as it was (the next
+prepare there finishes what a kill left, recover_interrupted_prepare). One prepare at a time writes a folder
+(a lock on it); a folder that already holds a dataset (a manifest.json) is refused unless overwrite=True
+(--overwrite).
 """
 
+import fcntl
 import hashlib
 import os
 import re
@@ -60,6 +63,7 @@ from .tokenizer import load_tokenizer, save_tokenizer, train_bpe_tokenizer
 
 DEFAULT_VOCAB_SIZE = 4096
 BUILDING, REPLACED = "building", "replaced"  # hidden folders in --out while a prepare runs (temporary_sibling's names)
+ALL_ASIDE = ".all_aside"  # in the REPLACED folder once every old file is in it: the dataset files in --out are new
 DEFAULT_VAL_FRACTION = 0.05
 DEFAULT_SEED = 1337
 DEFAULT_SHARD_TOKENS = 100_000_000  # 200 MB per uint16 shard
@@ -185,6 +189,7 @@ def install_dataset(build_dir: Path, out_dir: Path) -> None:
     old.mkdir()
     for entry in dataset_entries(out_dir):
         os.replace(entry, old / entry.name)
+    (old / ALL_ASIDE).touch()
     for entry in reversed(dataset_entries(build_dir)):
         os.replace(entry, out_dir / entry.name)
     fsync_directory(out_dir)
@@ -192,34 +197,51 @@ def install_dataset(build_dir: Path, out_dir: Path) -> None:
 
 
 def recover_interrupted_prepare(out_dir: Path) -> None:
-    """What a prepare killed in `out_dir` left (install_dataset's hidden folders, named here): a dataset it had moved
-    aside, before the new one's manifest came in, moves back (over the new files that came in); a folder it was
-    building, or an old dataset it had replaced, goes. One prepare at a time per folder."""
-    if not out_dir.is_dir():
-        return
+    """What a prepare killed in `out_dir` left (install_dataset's hidden folders): if its new manifest had not come
+    in, the dataset files that had come in go and the old ones it had moved aside come back; a folder it was
+    building, or an old dataset it had replaced, goes. Under the folder's lock (`writing`), so that no other
+    prepare is running there."""
     for leftover in sorted(out_dir.glob(f".{REPLACED}.*.tmp")) + sorted(out_dir.glob(f".{BUILDING}.*.tmp")):
-        if leftover.name.startswith(f".{REPLACED}.") and (leftover / MANIFEST_NAME).exists() \
-                and not (out_dir / MANIFEST_NAME).exists():
-            old_names = {entry.name for entry in dataset_entries(leftover)}
-            if any(entry.name in old_names for entry in dataset_entries(out_dir)):  # new files had come in
+        if leftover.name.startswith(f".{REPLACED}.") and not (out_dir / MANIFEST_NAME).exists():
+            if (leftover / ALL_ASIDE).exists():  # (else it stopped while moving the old files aside)
                 for entry in dataset_entries(out_dir):
                     shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-            # (else it stopped while moving the old files aside: those still here stay)
-            for entry in reversed(dataset_entries(leftover)):  # the manifest last, as install_dataset moves it
+            old = dataset_entries(leftover)
+            for entry in reversed(old):  # the manifest last, as install_dataset moves it
                 os.replace(entry, out_dir / entry.name)
-            print(f"note: a prepare stopped while replacing the dataset in {out_dir}: the old one is back",
-                  file=sys.stderr)
+            print(f"note: a prepare stopped while moving a dataset into {out_dir}: "
+                  + ("the old one is back" if old else "its files are removed"), file=sys.stderr)
         shutil.rmtree(leftover, ignore_errors=True)
+
+
+@contextmanager
+def writing(out_dir: Path):
+    """`out_dir`, made if missing, locked for this prepare alone while the block runs (a second one there would
+    remove the folder this one builds in); afterwards it goes again if it was made here and stayed empty."""
+    made = not out_dir.exists()
+    make_folder(out_dir, "--out")
+    descriptor = os.open(out_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the descriptor closes
+        except BlockingIOError:
+            raise DataError(f"another prepare is writing into {out_dir} now: wait for it to end, or choose another "
+                            "--out.") from None
+        except OSError:  # a filesystem without locks: unlocked, as before there were any
+            pass
+        yield
+    finally:
+        os.close(descriptor)
+        if made:
+            with suppress(OSError):  # not empty: the dataset is in
+                out_dir.rmdir()
 
 
 @contextmanager
 def building_dataset(out_dir: Path):
     """Yield a hidden temporary folder inside `out_dir` to build a dataset in (on the filesystem `out_dir` is on,
     wherever a link or a mount puts it: moving the dataset in is then a rename); when the block ends well, the
-    dataset moves into `out_dir` (install_dataset), and in any case the temporary folder goes, and so does
-    `out_dir` when this made it and it stayed empty."""
-    made = not out_dir.exists()
-    make_folder(out_dir, "--out")
+    dataset moves into `out_dir` (install_dataset), and in any case the temporary folder goes."""
     build_dir = temporary_sibling(out_dir / BUILDING)
     build_dir.mkdir()
     try:
@@ -228,9 +250,6 @@ def building_dataset(out_dir: Path):
             install_dataset(build_dir, out_dir)
     finally:
         shutil.rmtree(build_dir, ignore_errors=True)
-        if made:
-            with suppress(OSError):  # not empty: the dataset is in
-                out_dir.rmdir()
 
 
 def prepare(
@@ -276,73 +295,75 @@ def prepare(
                         f"{default_workers()} CPUs this process may use).")
     out_dir = Path(out_dir)
     sources = resolve_sources(inputs)
-    recover_interrupted_prepare(out_dir)
-    refuse_previous_output(out_dir, overwrite)
     refuse_output_inside_input(out_dir, inputs)
     try:
         check_output(out_dir, folder=True)
     except ValueError as error:
         raise DataError(str(error)) from None
 
-    def documents_with_limit(limit: int, cuts: CutStats | None = None) -> Iterator[tuple]:
-        # (input, number, text), or (input, number, text, split_by) for linux-doc
-        return numbered_documents(sources, text_field, hf_split, chunk_chars, limit, cuts)
+    with writing(out_dir):
+        recover_interrupted_prepare(out_dir)
+        refuse_previous_output(out_dir, overwrite)
 
-    limit = choose_max_document_chars(documents_with_limit, seed, val_fraction, max_document_chars)
-    encoded_cuts = CutStats()  # counted by the encoding pass, which reads every document
+        def documents_with_limit(limit: int, cuts: CutStats | None = None) -> Iterator[tuple]:
+            # (input, number, text), or (input, number, text, split_by) for linux-doc
+            return numbered_documents(sources, text_field, hf_split, chunk_chars, limit, cuts)
 
-    def documents(desc: str, cuts: CutStats | None = None) -> tqdm:
-        return tqdm(documents_with_limit(limit, cuts), desc=desc, unit="doc",
-                    disable=None if progress else True)  # None: no bar where stderr is not a terminal
+        limit = choose_max_document_chars(documents_with_limit, seed, val_fraction, max_document_chars)
+        encoded_cuts = CutStats()  # counted by the encoding pass, which reads every document
 
-    with building_dataset(out_dir) as build_dir:
-        if tokenizer is None:
-            with documents("sample for the tokenizer") as sample_documents:  # closes the bar if reading stops early
-                sample = TokenizerSample(sample_documents, tokenizer_sample_bytes, seed, val_fraction)
-                hf_tokenizer = train_bpe_tokenizer(sample, vocab_size, build_dir / TOKENIZER_DIR)
-            tokenizer_info = {
-                "origin": f"byte-level BPE trained on the train split, vocab_size {vocab_size} requested",
-                "sample_bytes": tokenizer_sample_bytes,  # requested
-                "sample_bytes_used": sample.used,
+        def documents(desc: str, cuts: CutStats | None = None) -> tqdm:
+            return tqdm(documents_with_limit(limit, cuts), desc=desc, unit="doc",
+                        disable=None if progress else True)  # None: no bar where stderr is not a terminal
+
+        with building_dataset(out_dir) as build_dir:
+            if tokenizer is None:
+                with documents("sample for the tokenizer") as sample_documents:  # closes the bar if reading stops early
+                    sample = TokenizerSample(sample_documents, tokenizer_sample_bytes, seed, val_fraction)
+                    hf_tokenizer = train_bpe_tokenizer(sample, vocab_size, build_dir / TOKENIZER_DIR)
+                tokenizer_info = {
+                    "origin": f"byte-level BPE trained on the train split, vocab_size {vocab_size} requested",
+                    "sample_bytes": tokenizer_sample_bytes,  # requested
+                    "sample_bytes_used": sample.used,
+                }
+            else:
+                hf_tokenizer = load_tokenizer(tokenizer)
+                save_tokenizer(hf_tokenizer, build_dir / TOKENIZER_DIR)
+                tokenizer_info = {"origin": str(Path(tokenizer).resolve())}
+            check_tokenizer(hf_tokenizer, tokenizer)
+            dtype_name = token_dtype_name(len(hf_tokenizer))
+            settings = EncodeSettings(
+                str(build_dir / TOKENIZER_DIR), hf_tokenizer.eos_token_id, DTYPES[dtype_name], seed, val_fraction
+            )
+            splits = encode_splits(documents("encode", encoded_cuts), settings, build_dir, shard_tokens, workers)
+            manifest = {
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+                "source": describe_sources(sources),
+                "source_files": source_files(sources, seed, val_fraction),
+                "text_field": text_field,
+                "seed": seed,
+                "val_fraction": val_fraction,
+                "chunk_chars": chunk_chars,
+                "text_chunks": {"num_files_cut": encoded_cuts.text_files, "num_documents": encoded_cuts.chunks},
+                "document_cut": {
+                    "max_chars": limit,
+                    "max_chars_requested": max_document_chars,
+                    "num_documents_cut": encoded_cuts.documents,
+                    "num_pieces": encoded_cuts.pieces,
+                },
+                "shard_tokens": shard_tokens,
+                "dtype": dtype_name,
+                "tokenizer": {
+                    "path": TOKENIZER_DIR,
+                    **tokenizer_info,
+                    "vocab_size": len(hf_tokenizer),
+                    "eos_id": hf_tokenizer.eos_token_id,
+                },
+                "splits": splits,
             }
-        else:
-            hf_tokenizer = load_tokenizer(tokenizer)
-            save_tokenizer(hf_tokenizer, build_dir / TOKENIZER_DIR)
-            tokenizer_info = {"origin": str(Path(tokenizer).resolve())}
-        check_tokenizer(hf_tokenizer, tokenizer)
-        dtype_name = token_dtype_name(len(hf_tokenizer))
-        settings = EncodeSettings(
-            str(build_dir / TOKENIZER_DIR), hf_tokenizer.eos_token_id, DTYPES[dtype_name], seed, val_fraction
-        )
-        splits = encode_splits(documents("encode", encoded_cuts), settings, build_dir, shard_tokens, workers)
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "source": describe_sources(sources),
-            "source_files": source_files(sources, seed, val_fraction),
-            "text_field": text_field,
-            "seed": seed,
-            "val_fraction": val_fraction,
-            "chunk_chars": chunk_chars,
-            "text_chunks": {"num_files_cut": encoded_cuts.text_files, "num_documents": encoded_cuts.chunks},
-            "document_cut": {
-                "max_chars": limit,
-                "max_chars_requested": max_document_chars,
-                "num_documents_cut": encoded_cuts.documents,
-                "num_pieces": encoded_cuts.pieces,
-            },
-            "shard_tokens": shard_tokens,
-            "dtype": dtype_name,
-            "tokenizer": {
-                "path": TOKENIZER_DIR,
-                **tokenizer_info,
-                "vocab_size": len(hf_tokenizer),
-                "eos_id": hf_tokenizer.eos_token_id,
-            },
-            "splits": splits,
-        }
-        atomic_write_json(build_dir / MANIFEST_NAME, manifest)
-    return manifest
+            atomic_write_json(build_dir / MANIFEST_NAME, manifest)
+        return manifest
 
 
 def check_tokenizer(hf_tokenizer, path: str | os.PathLike | None) -> None:
