@@ -59,13 +59,15 @@ def test_a_declared_sha256_refuses_another_text_of_the_same_input(tmp_path, monk
     with pytest.raises(ValueError, match=f"{data} was prepared from a text with sha256 {declared} .*declares 0+: "):
         ensure_dataset(Study.load(other), str(data))
 
-    # the package's text changed, prepared afresh: refused, and the folder it wrote is not left to pass as declared
+    # the package's text changed, to be prepared afresh: refused before preparing, the folder's other files kept
     (root / "core-api" / "page0.rst.txt").write_text("Page 0, as the next build ships it.\n")
     shutil.rmtree(data)
+    data.mkdir()
+    (data / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match=f"the input 'linux-doc' read here .*has sha256 (?!{declared})[0-9a-f]{{64}}, "
                                          rf"but the study's \[datasets.\*\] declares {declared}: its cells would mix"):
         ensure_dataset(Study.load(config), str(data))
-    assert not data.exists()
+    assert [p.name for p in data.iterdir()] == ["notes.txt"]
 
 
 @pytest.mark.parametrize("declaration, message", [

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import os
 import re
-import shutil
 import statistics
 import time
 from collections.abc import Sequence
@@ -16,7 +15,9 @@ import torch
 
 from ..data import MANIFEST_NAME, prepare
 from ..data.manifest import TOKENIZER_DIR
+from ..data.prepare import DEFAULT_SEED, DEFAULT_VAL_FRACTION
 from ..data.shards import TokenShards
+from ..data.sources import resolve_sources, source_files
 from ..data.tokenizer import load_tokenizer
 from ..evaluate.perplexity import compute_perplexity
 from ..files import read_json_object
@@ -50,15 +51,16 @@ def ensure_dataset(study: Study, path: str) -> None:
                                 f"under [datasets.NAME] in the study config so the study prepares it")
     settings = dict(study.datasets[path])
     source, sha256 = settings.pop("input"), settings.pop("sha256", None)
+    if sha256:  # before hours of preparing, and without a folder to clean up
+        records = source_files(resolve_sources([source]), DEFAULT_SEED, DEFAULT_VAL_FRACTION)
+        if records[0]["sha256"] != sha256:
+            raise ValueError(f"the input {source!r} read here ({records[0]['attribution']}) has sha256 "
+                             f"{records[0]['sha256']}, but the study's [datasets.*] declares {sha256}: its cells "
+                             "would mix two texts. Install the text the study config names (its comments say which "
+                             "version) and run again; for a study of this text, give the declaration a path and "
+                             "sha256 of its own")
     print(f"preparing {source} into {path} ({settings})")
-    manifest = prepare([source], Path(path), **settings)
-    if sha256 and _source_sha256(manifest) != sha256:
-        shutil.rmtree(path)  # prepared just now, of a text the study does not declare
-        raise ValueError(f"the input {source!r} read here ({_source_origin(manifest)}) has sha256 "
-                         f"{_source_sha256(manifest)}, but the study's [datasets.*] declares {sha256}: its cells "
-                         "would mix two texts. Install the text the study config names (its comments say which "
-                         "version) and run again; for a study of this text, give the declaration a path and sha256 "
-                         "of its own")
+    prepare([source], Path(path), **settings)
 
 
 def _source_sha256(manifest: dict) -> str | None:
