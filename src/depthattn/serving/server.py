@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 
 from ..data.tokenizer import start_token_id
@@ -21,6 +22,7 @@ GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 # unload the model for anyone who asks): those get a 404
 SERVED_ROUTES = {("GET", "/health"), ("GET", "/v1/models"), *(("POST", route) for route in GENERATION_ROUTES)}
 MAX_STOPS = 4  # as the OpenAI API
+TOKEN_ID = re.compile(r"[0-9]{1,9}")  # a logit_bias key (str.isdigit takes "²", which int() refuses)
 
 
 class BadRequest(ValueError):
@@ -199,8 +201,9 @@ class RequestChecks:
                                                ", or serve without --continuous-batching"), "logit_bias", status=422)
         vocab = len(self.tokenizer)
         if not isinstance(bias, dict) or not all(
-                isinstance(token, str) and token.isdigit() and int(token) < vocab and isinstance(value, (int, float))
-                and not isinstance(value, bool) and -100 <= value <= 100 for token, value in bias.items()):
+                isinstance(token, str) and TOKEN_ID.fullmatch(token) and int(token) < vocab
+                and isinstance(value, (int, float)) and not isinstance(value, bool) and -100 <= value <= 100
+                for token, value in bias.items()):
             raise BadRequest(f"logit_bias must map token ids (strings of integers below the vocabulary's {vocab}) to "
                              f"numbers from -100 to 100, got {bias!r}", "logit_bias")
 
