@@ -323,13 +323,18 @@ def max_positions_of(config) -> int | None:
     return None
 
 
-def default_context_length(model_dir: str | os.PathLike, max_positions: int | None, fallback: int = 2048) -> int:
-    """The training sequence length when the model folder sits in a training run (train_config.json in it, above
-    it as for final/, or two above a checkpoint in checkpoints/, as `depthattn train` writes them), else the
-    model's max_position_embeddings (else `fallback`)."""
+def train_config_paths(model_dir: str | os.PathLike) -> list[Path]:
+    """Where the train_config.json of the run a model folder sits in would be: in it, above it as for final/, or
+    two above a checkpoint in checkpoints/, as `depthattn train` writes them."""
     model_dir = Path(model_dir)
     runs = [model_dir, model_dir.parent] + ([model_dir.parent.parent] if model_dir.parent.name == "checkpoints" else [])
-    for config_path in (run / "train_config.json" for run in runs):
+    return [run / "train_config.json" for run in runs]
+
+
+def default_context_length(model_dir: str | os.PathLike, max_positions: int | None, fallback: int = 2048) -> int:
+    """The training sequence length when the model folder sits in a training run (`train_config_paths`), else the
+    model's max_position_embeddings (else `fallback`)."""
+    for config_path in train_config_paths(model_dir):
         try:
             seq_len = json.loads(config_path.read_text())["data"]["seq_len"]
         except (OSError, ValueError, KeyError, TypeError):

@@ -71,6 +71,9 @@ def test_local_tasks_say_where_they_come_from(tmp_path):
     held_out = write_run(tmp_path / "a", {"source": ["embedded"], "seed": DEFAULT_SEED,
                                           "val_fraction": DEFAULT_VAL_FRACTION})
     assert harness.local_tasks_origin(held_out).startswith("local tasks: the held-out split of the embedded")
+    checkpoint = held_out.parent / "checkpoints" / "step_00000010"  # as train writes one
+    checkpoint.mkdir(parents=True)
+    assert harness.local_tasks_origin(checkpoint).startswith("local tasks: the held-out split of the embedded")
     unknown = write_run(tmp_path / "b", None)
     assert "the model's training data is unknown" in harness.local_tasks_origin(unknown)
     wikipedia = write_run(tmp_path / "c", {"source": ["wikipedia"], "seed": DEFAULT_SEED,

@@ -26,13 +26,12 @@ import socket
 import subprocess
 from collections.abc import Sequence
 from importlib import metadata
-from pathlib import Path
 from urllib.parse import urlparse
 
 from ..data import DataError, read_manifest
 from ..data.prepare import DEFAULT_SEED, DEFAULT_VAL_FRACTION
 from ..data.sources import EMBEDDED
-from ..loading import check_vocab, max_positions_of, model_dtype_name, open_model, run_metadata
+from ..loading import check_vocab, max_positions_of, model_dtype_name, open_model, run_metadata, train_config_paths
 from .tasks import LOCAL_DATA, LOCAL_TAG, LOCAL_TASKS, TASKS_DIR
 
 PAPER8 = ("lambada_openai", "piqa", "winogrande", "sciq", "hellaswag", "arc_easy", "arc_challenge", "race")
@@ -113,9 +112,9 @@ def _uses_local(task_names: Sequence[str]) -> bool:
 
 
 def training_data(model_dir: str | os.PathLike) -> tuple[str, dict] | None:
-    """(path, manifest) of the prepared dataset that train_config.json in or above the model folder names, when
-    it can be read."""
-    for config_path in (Path(model_dir) / "train_config.json", Path(model_dir).parent / "train_config.json"):
+    """(path, manifest) of the prepared dataset that the train_config.json of the run the model folder sits in
+    names (`train_config_paths`), when it can be read."""
+    for config_path in train_config_paths(model_dir):
         try:
             data_path = json.loads(config_path.read_text())["data"]["path"]
             return data_path, read_manifest(data_path)
