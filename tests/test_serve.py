@@ -8,6 +8,8 @@ import random
 import signal
 import socket
 import sys
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -237,6 +239,13 @@ def test_bad_request_is_a_4xx_with_a_message(servers, case):
     error = json.loads(answer)["error"]
     assert got == status and message in error["message"], error
     assert not error["message"].lstrip().startswith("{")  # a message, not a JSON body inside a string
+
+
+def test_a_route_asked_with_another_method_answers_which_it_takes(servers):
+    request = urllib.request.Request(f"http://localhost:{servers['vanilla'].port}/v1/models", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        urllib.request.urlopen(request, timeout=60)
+    assert answer.value.code == 405 and answer.value.headers["Allow"] == "GET"  # as HTTP asks of a 405
 
 
 def sampled_text(server, prompt, seed, temperature=1.0, max_new_tokens=MAX_TOKENS):

@@ -28,9 +28,9 @@ TOKEN_ID = re.compile(r"[0-9]{1,9}")  # a logit_bias key (str.isdigit takes "²"
 class BadRequest(ValueError):
     """A request answered with an OpenAI-style error: 4xx for bad input, 500 for an internal failure."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400):
+    def __init__(self, message: str, param: str | None = None, status: int = 400, headers: dict | None = None):
         super().__init__(message)
-        self.param, self.status = param, status
+        self.param, self.status, self.headers = param, status, headers
 
 
 DONE = b"data: [DONE]"
@@ -383,8 +383,9 @@ def _stop_prefix_length(text: str, stops: list[str]) -> int:
 
 def _not_served(method: str, path: str) -> BadRequest:
     served = ", ".join(f"{m} {p}" for m, p in sorted(SERVED_ROUTES, key=lambda route: (route[1], route[0])))
-    known = any(p == path for _, p in SERVED_ROUTES)
-    return BadRequest(f"{method} {path} is not served here; this server answers {served}", status=405 if known else 404)
+    allowed = sorted(m for m, p in SERVED_ROUTES if p == path)
+    return BadRequest(f"{method} {path} is not served here; this server answers {served}",
+                      status=405 if allowed else 404, headers={"Allow": ", ".join(allowed)} if allowed else None)
 
 
 def _check_number(body: dict, name: str, low: float, high: float = math.inf, integer: bool = False,
@@ -422,4 +423,4 @@ def _error_response(error: BadRequest, detail: list | None = None):
     kind = "not_found_error" if error.status == 404 else kind
     fields = {"message": str(error), "type": kind, "param": error.param, "code": None}
     return JSONResponse({"error": fields if detail is None else {**fields, "detail": detail}},
-                        status_code=error.status)
+                        status_code=error.status, headers=error.headers)
