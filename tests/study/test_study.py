@@ -187,6 +187,9 @@ def test_extends_follows_a_chain_to_its_root_and_names_a_loop(tiny_data, tmp_pat
      "sets train.branch_steps, which the study sets per cell from a budget axis with branches = true"),
     ("", '[axes.lr]\nkey = "optim.lr"\nvalues = [0.001, 0.003]\n[axes.recipe.values.short]\n"optim.lr" = 0.002\n',
      "the settings lr=0.001,recipe=short and lr=0.003,recipe=short train the same cells"),
+    ("", "".join(f'[axes.p.values.{preset}]\n"model.preset" = "{preset}"\n"model.overrides.num_attention_heads" = 2\n'
+                 '"model.overrides.num_key_value_heads" = 2\n' for preset in ("tiny", "small")),
+     "the settings p=tiny and p=small build the same model and train it alike: model.overrides sets every field"),
     ("", '[axes.b]\nkey = "train.steps"\nvalues = { a = 3, b = 6 }\nbranches = false\nbaseline_only = ["b"]\n',
      "baseline_only needs branches = true"),
     ("", '[axes.b]\nkey = "train.steps"\nvalues = { a = 3, b = 6 }\nbranches = true\n',

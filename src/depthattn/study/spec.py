@@ -160,6 +160,7 @@ class Study:
         """Every cell's config is valid before anything trains, each setting trains cells of its own, and the study
         alone sets what varies per cell."""
         keys: dict[str, dict] = {}
+        trained: dict[str, dict] = {}  # by the config with the model as built, not as named
         for setting in self.settings():
             data = self.setting_config(setting)
             for section, name, owner in (("model", "method", "its methods"), ("train", "seed", "its seeds"),
@@ -182,6 +183,16 @@ class Study:
                                  f"same cells (key {key}): a later axis, or a preset, sets what an earlier one set; "
                                  "give each setting a training config of its own")
             keys[key] = setting
+            as_built = cfg.to_dict()
+            as_built["model"] = build_model_config(cfg, vocab_size=258, eos_id=None).to_dict()
+            as_built["model"].pop("cross_layer", None)  # the method's: the study sets it per cell
+            as_built["train"].pop("out_dir")  # named by the cell key
+            same = json.dumps(as_built, sort_keys=True, default=str)
+            if same in trained:
+                raise ValueError(f"the settings {setting_label(trained[same])} and {setting_label(setting)} build the "
+                                 "same model and train it alike: model.overrides sets every field their presets set; "
+                                 "drop those from the overrides, or one of the settings")
+            trained[same] = setting
 
     def _check_methods_differ(self, setting: Mapping[str, str]):
         """No two methods build the same model because model.overrides sets what their presets set."""
