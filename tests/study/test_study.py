@@ -314,6 +314,10 @@ def test_a_retrofitting_study_retrains_its_missing_starting_models(tiny_data, tm
     assert retrofit.cell_path(Cell({}, "vanilla", 0)) != parent.cell_path(Cell({}, "vanilla", 0))
     # a finished study, run again as `make study` does: nothing to do, no error
     run_study(retrofit, CellStore.of(retrofit), LocalExecutor(workers=2))
+    # `depthattn study r.toml --out-dir ELSEWHERE`: the starting models are trained and read there too
+    moved = Study.load(child, out_dir=str(tmp_path / "elsewhere"))
+    assert moved.cell_config(Cell({}, "depth_attention", 0)).model.init_from == \
+        str(tmp_path / "elsewhere" / parent.cell_path(Cell({}, "vanilla", 0)) / "final")
 
     child.write_text(child.read_text().replace('extends = "s.toml"\n', ''))
     with pytest.raises(ValueError, match="start_from names a method of the study this one extends"):

@@ -126,7 +126,7 @@ class Study:
                 head["search"] = Search(**head["search"])
             except TypeError as err:
                 raise ValueError(f"{path}: [study.search] takes candidates, pick, metric and seeds ({err})") from None
-        parent = cls.load(parent) if parent else None
+        parent = cls.load(parent, out_dir, results) if parent else None  # its models are where --out-dir says
         if head.get("confirm"):
             head["searched"] = _searched(path.parent, head["confirm"], head["results"])
         if head.get("compare"):
