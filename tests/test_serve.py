@@ -343,6 +343,10 @@ def test_a_chat_answer_is_cut_before_its_stop_string_streamed_or_whole():
         cut(event, whole=False)
     assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:4]) == "one "
     assert events[3]["choices"][0]["finish_reason"] == "stop" and events[4] == {"usage": {}}
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant"}  # no content where none was
+    tool_call = {"choices": [{"message": {"role": "assistant", "content": None}, "finish_reason": "tool_calls"}]}
+    StopCut(["two"])(tool_call, whole=True)
+    assert tool_call["choices"][0]["message"]["content"] is None
 
 
 def test_a_temperature_too_small_to_sample_at_is_greedy(servers):

@@ -359,7 +359,7 @@ class StopCut:
             else:
                 keep = 0 if last else _stop_prefix_length(self.pending, self.stops)
                 out, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
-        if holder is not None:
+        if holder is not None and (holder.get(key) is not None or out):  # a tool call's null content stays null
             holder[key] = out
         if last and self.stopped:
             choice["finish_reason"] = "stop"
