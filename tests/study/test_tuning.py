@@ -132,8 +132,7 @@ METHOD_BUDGETS = 5  # the method trains to 10 tokens per parameter, vanilla to 2
 def planted_rate_tables(efficiency: dict[str, float], rng, seeds: int = 5) -> dict[str, dict[str, np.ndarray]]:
     """Per rate, vanilla's and the method's loss tables (budgets, seeds); the method at a rate reaches vanilla's loss
     at that rate with `efficiency[rate]` x its tokens (along the rate's fitted power law). rng None: no noise."""
-    from depthattn.study.curve import power_law
-    from tests.study.test_calibrated import RUN_SHARE, SEED_SD
+    from tests.study.test_calibrated import RUN_SHARE, SEED_SD, planted_shape
 
     def noisy(curve):
         if rng is None:
@@ -144,7 +143,7 @@ def planted_rate_tables(efficiency: dict[str, float], rng, seeds: int = 5) -> di
     tables = {}
     for rate, means in VANILLA_BY_RATE.items():
         vanilla = np.array(means)
-        E, B, beta = power_law(X, vanilla)
+        E, B, beta = planted_shape(tuple(X), tuple(means))
         method = vanilla + B * (efficiency[rate] * X) ** -beta - B * X ** -beta
         method[METHOD_BUDGETS:] = math.nan
         tables[rate] = {"vanilla": noisy(vanilla), "m": noisy(method)}
