@@ -200,6 +200,11 @@ def test_bad_studies_name_the_problem(tiny_data, tmp_path, head, axes, message):
         Study.load(write_study(tmp_path, tiny_data, head=head, axes=axes))
 
 
+def test_settings_that_build_one_model_but_train_it_otherwise_are_distinct(tiny_data, tmp_path):
+    axes = '[axes.start]\nkey = "model.init_from"\nvalues = { fresh = "", other = "/elsewhere/final" }\n'
+    assert len(Study.load(write_study(tmp_path, tiny_data, axes=axes)).settings()) == 2  # from other weights
+
+
 def test_sweep_runs_each_cell_once_resumes_and_reports(tiny_data, tmp_path):
     study = Study.load(write_study(tmp_path, tiny_data, head='contrasts = [["depth_attention", "vanilla"]]'))
     run_study(study, CellStore.of(study), seeds=[0])  # as if the sweep had stopped after seed 0

@@ -183,9 +183,11 @@ class Study:
                                  f"same cells (key {key}): a later axis, or a preset, sets what an earlier one set; "
                                  "give each setting a training config of its own")
             keys[key] = setting
-            as_built = cfg.to_dict()
-            as_built["model"] = build_model_config(cfg, vocab_size=258, eos_id=None).to_dict()
-            as_built["model"].pop("cross_layer", None)  # the method's: the study sets it per cell
+            as_built = cfg.to_dict()  # with the model's config as built in place of its preset and overrides
+            for name in ("preset", "overrides", "method"):  # (the method: the study sets it per cell)
+                as_built["model"].pop(name)
+            as_built["model"]["built"] = build_model_config(cfg, vocab_size=258, eos_id=None).to_dict()
+            as_built["model"]["built"].pop("cross_layer", None)
             as_built["train"].pop("out_dir")  # named by the cell key
             same = json.dumps(as_built, sort_keys=True, default=str)
             if same in trained:
