@@ -5,7 +5,7 @@ VENV := .venv
 VLLM_VENV := .venv-vllm
 PY := $(VENV)/bin/python
 
-.PHONY: test test-torch-newest demo study study-report clean
+.PHONY: test typecheck test-torch-newest demo study study-report clean
 
 # torch through pip, which reads the machine's own pip configuration (a wheel on disk, an index of CPU builds); the
 # rest through uv, several times faster, which keeps that torch. Bytecode is left to first import, as uv does.
@@ -33,15 +33,19 @@ $(VLLM_VENV)/.base:
 $(VLLM_VENV)/.installed: $(VLLM_VENV)/.base $(VENV)/.installed
 	$(PYTHON) tests/vllm/setup_env.py
 
-# the installs two at a time; one pytest-xdist worker per CPU, a module's tests on one worker (they share its
-# fixtures), the longest modules first (tests/conftest.py). Python caches bytecode even where PYTHONDONTWRITEBYTECODE
-# is set: each of the ~90 processes the tests start would otherwise compile torch and transformers again. mypy checks
-# src/ as pyproject.toml's [tool.mypy] says (a minute or two the first time, seconds from its .mypy_cache/).
+# the lint and type check beside the other venvs' installs (which mostly wait on files); one pytest-xdist worker per
+# CPU, a module's tests on one worker (they share its fixtures), the longest modules first (tests/conftest.py).
+# Python caches bytecode even where PYTHONDONTWRITEBYTECODE is set: each of the ~90 processes the tests start would
+# otherwise compile torch and transformers again.
 test:
-	$(MAKE) -j2 $(VENV)/transformers-tests/.done $(VENV)/transformers-lower/.done $(VLLM_VENV)/.installed
+	$(MAKE) -j3 --output-sync=target typecheck $(VENV)/transformers-tests/.done $(VENV)/transformers-lower/.done \
+		$(VLLM_VENV)/.installed
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n logical --dist loadscope --no-loadscope-reorder --durations=15
+
+# mypy checks src/ as pyproject.toml's [tool.mypy] says (a minute or two the first time, seconds from .mypy_cache/)
+typecheck: $(VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n logical --dist loadscope --no-loadscope-reorder --durations=15
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/depthattn demo
