@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from depthattn.data import DataError, prepare
-from depthattn.data.sources import iter_documents, resolve_sources
+from depthattn.data.sources import READ_BYTES, iter_documents, resolve_sources
 
 LICENSES = Path("/usr/share/common-licenses")
 
@@ -26,11 +26,13 @@ def test_blank_text_files_and_others_not_utf8_are_skipped_in_a_folder(tmp_path, 
     folder = licence_folder(tmp_path)
     (folder / "blank.txt").write_text("  \n\n ")
     (folder / "LATIN1").write_bytes("caf\u00e9\n".encode("latin-1"))
+    (folder / "late.txt").write_bytes(b"fine\n" * (READ_BYTES // 4) + "caf\u00e9\n".encode("latin-1"))  # past 1 piece
     documents = list(iter_documents(resolve_sources([folder])))
     assert documents == ["Apache License\nVersion 2.0", "GNU GENERAL PUBLIC LICENSE\nVersion 3", "<p>notes</p>"]
     err = capsys.readouterr().err
     assert f"note: skipped {folder / 'blank.txt'}: empty (only blank text)" in err
-    assert f"note: skipped {folder / 'LATIN1'}: not UTF-8 text" in err and "skipped 4 of the 7 files" in err
+    assert f"note: skipped {folder / 'LATIN1'}: not UTF-8 text" in err and "skipped 5 of the 8 files" in err
+    assert f"note: skipped {folder / 'late.txt'}: not UTF-8 text" in err
 
 
 def test_a_jsonl_file_may_start_with_a_byte_order_mark(tmp_path):

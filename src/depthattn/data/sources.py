@@ -131,9 +131,12 @@ def folder_sources(folder: Path) -> list[Source]:
 
 
 def text_problem(path: Path) -> str | None:
-    """Why `path` cannot be read as text, or None if it can."""
+    """Why `path` cannot be read as text, or None if it can: the whole file is decoded (a bad byte late in it would
+    otherwise stop the prepare when encoding reaches it)."""
+    blank = True
     try:
-        blank = all(not piece.strip() for piece in read_text_pieces(path))
+        for piece in read_text_pieces(path):
+            blank = blank and not piece.strip()
     except DataError:
         return "not UTF-8 text, JSONL or Parquet (convert a text file to UTF-8, e.g. iconv -f latin1 -t utf-8)"
     return "empty (only blank text)" if blank else None
