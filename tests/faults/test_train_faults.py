@@ -128,6 +128,16 @@ def test_a_damaged_newer_checkpoint_never_displaces_the_one_just_written(tiny_ru
     assert main(argv) == 0  # and a run stopped there resumes from it
 
 
+def test_a_damaged_checkpoint_passed_over_takes_no_kept_place_and_goes_once_passed(tiny_run, tmp_path, tiny_data):
+    out_dir = tmp_path / "run"
+    shutil.copytree(tiny_run, out_dir)
+    damage_weights(out_dir / "checkpoints" / "step_00000004" / "model.safetensors", "flip a byte")
+    # every 3 steps from step 2: this run never writes a step 4, and keeps its own two whole checkpoints
+    argv = train_args(tiny_data, out_dir, 6, 3, "--train.keep_checkpoints", "2") + ["--resume", "--reschedule"]
+    assert main(argv) == 0
+    assert steps_of(out_dir) == ["step_00000003", "step_00000006"]
+
+
 SLOW_CHECKPOINT = """
 import pathlib, sys, time
 import torch

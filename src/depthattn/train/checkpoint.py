@@ -247,6 +247,10 @@ class CheckpointManager:
         self.tokenizer_path = Path(cfg.data.path) / manifest["tokenizer"]["path"]  # copied into every model folder
         self.settings = run_settings(cfg, manifest, self.tokenizer_path)
         self.resume_from = resume_point(self.out_dir, self.settings, is_main) if resume else None
+        # the damaged checkpoints --resume passed over (newer than the one it took): never among the `keep` kept
+        start = checkpoint_step(self.resume_from) if self.resume_from else 0
+        self.passed_over = {checkpoint_step(path) for path in list_checkpoints(self.out_dir)
+                            if checkpoint_step(path) > start}
 
     def load_weights(self, model):
         """The resumed checkpoint's weights into the model, before it is wrapped and its optimizer built."""
@@ -341,9 +345,13 @@ class CheckpointManager:
                         **extra}, tmp / TRAINER_STATE)
             atomic_write_json(tmp / SETTINGS, self.settings)
             write_checksums(tmp)
-        # a newer one is a damaged checkpoint --resume passed over (this run rewrites it when it gets there): it
-        # must not count among the newest `keep`, or the whole one just written would go
-        for old in [old for old in list_checkpoints(self.out_dir) if checkpoint_step(old) <= step][:-self.keep]:
+        # a damaged one --resume passed over counts not among the newest `keep` (else the whole one just written,
+        # or the one before it, would go) and goes once this run is past it (at its step, this run rewrote it)
+        self.passed_over.discard(step)
+        checkpoints = list_checkpoints(self.out_dir)
+        whole = [old for old in checkpoints if checkpoint_step(old) not in self.passed_over]
+        passed = [old for old in checkpoints if checkpoint_step(old) in {s for s in self.passed_over if s < step}]
+        for old in whole[:-self.keep] + passed:
             # renamed first: a run stopped midway leaves a temporary folder, not a half-deleted checkpoint
             doomed = temporary_sibling(old)
             os.replace(old, doomed)
