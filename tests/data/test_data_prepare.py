@@ -211,27 +211,31 @@ def test_an_out_folder_on_another_filesystem_through_a_link(tmp_path, prepared_d
         shutil.rmtree(elsewhere)
 
 
-@pytest.mark.parametrize("stop_at", [2, 5, 7, 8])  # moving the old files aside; the new ones in; all but the manifest
-def test_a_prepare_stopped_while_replacing_a_dataset_gives_the_old_one_back(tmp_path, prepared_dir, small_docs,
-                                                                            monkeypatch, stop_at):
+def killed_at_rename(monkeypatch, stop_at: int) -> None:
+    """prepare.py's own os and shutil as a SIGKILL leaves them: the process stops at its `stop_at`-th rename, before
+    any cleanup (rmtree does nothing). monkeypatch.undo() brings them back."""
     prepare_module = sys.modules["depthattn.data.prepare"]  # (the package's `prepare` is the function)
-
-    docs_path = write_jsonl(tmp_path / "docs.jsonl", small_docs)
-    options = dict(tokenizer=prepared_dir / "tokenizer", val_fraction=0.2, progress=False)
-    out = tmp_path / "out"
-    prepare([str(docs_path)], out, **options)
-    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     calls = []
 
-    def killed(source, target):  # as a SIGKILL would, the process stops at this rename, before its cleanup
+    def killed(source, target):
         calls.append(source)
         if len(calls) == stop_at:
             raise SystemExit("killed")
         os.replace(source, target)
 
-    # prepare.py's own os and shutil, as a kill leaves them: its renames counted, nothing cleaned up
     monkeypatch.setattr(prepare_module, "os", SimpleNamespace(**{**vars(os), "replace": killed}))
     monkeypatch.setattr(prepare_module, "shutil", SimpleNamespace(rmtree=lambda *args, **kwargs: None))
+
+
+@pytest.mark.parametrize("stop_at", [2, 5, 7, 8])  # moving the old files aside; the new ones in; all but the manifest
+def test_a_prepare_stopped_while_replacing_a_dataset_gives_the_old_one_back(tmp_path, prepared_dir, small_docs,
+                                                                            monkeypatch, stop_at):
+    docs_path = write_jsonl(tmp_path / "docs.jsonl", small_docs)
+    options = dict(tokenizer=prepared_dir / "tokenizer", val_fraction=0.2, progress=False)
+    out = tmp_path / "out"
+    prepare([str(docs_path)], out, **options)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    killed_at_rename(monkeypatch, stop_at)
     with pytest.raises(SystemExit):
         prepare([str(write_jsonl(tmp_path / "other.jsonl", small_docs[:20]))], out, overwrite=True, **options)
     monkeypatch.undo()
@@ -244,19 +248,9 @@ def test_a_prepare_stopped_while_replacing_a_dataset_gives_the_old_one_back(tmp_
 @pytest.mark.parametrize("stop_at", [1, 3])  # the first file in; all but the manifest
 def test_a_first_prepare_stopped_while_moving_its_dataset_in_leaves_nothing_the_next_refuses(
         tmp_path, prepared_dir, small_docs, monkeypatch, stop_at):
-    prepare_module = sys.modules["depthattn.data.prepare"]
     docs_path = write_jsonl(tmp_path / "docs.jsonl", small_docs)
     options = dict(tokenizer=prepared_dir / "tokenizer", val_fraction=0.2, progress=False)
-    calls = []
-
-    def killed(source, target):
-        calls.append(source)
-        if len(calls) == stop_at:
-            raise SystemExit("killed")
-        os.replace(source, target)
-
-    monkeypatch.setattr(prepare_module, "os", SimpleNamespace(**{**vars(os), "replace": killed}))
-    monkeypatch.setattr(prepare_module, "shutil", SimpleNamespace(rmtree=lambda *args, **kwargs: None))
+    killed_at_rename(monkeypatch, stop_at)
     with pytest.raises(SystemExit):
         prepare([str(docs_path)], tmp_path / "out", **options)
     monkeypatch.undo()
