@@ -199,8 +199,8 @@ def install_dataset(build_dir: Path, out_dir: Path) -> None:
 def recover_interrupted_prepare(out_dir: Path) -> None:
     """What a prepare killed in `out_dir` left (install_dataset's hidden folders): if its new manifest had not come
     in, the dataset files that had come in go and the old ones it had moved aside come back; a folder it was
-    building, or an old dataset it had replaced, goes. Under the folder's lock (`writing`), so that no other
-    prepare is running there."""
+    building, or an old dataset it had replaced, goes. Only under the folder's lock (`writing` calls it), so that no
+    other prepare is running there."""
     for leftover in sorted(out_dir.glob(f".{REPLACED}.*.tmp")) + sorted(out_dir.glob(f".{BUILDING}.*.tmp")):
         if leftover.name.startswith(f".{REPLACED}.") and not (out_dir / MANIFEST_NAME).exists():
             if (leftover / ALL_ASIDE).exists():  # (else it stopped while moving the old files aside)
@@ -217,7 +217,8 @@ def recover_interrupted_prepare(out_dir: Path) -> None:
 @contextmanager
 def writing(out_dir: Path):
     """`out_dir`, made if missing, locked for this prepare alone while the block runs (a second one there would
-    remove the folder this one builds in); afterwards it goes again if it was made here and stayed empty."""
+    remove the folder this one builds in), what a killed prepare left there recovered first; afterwards it goes
+    again if it was made here and stayed empty."""
     made = not out_dir.exists()
     make_folder(out_dir, "--out")
     descriptor = os.open(out_dir, os.O_RDONLY)
@@ -229,6 +230,7 @@ def writing(out_dir: Path):
                             "--out.") from None
         except OSError:  # a filesystem without locks: unlocked, as before there were any
             pass
+        recover_interrupted_prepare(out_dir)
         yield
     finally:
         os.close(descriptor)
@@ -302,7 +304,6 @@ def prepare(
         raise DataError(str(error)) from None
 
     with writing(out_dir):
-        recover_interrupted_prepare(out_dir)
         refuse_previous_output(out_dir, overwrite)
 
         def documents_with_limit(limit: int, cuts: CutStats | None = None) -> Iterator[tuple]:

@@ -350,7 +350,8 @@ class CheckpointManager:
         self.passed_over.discard(step)
         checkpoints = list_checkpoints(self.out_dir)
         whole = [old for old in checkpoints if checkpoint_step(old) not in self.passed_over]
-        passed = [old for old in checkpoints if checkpoint_step(old) in {s for s in self.passed_over if s < step}]
+        passed = [old for old in checkpoints
+                  if checkpoint_step(old) in self.passed_over and checkpoint_step(old) < step]
         for old in whole[:-self.keep] + passed:
             # renamed first: a run stopped midway leaves a temporary folder, not a half-deleted checkpoint
             doomed = temporary_sibling(old)
