@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from depthattn.data import DataError, TokenBatches, TokenShards, eval_batches
+from depthattn.data.shards import count_eval_batches
 from tests.data.data_helpers import write_token_dataset
 
 SEQ_LEN = 10
@@ -87,6 +88,7 @@ def test_eval_batches_cover_every_window_in_order(shards):
     assert [w for x, _ in batches for w in windows_of(x)] == list(range(NUM_WINDOWS))
     assert batches[-1][0].shape == (NUM_WINDOWS % 64, SEQ_LEN)
     assert all(torch.equal(y, x + 1) for x, y in batches)
+    assert count_eval_batches(shards, 64, SEQ_LEN) == len(batches)  # what `train` says it scored
     again = list(eval_batches(shards, batch_size=64, seq_len=SEQ_LEN, max_batches=3))
     assert len(again) == 3 and all(torch.equal(a[0], b[0]) for a, b in zip(again, batches[:3], strict=True))
 

@@ -92,10 +92,10 @@ def human_summary(cfg: TrainConfig, summary: dict) -> str:
 def scored_batches(cfg: TrainConfig) -> str:
     """Which batches of the held-out split the run's validation loss read: the first train.eval_batches, or all of
     them where the split has no more."""
-    from ..data.shards import TokenShards, count_windows
+    from ..data.shards import TokenShards, count_eval_batches
 
     batch = cfg.train.batch_size * int(os.environ.get("WORLD_SIZE", "1"))  # per step, over every process
-    available = -(-count_windows(TokenShards(cfg.data.path, "val"), cfg.data.seq_len, 1) // batch)
+    available = count_eval_batches(TokenShards(cfg.data.path, "val"), batch, cfg.data.seq_len)
     if available <= cfg.train.eval_batches:
         return f"all {available} batches (train.eval_batches is {cfg.train.eval_batches})"
     return f"the first {cfg.train.eval_batches} batches (train.eval_batches)"

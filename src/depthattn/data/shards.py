@@ -168,6 +168,11 @@ class TokenBatches:
         self.epoch, self.step = state["epoch"], state["step"]
 
 
+def count_eval_batches(shards: TokenShards, batch_size: int, seq_len: int) -> int:
+    """How many batches `eval_batches` gives with no max_batches: every window, batch_size at a time."""
+    return -(-count_windows(shards, seq_len, 1) // batch_size)
+
+
 def eval_batches(
     shards: TokenShards, batch_size: int, seq_len: int, max_batches: int | None = None
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
