@@ -4,6 +4,7 @@ import io
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,6 +55,12 @@ def test_refuses_to_overwrite_a_run_without_resume(tiny_data, tmp_path):
     train(config(tiny_data, tmp_path / "run", "--train.steps", "4"))
     with pytest.raises(FileExistsError, match="--resume"):
         train(config(tiny_data, tmp_path / "run", "--train.steps", "4"))
+    shutil.rmtree(tmp_path / "run" / "checkpoints")  # to free the disk: the finished model stays
+    model = (tmp_path / "run" / "final" / "model.safetensors").read_bytes()
+    for resume in (False, True):  # --resume would start from scratch: no checkpoint
+        with pytest.raises(FileExistsError, match="a finished run's model .final/. and no checkpoint"):
+            train(config(tiny_data, tmp_path / "run", "--train.steps", "4", "--train.seed", "7"), resume=resume)
+    assert (tmp_path / "run" / "final" / "model.safetensors").read_bytes() == model
 
 
 def test_resume_after_sigkill_is_exact(tiny_data, tmp_path):

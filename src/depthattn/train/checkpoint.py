@@ -236,9 +236,14 @@ class CheckpointManager:
         # if the schedule changed: {"steps": the run length, "optim": the changed settings} the resumed steps followed
         self.rescheduled_from: dict | None = None
         self.every, self.keep, self.last_step = t.checkpoint_every, t.keep_checkpoints, t.steps
-        if list_checkpoints(self.out_dir) and not resume:
-            raise FileExistsError(f"{self.out_dir} already holds checkpoints; pass --resume to continue that run, "
-                                  "or choose another --train.out_dir")
+        if list_checkpoints(self.out_dir):
+            if not resume:
+                raise FileExistsError(f"{self.out_dir} already holds checkpoints; pass --resume to continue that run, "
+                                      "or choose another --train.out_dir")
+        elif (self.out_dir / "final").exists():  # a finished run whose checkpoints were deleted to free the disk
+            raise FileExistsError(f"{self.out_dir} holds a finished run's model (final/) and no checkpoint to continue "
+                                  f"it from: choose another --train.out_dir, or move {self.out_dir / 'final'} away to "
+                                  "train there from scratch")
         make_folder(self.out_dir, "--train.out_dir")
         if is_main:  # what a killed run left of its atomic writes
             remove_temporaries(self.out_dir)
