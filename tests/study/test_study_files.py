@@ -36,6 +36,27 @@ def test_a_study_prepares_its_declared_dataset_from_the_input_it_names(tmp_path)
 
 
 
+@pytest.mark.parametrize("declared", ["corpus", "./corpus", "./corpus/part0.txt"])
+def test_a_declared_folder_or_path_is_found_in_its_manifest_as_prepare_wrote_it(tmp_path, monkeypatch, declared):
+    """The manifest lists a folder's files and normalised paths: the study's next run takes the data as declared."""
+    from depthattn.study.cell import ensure_dataset
+
+    monkeypatch.chdir(tmp_path)
+    for folder in ("corpus", "other"):
+        (tmp_path / folder).mkdir()
+        for i in range(2):
+            (tmp_path / folder / f"part{i}.txt").write_text("\n\n".join(f"paragraph {i}.{j}: " + "some words. " * 30
+                                                                         for j in range(40)))
+    data = tmp_path / "prepared"
+    config = write_study(tmp_path, data, head=f'[datasets.mine]\npath = "{data}"\nvocab_size = 258\n'
+                                              f'input = "{declared}"')
+    ensure_dataset(Study.load(config), str(data))
+    ensure_dataset(Study.load(config), str(data))  # there as declared: nothing to do
+    config.write_text(config.read_text().replace(f'input = "{declared}"', 'input = "other"'))
+    with pytest.raises(ValueError, match="prepared with input 'corpus/part0.txt.*declares input 'other'"):
+        ensure_dataset(Study.load(config), str(data))
+
+
 def test_a_declared_sha256_refuses_another_text_of_the_same_input(tmp_path, monkeypatch):
     """A package's next build changes the text under the same input name and path: the declared sha256 keeps
     its cells from mixing with the declared text's."""

@@ -17,7 +17,7 @@ from ..data import MANIFEST_NAME, prepare
 from ..data.manifest import TOKENIZER_DIR
 from ..data.prepare import DEFAULT_SEED, DEFAULT_VAL_FRACTION
 from ..data.shards import TokenShards
-from ..data.sources import resolve_sources, source_files
+from ..data.sources import EMBEDDED, HF_PREFIX, LINUX_DOC, WIKIPEDIA, resolve_sources, source_files
 from ..data.tokenizer import load_tokenizer
 from ..evaluate.perplexity import compute_perplexity
 from ..files import read_json_object
@@ -72,8 +72,19 @@ def _source_origin(manifest: dict) -> str:
     return next((record["attribution"] for record in manifest.get("source_files", [])), "no checked source")
 
 
+def prepared_from(sources: list[str], declared: str) -> bool:
+    """Whether a manifest's `sources` came from the input `declared`: a named corpus by its name, a file or folder
+    by its path (the manifest lists a folder's files, each path as prepare wrote it: "./a.txt" becomes "a.txt")."""
+    if declared in (EMBEDDED, WIKIPEDIA, LINUX_DOC) or declared.startswith(HF_PREFIX):
+        return sources == [declared]
+    return bool(sources) and all(Path(source).is_relative_to(Path(declared)) for source in sources)
+
+
 def check_prepared_as_declared(path: str, manifest: dict, declared: dict) -> None:
-    prepared: dict[str, str | int | None] = {"input": ", ".join(manifest.get("source", [])), "vocab_size": None}
+    sources = manifest.get("source", [])
+    prepared: dict[str, str | int | None] = {"input": ", ".join(sources), "vocab_size": None}
+    if prepared_from(sources, declared["input"]):
+        prepared["input"] = declared["input"]
     requested = re.search(r"vocab_size (\d+) requested", manifest.get("tokenizer", {}).get("origin", ""))
     if requested:  # a tokenizer prepare trained (not one it was given)
         prepared["vocab_size"] = int(requested.group(1))
