@@ -172,6 +172,7 @@ def test_extends_follows_a_chain_to_its_root_and_names_a_loop(tiny_data, tmp_pat
     ("", '[axes.x]\nkey = "train.stepz"\nvalues = [1]\n', "unknown key 'stepz'"),
     ("", '[axes.x]\nkey = "steps"\nvalues = [1]\n', "must name a config section"),
     ("", '[axes.x]\nkey = "train.steps"\n', "needs key and values"),
+    ("", '[axes.lr]\nkey = "optim.lr"\nvalues = 1e-3\n', "values must be a list .*write values = \\[0.001\\]"),
     ("", '[axes.b]\nkey = "train.steps_fraction"\nvalues = { half = 0.5, more = 1.5 }\nbranches = true\n',
      "past 1 only for a baseline_only budget"),
     ("", '[axes.x.values.deep]\nmodel.overrides.num_hidden_layers = 3\n',
@@ -525,6 +526,10 @@ def check_narrowing_of(path, methods, seeds):
     ('[study.search]\ncandidates = ["depth_attention"]\npick = 2\n', "picks 1 .. len"),
     ('[study.search]\ncandidates = ["depth_attention"]\npick = 1\nseeds = [5]\n', "among the study's seeds"),
     ('[study.search]\ncandidates = ["depth_attention"]\npicks = 1\n', "takes candidates, pick"),
+    ('[study.search]\ncandidates = ["depth_attention"]\npick = "1"\n', "pick must be an integer, got '1'"),
+    ('[study.search]\ncandidates = ["depth_attention"]\npick = 1\nseeds = 0\n', "seeds must be a list of seeds"),
+    ('[study.search]\ncandidates = "depth_attention"\npick = 1\n', "candidates must be a list of method names"),
+    ('[study.search]\ncandidates = ["depth_attention"]\npick = 1\nmetric = 3\n', "metric must be a string"),
 ])
 def test_bad_searches_name_the_problem(tiny_data, tmp_path, search, message):
     with pytest.raises(ValueError, match=message):

@@ -147,8 +147,7 @@ class Study:
             raise ValueError("one axis at most may set branches = true")
         for name in ("seeds", "more_seeds"):
             seeds = getattr(self, name)
-            if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                      for s in seeds):
+            if not _list_of(seeds, int) or any(s < 0 for s in seeds):
                 raise ValueError(f"[study] {name} must be a list of seeds, integers >= 0, got {seeds!r}")
         seeds = self.seeds + self.more_seeds
         if not self.seeds or len(set(seeds)) != len(seeds):
@@ -239,6 +238,13 @@ class Study:
                 raise ValueError(f"contrast {pair} must name two of the study's methods {self.methods}")
 
     def _check_search(self, search: Search):
+        kinds = {"candidates": "a list of method names", "pick": "an integer", "metric": "a string",
+                 "seeds": "a list of seeds, integers >= 0"}
+        for name, wrong in (("candidates", not _list_of(search.candidates, str)),
+                            ("pick", not _integer(search.pick)), ("metric", not isinstance(search.metric, str)),
+                            ("seeds", not _list_of(search.seeds, int) or any(s < 0 for s in search.seeds))):
+            if wrong:
+                raise ValueError(f"[study.search] {name} must be {kinds[name]}, got {getattr(search, name)!r}")
         if not search.candidates or set(search.candidates) - set(self.methods):
             raise ValueError(f"[study.search] candidates {search.candidates} must be some of the study's "
                              f"methods {self.methods}")
@@ -375,6 +381,14 @@ def cell_key(config: dict) -> str:
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:10]
 
 
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _list_of(values, kind: type) -> bool:
+    return isinstance(values, list) and all(_integer(v) if kind is int else isinstance(v, kind) for v in values)
+
+
 def _axes(path: Path, data: dict) -> list[Axis]:
     """The config's [axes.*], checked."""
     axes = []
@@ -384,6 +398,9 @@ def _axes(path: Path, data: dict) -> list[Axis]:
             raise ValueError(f"{path}: [axes.{name}] needs key and values, or values only (each a table of keys), "
                              f"and may set branches (and with it baseline_only); got {sorted(axis)}")
         values = axis["values"]
+        if not isinstance(values, (list, dict)):
+            raise ValueError(f"{path}: [axes.{name}] values must be a list (or a table of labelled values), got "
+                             f"{values!r}: write values = [{values!r}]")
         if not isinstance(values, dict):
             values = {str(v): v for v in values}
         if not values:
