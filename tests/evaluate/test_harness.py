@@ -81,6 +81,12 @@ def test_local_tasks_say_where_they_come_from(tmp_path):
     with pytest.raises(ValueError, match="source wikipedia"):
         harness.local_tasks_origin(wikipedia)
     assert harness.local_tasks_origin(wikipedia, any_corpus=True).startswith("warning: ")
+    # prepared with a smaller --max-document-chars: the held-out plays' pieces went to train one by one
+    pieces = write_run(tmp_path / "d", {"source": ["embedded"], "seed": DEFAULT_SEED,
+                                        "val_fraction": DEFAULT_VAL_FRACTION,
+                                        "document_cut": {"max_chars": 16384, "num_documents_cut": 202}})
+    with pytest.raises(ValueError, match="202 documents cut into pieces split one by one by --max-document-chars"):
+        harness.local_tasks_origin(pieces)
 
 
 def test_lm_evals_git_probe_is_quiet_outside_a_checkout(tmp_path, monkeypatch, capfd):

@@ -132,10 +132,13 @@ def local_tasks_origin(model_dir: str | os.PathLike, any_corpus: bool = False) -
                 f"train_config.json naming a prepared dataset in or above {model_dir}), so they may not measure it")
     data_path, manifest = trained
     split = (manifest.get("source"), manifest.get("seed"), manifest.get("val_fraction"))
-    if split == ([EMBEDDED], DEFAULT_SEED, DEFAULT_VAL_FRACTION):
+    # a held-out document cut into pieces (a smaller --max-document-chars) is split piece by piece: most go to train
+    cut = (manifest.get("document_cut") or {}).get("num_documents_cut", 0)
+    if split == ([EMBEDDED], DEFAULT_SEED, DEFAULT_VAL_FRACTION) and not cut:
         return f"local tasks: {LOCAL_DATA}, which the model's training data ({data_path}) held out"
     problem = (f"the model was trained on {data_path} (source {', '.join(map(str, split[0] or ['?']))}, seed "
-               f"{split[1]}, val_fraction {split[2]})")
+               f"{split[1]}, val_fraction {split[2]}" + (f", {cut} documents cut into pieces split one by one by "
+                                                         f"--max-document-chars" if cut else "") + ")")
     if any_corpus:
         return f"warning: the local tasks come from {LOCAL_DATA}, but {problem}"
     raise ValueError(
