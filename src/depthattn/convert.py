@@ -131,6 +131,7 @@ def decoder_to_depth_attention(model_class, model_or_dir, families=tuple(FAMILIE
     config = config_from_decoder(source_model.config, families, **depth_settings)
     model = model_class(config).to(device=source_model.device, dtype=source_model.dtype)
     saved = {name: tuple(tensor.shape) for name, tensor in source_model.state_dict().items()}
+    check_method_tensors(type(source_model).__name__, source_model.config, saved, tensor_shapes(model))
     check_shapes(saved, tensor_shapes(model), source_model.config, "its config")
     result = model.load_state_dict(source_model.state_dict(), strict=False)
     _check_tensors(type(source_model).__name__, result.missing_keys, result.unexpected_keys)
@@ -140,10 +141,11 @@ def decoder_to_depth_attention(model_class, model_or_dir, families=tuple(FAMILIE
 def _from_folder(model_class, folder: Path, families, depth_settings):
     source = read_decoder_config(folder, families)
     config = config_from_decoder(source, families, **depth_settings)
-    saved = saved_shapes(folder)
+    saved, needed = saved_shapes(folder), meta_shapes(model_class, config)
     if saved is not None:  # safetensors: checked before anything is loaded
         check_layers(saved, source, f"{folder / 'config.json'}")
-        check_shapes(saved, meta_shapes(model_class, config), source, f"{folder / 'config.json'}")
+        check_method_tensors(folder, source, saved, needed)
+        check_shapes(saved, needed, source, f"{folder / 'config.json'}")
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_error()  # its load report ("can be ignored"): the checks below decide
     try:
@@ -151,7 +153,9 @@ def _from_folder(model_class, folder: Path, families, depth_settings):
                                                   output_loading_info=True, ignore_mismatched_sizes=True)
     finally:
         transformers_logging.set_verbosity(verbosity)
-    check_shapes({key: tuple(s) for key, s, _ in info["mismatched_keys"]},
+    mismatched = {key: tuple(s) for key, s, _ in info["mismatched_keys"]}
+    check_method_tensors(folder, source, {**mismatched, **dict.fromkeys(info["unexpected_keys"], ())}, needed)
+    check_shapes(mismatched,
                  {key: tuple(n) for key, _, n in info["mismatched_keys"]}, source, f"{folder / 'config.json'}")
     unused = REFERENCE_UNUSED if is_reference_config(source) else set()
     _check_tensors(folder, info["missing_keys"], set(info["unexpected_keys"]) - unused)
@@ -190,6 +194,18 @@ def _check_tensors(source, missing, unexpected):
                          f"unexpected {sorted(unexpected)}")
 
 
+def check_method_tensors(source, source_config, saved: dict, needed: dict) -> None:
+    """A saved method's own tensors (`model.cross_layer.*`: trained, unlike a new method's) go into a model of the
+    same method and shapes only; dropped, their trained values would be lost, and they are no config's fault."""
+    lost = sorted(name for name, shape in saved.items() if is_method_tensor(name) and needed.get(name) != shape)
+    if lost:
+        more = f" and {len(lost) - 1} more" if len(lost) > 1 else ""
+        raise ValueError(f"{source} holds trained tensors of its method (cross_layer="
+                         f"{getattr(source_config, 'cross_layer', '?')!r}: {lost[0]}{more}) that the settings asked "
+                         "for have not, or shape otherwise, so their values would be lost: keep that method and its "
+                         "settings, or start from a model whose method has no tensors of its own (vanilla, for one)")
+
+
 def is_method_tensor(name: str) -> bool:
     """A tensor of a cross-layer method (`model.cross_layer.*`), not of the backbone."""
     return name.startswith("model.cross_layer.")
@@ -198,7 +214,7 @@ def is_method_tensor(name: str) -> bool:
 def load_backbone(model, folder):
     """Start `model` from the model saved in `folder` (retrofitting, docs/method.md#retrofitting): every saved
     tensor as it is, while the tensors of `model`'s method keep their initialisation. The saved backbone must be
-    `model`'s; its method may be another (vanilla, typically)."""
+    `model`'s; its method may be another without tensors of its own (vanilla, typically)."""
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"model.init_from: {folder} holds no saved model (config.json); train that model "

@@ -40,6 +40,29 @@ def test_the_self_bias_needs_the_score_bias():
         tiny_model(depth_self_bias_init=30.0)
 
 
+def test_a_saved_methods_trained_tensors_go_into_that_method_only(tmp_path):
+    """Converting or retrofitting from a method with tensors of its own into another (or the same, shaped otherwise)
+    would drop their trained values: refused, naming the method, not blamed on the source's config.json."""
+    hyper = tiny_model(cross_layer="hyper_connections").eval()
+    hyper.save_pretrained(tmp_path / "hyper")
+    (tmp_path / "hyper-bin").mkdir()  # weights in torch's format: checked after loading, not from the headers
+    (tmp_path / "hyper-bin" / "config.json").write_bytes((tmp_path / "hyper" / "config.json").read_bytes())
+    torch.save(hyper.state_dict(), tmp_path / "hyper-bin" / "pytorch_model.bin")
+    refusal = "holds trained tensors of its method .cross_layer='hyper_connections'.*no tensors of its own"
+    for source in (tmp_path / "hyper", tmp_path / "hyper-bin", hyper):
+        with pytest.raises(ValueError, match=refusal):
+            DepthAttentionForCausalLM.from_pretrained_decoder(source, cross_layer="vanilla")
+    with pytest.raises(ValueError, match=refusal):
+        DepthAttentionForCausalLM.from_pretrained_decoder(tmp_path / "hyper", cross_layer="hyper_connections",
+                                                          hc_streams=2)
+    with pytest.raises(ValueError, match=refusal):
+        load_backbone(tiny_model(cross_layer="depth_attention"), tmp_path / "hyper")
+    same = DepthAttentionForCausalLM.from_pretrained_decoder(tmp_path / "hyper-bin",
+                                                             **hyper.config.cross_layer_settings()).eval()
+    ids = torch.randint(0, hyper.config.vocab_size, (2, 12))
+    torch.testing.assert_close(same(ids).logits, hyper(ids).logits, rtol=0, atol=0)
+
+
 def run_config(data, out_dir, *overrides):
     base = ["--data.path", str(data), "--data.seq_len", "32", "--train.out_dir", str(out_dir),
             "--train.batch_size", "4", "--train.eval_every", "100", "--train.eval_batches", "1",
