@@ -185,13 +185,15 @@ def test_unknown_split(prepared_dir):
 
 
 def test_missing_malformed_or_foreign_manifest(tmp_path, dataset_copy):
-    with pytest.raises(DataError, match="no manifest.json in .*: it is not a prepared dataset"):
+    # the fix names the input: `prepare --out DIR` alone wrote the embedded corpus into a folder of one's text
+    with pytest.raises(DataError, match="no manifest.json in .*: it is not a prepared dataset.*`depthattn prepare "
+                                        "--input TEXT --out DIR`"):
         TokenShards(tmp_path / "nothing_here", "train")
     edit_manifest(dataset_copy, lambda manifest: manifest.pop("dtype"))
     with pytest.raises(DataError, match="manifest.json is malformed \\(bad or missing 'dtype'\\)"):
         TokenShards(dataset_copy, "train")
     edit_manifest(dataset_copy, lambda manifest: manifest.update(format_version=99))
-    with pytest.raises(DataError, match="format \\('depthattn-token-shards', 99\\) is not"):
+    with pytest.raises(DataError, match="format \\('depthattn-token-shards', 99\\) is not.*--input TEXT --overwrite"):
         TokenShards(dataset_copy, "train")
     (dataset_copy / "manifest.json").write_text("{not json")
     with pytest.raises(DataError, match="manifest.json is not valid JSON"):

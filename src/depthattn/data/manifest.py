@@ -45,18 +45,21 @@ def read_manifest(data_dir: str | os.PathLike) -> dict:
     if not path.is_file():
         raise DataError(
             f"no {MANIFEST_NAME} in {data_dir}: it is not a prepared dataset or its preparation did not "
-            f"finish. Run `depthattn prepare --out {data_dir}`."
+            "finish. Prepare the text into a folder of its own and pass that: `depthattn prepare --input TEXT --out "
+            "DIR` (TEXT: your files or folder, or embedded, wikipedia, linux-doc)."
         )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise DataError(
-            f"{path} is not valid JSON ({error}). Run `depthattn prepare --overwrite --out {data_dir}`."
+            f"{path} is not valid JSON ({error}). Prepare it again from its text: `depthattn prepare --input "
+            f"TEXT --overwrite --out {data_dir}`."
         ) from None
     version = (manifest.get("format"), manifest.get("format_version")) if isinstance(manifest, dict) else None
     if version != (FORMAT, FORMAT_VERSION):
         raise DataError(
             f"{path}: format {version} is not ({FORMAT!r}, {FORMAT_VERSION}), which this depthattn reads. "
-            f"Run `depthattn prepare --overwrite --out {data_dir}` with this version."
+            f"Prepare it again from its text with this version: `depthattn prepare --input TEXT --overwrite --out "
+            f"{data_dir}`."
         )
     return manifest
