@@ -47,8 +47,8 @@ def ensure_dataset(study: Study, path: str) -> None:
             check_prepared_as_declared(path, read_json_object(manifest_path), study.datasets[path])
         return
     if path not in study.datasets:
-        raise FileNotFoundError(f"{path} holds no prepared data; run depthattn prepare --out {path}, or declare it "
-                                f"under [datasets.NAME] in the study config so the study prepares it")
+        raise FileNotFoundError(f"{path} holds no prepared data; run depthattn prepare --input TEXT --out {path}, or "
+                                "declare it under [datasets.NAME] in the study config so the study prepares it")
     settings = dict(study.datasets[path])
     source, sha256 = settings.pop("input"), settings.pop("sha256", None)
     if sha256:  # before hours of preparing, and without a folder to clean up
