@@ -17,6 +17,7 @@ from depthattn.evaluate.perplexity import (
     TokenStream,
     compute_perplexity,
     count_bytes,
+    encode_texts,
     evaluate_perplexity,
     per_document,
     score_stream,
@@ -124,6 +125,25 @@ def test_shard_bytes_are_the_documents_bytes(trained_model, eval_data, val_docum
     expected = sum(len(d.encode("utf-8")) for d in val_documents)
     assert count_bytes(stream, tokenizer) == expected
     assert count_bytes(stream, tokenizer, chunk_tokens=1000) == expected  # pieces cut after document ends
+
+
+def test_bytes_are_the_documents_bytes_under_a_sentencepiece_style_decoder():
+    """Metaspace (Llama 2, Mistral) drops a document's leading space only at the start of a decode: each document
+    is decoded on its own, else every one after the first counted a byte too many."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = ["To be, or not to be.", "Whether 'tis nobler in the mind", "to suffer the slings", "and arrows."]
+    metaspace = Tokenizer(models.BPE(unk_token="<unk>"))
+    metaspace.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    metaspace.decoder = decoders.Metaspace(prepend_scheme="first")
+    metaspace.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"]))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=metaspace, bos_token="<s>", eos_token="</s>",
+                                        unk_token="<unk>")
+    stream = TokenStream(encode_texts(tokenizer, texts), prefix=[tokenizer.bos_token_id])
+    expected = sum(len(text.encode("utf-8")) for text in texts)
+    assert count_bytes(stream, tokenizer) == expected
+    assert count_bytes(stream, tokenizer, chunk_tokens=7) == expected
 
 
 def test_eval_command_writes_json(trained_model, eval_data, tmp_path, capsys):

@@ -158,7 +158,9 @@ def count_bytes(stream, tokenizer, start: int = 1, stop: int | None = None,
                 chunk_tokens: int = DECODE_CHUNK_TOKENS) -> int:
     """UTF-8 bytes of tokens [start, stop) of `stream` decoded with `tokenizer`, special tokens skipped.
 
-    Decoded in pieces cut after special tokens (document ends), so that no piece splits a character."""
+    Each document (tokens up to a special token) is decoded on its own, as it was encoded: a SentencePiece-style
+    decoder (Metaspace: Llama 2, Mistral) drops a document's leading space only at the start of a decode. Read in
+    pieces cut after special tokens, so that no piece splits a character."""
     stop = len(stream) if stop is None else stop
     special = np.asarray(sorted(set(tokenizer.all_special_ids)), dtype=np.int64)
     total, carry, position = 0, np.zeros(0, dtype=np.int64), start
@@ -168,8 +170,9 @@ def count_bytes(stream, tokenizer, start: int = 1, stop: int | None = None,
         tokens = np.concatenate([carry, piece])
         ends = np.flatnonzero(np.isin(tokens, special))
         cut = int(ends[-1]) + 1 if position < stop and ends.size else tokens.size
-        text = tokenizer.decode(tokens[:cut].tolist(), skip_special_tokens=True, clean_up_tokenization_spaces=False)
-        total += len(text.encode("utf-8", "surrogatepass"))
+        documents = [document.tolist() for document in np.split(tokens[:cut], ends[ends < cut] + 1) if document.size]
+        texts = tokenizer.batch_decode(documents, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        total += sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
         carry = tokens[cut:]
     return total
 
