@@ -119,6 +119,20 @@ def test_bits_per_byte_by_hand(trained_model, tmp_path):
     assert result["bits_per_byte"] == pytest.approx(nats / math.log(2) / num_bytes, rel=1e-6)
 
 
+def test_a_text_file_is_scored_as_prepare_reads_it(trained_model, tmp_path):
+    """A byte order mark and CRLF line ends are read away, as by prepare: the same text scores the same from
+    --text whatever the file's encoding conventions."""
+    text = "To be, or not to be,\nthat is the question.\n"
+    plain, windows = tmp_path / "plain.txt", tmp_path / "windows.txt"
+    plain.write_text(text, encoding="utf-8")
+    windows.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode("utf-8"))
+    scored = [evaluate_perplexity(trained_model, text=[path], block_size=64, progress=False)
+              for path in (plain, windows)]
+    assert scored[0]["bytes"] == len(text.encode("utf-8"))
+    assert {key: scored[1][key] for key in ("nats", "tokens", "bytes")} == \
+        {key: scored[0][key] for key in ("nats", "tokens", "bytes")}
+
+
 def test_shard_bytes_are_the_documents_bytes(trained_model, eval_data, val_documents):
     tokenizer = load_tokenizer(trained_model)
     stream = TokenStream(TokenShards(eval_data, "val"), prefix=[tokenizer.eos_token_id])

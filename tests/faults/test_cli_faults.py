@@ -115,7 +115,7 @@ def test_files_that_are_folders_or_not_utf8_are_named(tiny_run, tmp_path, capsys
         (["train", "--config", str(tmp_path)], f"training config {tmp_path} is a folder, not a file"),
         (["train", "--config", str(latin1)], f"{latin1} is not UTF-8 text, so not a TOML file"),
         (["eval", str(tiny_run / "final"), "--text", str(tmp_path)], f"text file {tmp_path} is a folder, not a file"),
-        (["eval", str(tiny_run / "final"), "--text", str(latin1)], f"{latin1} is not UTF-8 text (byte 3)"),
+        (["eval", str(tiny_run / "final"), "--text", str(latin1)], f"{latin1}: invalid UTF-8 at byte offset 3"),
     ]
     for argv, message in cases:
         assert main(argv) == 1, argv

@@ -14,9 +14,10 @@ after each of them; it scores only targets that no earlier window scored.
 
 Reported: loss = total nats / scored tokens, perplexity = exp(loss), bits per byte = total nats / ln 2 /
 UTF-8 bytes of the scored text. The bytes are counted by decoding the scored token ids with the model's
-tokenizer (special tokens skipped: the EOS between documents adds its loss but no bytes), in pieces cut
-after special tokens, so for raw text they are the bytes of the files themselves (the byte-level BPE
-round-trips exactly); a stream cut by --max-tokens inside a multi-byte character counts U+FFFD there.
+tokenizer (special tokens skipped: the EOS between documents adds its loss but no bytes), each document on
+its own, so for raw text they are the bytes of the files as `prepare` reads them (no byte order mark, LF line
+ends; the byte-level BPE round-trips exactly); a stream cut by --max-tokens inside a multi-byte character counts
+U+FFFD there.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from tqdm.auto import tqdm
 
 from ..data.manifest import TOKENIZER_DIR
 from ..data.shards import TokenShards
+from ..data.sources import read_text_pieces
 from ..data.tokenizer import start_token_id
 from ..loading import (
     check_data_tokenizer,
@@ -214,13 +216,6 @@ def per_document(stream, nats_at: np.ndarray, eos_id: int) -> tuple[list[float],
     return nats.tolist(), counts.tolist()
 
 
-def read_utf8(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path} is not UTF-8 text (byte {error.start}); convert it, e.g. iconv -t UTF-8") from None
-
-
 def encode_texts(tokenizer, texts: Sequence[str]) -> np.ndarray:
     """The tokens of each text followed by EOS, as `prepare` writes documents (no start token)."""
     pieces = []
@@ -279,7 +274,7 @@ def evaluate_perplexity(
                 problem = "is a folder, not a file" if path.is_dir() else "does not exist"
                 raise FileNotFoundError(f"text file {path} {problem}; pass existing UTF-8 text files to --text")
         tok = opened.load_tokenizer(tokenizer)
-        texts = [read_utf8(path) for path in paths]
+        texts = ["".join(read_text_pieces(path)) for path in paths]  # as prepare reads a text file
         source, described = encode_texts(tok, texts), {"text": [str(p) for p in paths]}
         if len(source) == len(paths):  # only the EOS after each file
             raise ValueError(f"{', '.join(map(str, paths))} hold no text, so there is nothing to score; "
