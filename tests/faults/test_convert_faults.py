@@ -41,10 +41,10 @@ def edit_config(folder, **changes):
     (folder / "config.json").write_text(json.dumps({**config, **changes}))
 
 
-def convert_fails(src, out, capsys) -> str:
+def convert_fails(src, out, capsys, *options) -> str:
     """The one line `depthattn convert` prints on stderr, after checking that it failed without a traceback and
     wrote nothing."""
-    assert main(["convert", str(src), str(out)]) == 1
+    assert main(["convert", str(src), str(out), *options]) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not out.exists() and not [p for p in out.parent.iterdir() if p.name.startswith(".")]
@@ -158,6 +158,15 @@ def test_an_unknown_family_is_one_line(src, tmp_path, capsys):
     edit_config(src, model_type="gpt2")
     assert "cannot convert model_type 'gpt2'; supported: LlamaForCausalLM" in convert_fails(src, tmp_path / "out",
                                                                                             capsys)
+
+
+def test_a_setting_the_method_does_not_read_is_named_with_its_method(src, tmp_path, capsys):
+    err = convert_fails(src, tmp_path / "out", capsys, "--cross-layer", "vanilla", "--depth-stride", "1",
+                        "--hc-streams", "2")
+    assert ("--depth-stride, --hc-streams: a setting of depth_attention, hyper_connections, which "
+            "cross_layer='vanilla' does not read") in err
+    assert "--moda-impl: a setting of moda, which cross_layer='depth_attention'" in convert_fails(
+        src, tmp_path / "out", capsys, "--moda-impl", "reference")  # the default method
 
 
 def test_the_converted_folder_records_its_checksums(src, tmp_path, capsys):

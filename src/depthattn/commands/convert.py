@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..checksums import check_checksums, write_checksums
 from ..config import method_fields
-from ..convert import TOKENIZER_FILES
+from ..convert import TOKENIZER_FILES, config_from_decoder, read_decoder_config
 from ..files import atomic_directory, check_output
 from ..methods import DESCRIPTIONS
 
@@ -58,6 +58,13 @@ def run(args: argparse.Namespace) -> int:
     names = ("cross_layer", *method_fields())
     settings = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     check_checksums(src)  # where SRC_DIR records them (a depthattn folder)
+    method = config_from_decoder(read_decoder_config(src), **settings).cross_layer  # before loading any weights
+    unread = [name for name in settings if name != "cross_layer" and name not in DESCRIPTIONS[method].config_fields]
+    if unread:
+        owners = {name: owner for owner, described in DESCRIPTIONS.items() for name in described.config_fields}
+        raise ValueError(f"{', '.join('--' + name.replace('_', '-') for name in unread)}: a setting of "
+                         f"{', '.join(sorted({owners[name] for name in unread}))}, which cross_layer={method!r} does "
+                         "not read; leave it out, or pass --cross-layer with the method it belongs to")
     model = DepthAttentionForCausalLM.from_pretrained_decoder(src, **settings)
     with atomic_directory(out) as tmp:
         model.save_pretrained(tmp)
