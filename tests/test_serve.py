@@ -194,6 +194,21 @@ BAD_REQUESTS = {
                                                  "ask for at most 4"),
     "unknown model": ("/v1/completions", dict(prompt="the", model="gpt-4", max_tokens=2), 404, "'gpt-4' is not served"),
     "malformed JSON": ("/v1/completions", b'{"prompt": "the", ', 400, "not valid JSON"),
+    # each of these five was a bare 500 (plain text, a traceback in the log)
+    "JSON nested past Python's recursion": ("/v1/completions", b'{"prompt": "the", "user": ' + b"[" * 100_000
+                                            + b"]" * 100_000 + b"}", 400, "nests JSON too deeply"),
+    "model not a string": ("/v1/completions", dict(prompt="the", model=["x"]), 400, "model must be a string"),
+    "max_tokens past any float": ("/v1/completions", dict(prompt="the", max_tokens=10**400), 400,
+                                  "max_tokens must be an integer >= 1"),
+    "temperature past any float": ("/v1/completions", dict(prompt="the", temperature=10**400), 400,
+                                   "temperature must be a number >= 0"),
+    "chat_template_kwargs the server sets": ("/v1/chat/completions",
+                                             dict(messages=[{"role": "user", "content": "hi"}],
+                                                  chat_template_kwargs={"return_tensors": "pt"}),
+                                             400, "chat_template_kwargs must be an object of the chat template's own"),
+    "suffix": ("/v1/completions", dict(prompt="the", suffix=" end"), 422, "suffix is not supported"),
+    "a completion's logprobs 0": ("/v1/completions", dict(prompt="the", logprobs=0), 422,
+                                  "logprobs is not supported"),  # it asks for the sampled tokens' logprobs
     "negative temperature": ("/v1/completions", dict(prompt="the", temperature=-0.5), 400,
                              "temperature must be a number >= 0"),
     "chat without a chat template": ("/v1/chat/completions", dict(messages=[{"role": "user", "content": "hi"}]), 400,
@@ -311,6 +326,30 @@ def test_the_text_ends_before_the_stop_string_as_the_openai_api_returns_it(bpe_s
     else:
         got, finish = json.loads(answer)["choices"][0]["text"], json.loads(answer)["choices"][0]["finish_reason"]
     assert (got, finish) == (text[:text.index(stop)], "stop"), (text, stop)
+
+
+def test_a_stop_string_begun_by_the_prompt_does_not_end_the_answer(bpe_server):
+    """OpenAI's stop reads the answer alone: transformers' stop strings read the prompt too, so the prompt's last
+    character and the answer's first stopped generation at once (a prompt ending in a newline, with "\n\n")."""
+    model, tokenizer = reference(bpe_server.folder)
+    prompt, length = PROMPTS[1], 12
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        tokens = model.generate(ids, max_new_tokens=length, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    text = tokenizer.decode(tokens[0, ids.shape[1]:], skip_special_tokens=True)
+    stop = prompt[-1] + text[0]  # spelt across the prompt's end
+    status, answer = bpe_server.request("/v1/completions", dict(prompt=prompt, max_tokens=length, temperature=0,
+                                                                stop=stop))
+    assert status == 200, answer
+    choice = json.loads(answer)["choices"][0]
+    expected = (text[:text.index(stop)], "stop") if stop in text else (text, "length")
+    assert (choice["text"], choice["finish_reason"]) == expected, (prompt, text, stop)
+
+
+def test_fields_at_values_that_change_nothing_are_taken(servers):
+    for fields in (dict(echo=False), dict(best_of=1), dict(n=1, presence_penalty=0, user="me", suffix="")):
+        status, answer = servers["vanilla"].request("/v1/completions", dict(prompt="the", max_tokens=1, **fields))
+        assert status == 200, (fields, answer)
 
 
 @pytest.mark.parametrize("texts, stops, expected", [

@@ -33,6 +33,7 @@ TESTS = [
     "tests/model/test_gradient_checkpointing.py::test_same_gradients_with_checkpointing[depth_attention-True]",
     "tests/model/test_continuous_batching.py::test_looped_generate_batch_equals_generate[depth_attention]",
     "tests/test_serve.py::test_transformers_server_loads_a_depthattn_folder",
+    "tests/test_serve.py::test_a_stop_string_begun_by_the_prompt_does_not_end_the_answer",  # the in-process server's
 ]
 
 

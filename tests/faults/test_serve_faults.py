@@ -83,6 +83,22 @@ def test_a_paged_cache_over_the_memory_budget_is_a_startup_error(folder, tmp_pat
     assert "over --cb-memory-gb 1: lower --cb-max-sequences or --cb-num-blocks" in result.stderr
 
 
+def test_a_paged_cache_smaller_than_one_request_is_a_startup_error():
+    """--cb-num-blocks 1 (256 tokens) beside a 1,024-token context: a valid 300-token request stopped the batching
+    worker, and with it the server."""
+    from depthattn.serving.app import ServeOptions, paged_cache_blocks
+    from tests.helpers import tiny_model
+
+    config = tiny_model(max_position_embeddings=1024).config
+    options = ServeOptions(host="127.0.0.1", port=0, served_model_name=None, continuous_batching=True,
+                           cb_max_sequences=8, cb_num_blocks=1, cb_memory_gb=1.0, shutdown_grace=1.0, compile=False,
+                           context_length=None, device="cpu", method_fields={})
+    with pytest.raises(ValueError, match="--cb-num-blocks 1 holds 256 tokens, less than one request of the served "
+                                         "context of 1024 tokens: give at least 4"):
+        paged_cache_blocks(options, config, 1024)
+    assert paged_cache_blocks(options, config, 256) == 1  # a served context of one block
+
+
 def test_sigterm_ends_a_running_stream_within_the_grace_period(folder, tmp_path):
     server = benchmarks.serving.Server(str(folder), ["--device", "cpu", "--shutdown-grace", "1"], tmp_path / "log",
                                        threads=1)  # no fault: the stream runs until the signal

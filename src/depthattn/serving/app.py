@@ -5,6 +5,7 @@ and SIGTERM ending it gracefully."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import signal
 import socket
 import sys
@@ -43,9 +44,9 @@ def serve(folder: str, options: ServeOptions) -> int:
     """Serve the model folder `folder` until SIGTERM (exit status 0) or Ctrl-C (130); 1 when the continuous-batching
     worker died. Raises ValueError, FileNotFoundError, ImportError or RuntimeError, naming the fix, before serving."""
     path, config = _check_before_loading(folder, options)
-    blocks = paged_cache_blocks(options, config) if options.continuous_batching else None
     context_length, context_origin, warning = served_context(path, config.max_position_embeddings,
                                                              options.context_length)
+    blocks = paged_cache_blocks(options, config, context_length) if options.continuous_batching else None
     if warning:
         _say(f"warning: {warning}")
 
@@ -133,13 +134,19 @@ def check_address(host: str, port: int) -> None:
                              "port, or the address is not this machine's; pick another --port or --host") from None
 
 
-def paged_cache_blocks(options: ServeOptions, config: DepthAttentionConfig) -> int:
-    """The paged cache's blocks, from --cb-num-blocks or --cb-max-sequences, within --cb-memory-gb."""
+def paged_cache_blocks(options: ServeOptions, config: DepthAttentionConfig, context: int) -> int:
+    """The paged cache's blocks, from --cb-num-blocks or --cb-max-sequences, within --cb-memory-gb, and room for
+    one request of the served `context` (a request the cache cannot hold stops the batching worker)."""
     if options.cb_max_sequences < 1 or (options.cb_num_blocks is not None and options.cb_num_blocks < 1):
         raise ValueError(f"--cb-max-sequences and --cb-num-blocks must be >= 1, got {options.cb_max_sequences} and "
                          f"{options.cb_num_blocks}")
     paged = paged_cache_config(config, options.cb_max_sequences)
     if options.cb_num_blocks is not None:
+        needed = math.ceil(context / paged.page_size)
+        if options.cb_num_blocks < needed:
+            raise ValueError(f"--cb-num-blocks {options.cb_num_blocks} holds {options.cb_num_blocks * paged.page_size} "
+                             f"tokens, less than one request of the served context of {context} tokens: give at "
+                             f"least {needed}, or serve a shorter --context-length")
         paged.num_blocks = options.cb_num_blocks
     gigabytes = paged_cache_bytes(config, paged) / 2**30
     if gigabytes > options.cb_memory_gb:

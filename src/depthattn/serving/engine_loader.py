@@ -1,6 +1,6 @@
 """The loader transformers' server (5.25 on) hands to the model's own process: transformers' `ModelLoader`, then the
-method's fields switched on the loaded model. The process unpickles it by its module, which imports depthattn, so
-the process also knows the model's classes."""
+method's fields switched on the loaded model and its stop strings read in answers only. The process unpickles it by
+its module, which imports depthattn, so the process also knows the model's classes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 from transformers.cli.serving.model_manager import ModelLoader
+
+from .transformers_serve import stop_in_answers_only
 
 if TYPE_CHECKING:
     from ..modeling import DepthAttentionPreTrainedModel
@@ -24,4 +26,5 @@ class MethodFieldsLoader(ModelLoader):
         model, processor = super().load_model_and_processor(model_id, on_progress=on_progress)
         for name, value in self.method_fields.items():
             cast("DepthAttentionPreTrainedModel", model).switch_method_field(name, value)
+        stop_in_answers_only(model)
         return model, processor

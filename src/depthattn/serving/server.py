@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..data.tokenizer import start_token_id
 from .generation import MIN_TEMPERATURE
-from .transformers_serve import chat_processor_inputs, ignored_fields, stop_strings_failure
+from .transformers_serve import chat_processor_inputs, chat_tools, ignored_fields, stop_strings_failure
 
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 # what this server answers; transformers' app has more (/v1/responses, unchecked; /reset and /load_model, which
@@ -34,9 +34,14 @@ class BadRequest(ValueError):
 
 
 DONE = b"data: [DONE]"
-# fields transformers ignores that change nothing at these values, or ever (user: an end-user id for the provider)
+# fields transformers ignores that change nothing at these values, or ever (user: an end-user id for the provider);
+# a completion's logprobs is a count, and 0 still asks for the sampled tokens' logprobs
 HARMLESS = {"n": (None, 1), "user": None, "presence_penalty": (None, 0), "stream_options": None,
-            "logprobs": (None, False), "top_logprobs": (None, 0)}
+            "logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1)}
+HARMLESS_IN_COMPLETIONS = {**HARMLESS, "logprobs": (None,)}
+# the chat template's arguments transformers' handler sets itself: a request's own would be passed twice
+HANDLER_TEMPLATE_KWARGS = {"add_generation_prompt", "tools", "tokenize", "return_dict", "return_tensors",
+                           "load_audio_from_video", "conversation"}
 
 
 @dataclass(frozen=True)
@@ -147,8 +152,13 @@ class RequestChecks:
             body = json.loads(raw)
         except ValueError as error:
             raise BadRequest(f"the request body is not valid JSON: {error}") from None
+        except RecursionError:
+            raise BadRequest("the request body nests JSON too deeply to read") from None
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a JSON object")
+        if not isinstance(body.get("model", self.model_id), str):
+            raise BadRequest(f"model must be a string, the name of the served model ({self.listed_name!r}), got "
+                             f"{body['model']!r}", "model")
         if body.get("model", self.model_id) not in self.model_names:
             raise BadRequest(f"model {body['model']!r} is not served here; this server serves {self.listed_name!r} "
                              "(GET /v1/models)", "model", status=404)
@@ -182,10 +192,19 @@ class RequestChecks:
             raise BadRequest("frequency_penalty is not supported by this server: transformers' server turns it "
                              "into a repetition penalty (each present token's logit divided by 1 + the penalty), "
                              "not OpenAI's penalty by count: leave it out", "frequency_penalty", status=422)
+        if body.get("suffix") not in (None, ""):  # transformers' handler appends it to the answer as it is
+            raise BadRequest("suffix is not supported by this server (the model would not see it, and transformers' "
+                             "server appends it to the answer as it is): leave it out", "suffix", status=422)
+        kwargs = body.get("chat_template_kwargs")
+        if kwargs is not None and (not isinstance(kwargs, dict) or HANDLER_TEMPLATE_KWARGS & set(kwargs)):
+            raise BadRequest("chat_template_kwargs must be an object of the chat template's own variables (the "
+                             f"server sets {', '.join(sorted(HANDLER_TEMPLATE_KWARGS))}), got {kwargs!r}",
+                             "chat_template_kwargs")
         self.check_logit_bias(route, body)
         self.check_stop(body)
+        harmless_fields = HARMLESS_IN_COMPLETIONS if route == "/v1/completions" else HARMLESS
         for name in sorted(ignored_fields(route) & set(body)):
-            harmless = HARMLESS.get(name, ())
+            harmless = harmless_fields.get(name, ())
             if harmless is not None and body[name] not in harmless:
                 raise BadRequest(f"{name} is not supported by this server (transformers' server would ignore it): "
                                  "leave it out", name, status=422)
@@ -266,7 +285,8 @@ class RequestChecks:
         try:  # as transformers' chat handler formats them
             ids = self.tokenizer.apply_chat_template(
                 chat_processor_inputs(messages), add_generation_prompt=True,
-                tools=body.get("tools"), tokenize=True, return_dict=True, **body.get("chat_template_kwargs", {}),
+                tools=chat_tools(body.get("tools")), tokenize=True, return_dict=True,
+                **body.get("chat_template_kwargs") or {},
             )["input_ids"]
         except Exception as error:  # the template's own message (a jinja error, a missing field)
             raise BadRequest(f"the chat template cannot format these messages: {error}", "messages") from None
@@ -394,10 +414,17 @@ def _check_number(body: dict, name: str, low: float, high: float = math.inf, int
     if value is None:
         return
     number = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or (value <= low if open_low else value < low) or value > high:
+    if not number or not _finite(value) or (value <= low if open_low else value < low) or value > high:
         bounds = (f"> {low}" if open_low else f">= {low}") + (f" and <= {high}" if high < math.inf else "")
         raise BadRequest(f"{name} must be {'an integer' if integer else 'a number'} {bounds}{hint}, got {value!r}",
                          name)
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past any float (10**400)
+        return False
 
 
 def _openai_error(status: int, body: bytes):

@@ -72,6 +72,7 @@ def _in_process_server(folder, method_fields, continuous_batching, compile, devi
     served = manager.loaded_models[model_id]
     for name, value in method_fields.items():
         served.model.switch_method_field(name, value)
+    stop_in_answers_only(served.model)
     if continuous_batching:  # the worker now, allocating its paged cache, instead of at the first request; under
         # the name the requests' handlers use, or the first request would replace it. Its generation state is private.
         serve._generation_state.get_manager(model_id, use_cb=True).init_cb(
@@ -128,6 +129,45 @@ def chat_processor_inputs(messages: list[dict]):
     from transformers.cli.serving.utils import BaseHandler, Modality
 
     return BaseHandler.get_processor_inputs_from_messages(messages, Modality.LLM)
+
+
+class AnswerStopStrings(StopStringCriteria):
+    """transformers' stop strings over the generated tokens only: OpenAI's `stop` ends an answer that contains one,
+    and one spelt by the prompt's end and the answer's start does not count (transformers' own criterion reads the
+    prompt too, so a prompt ending in "\n" stopped at once on a first token starting with "\n", for "\n\n")."""
+
+    def __init__(self, tokenizer, stop_strings, prompt_length: int):
+        super().__init__(tokenizer, stop_strings)
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return super().__call__(input_ids[:, self.prompt_length:], scores, **kwargs)
+
+
+def stop_in_answers_only(model) -> None:
+    """`model.generate` with `stop_strings` (what transformers' handlers pass for a request's `stop`) matching them
+    in the answer alone (`AnswerStopStrings`)."""
+    from transformers import StoppingCriteriaList
+
+    generate = model.generate
+
+    def generate_with_answer_stops(*args, stop_strings=None, stopping_criteria=None, **kwargs):
+        if stop_strings is not None and "input_ids" in kwargs:
+            stops = [stop_strings] if isinstance(stop_strings, str) else stop_strings
+            answer_stops = AnswerStopStrings(kwargs["tokenizer"], stops, kwargs["input_ids"].shape[-1])
+            stopping_criteria, stop_strings = StoppingCriteriaList([*(stopping_criteria or []), answer_stops]), None
+        return generate(*args, stop_strings=stop_strings, stopping_criteria=stopping_criteria, **kwargs)
+
+    model.generate = generate_with_answer_stops
+
+
+def chat_tools(tools):
+    """The request's tools as transformers' chat handler hands them to the template (5.25 nests the Responses
+    API's flat ones; the helper is internal, and earlier releases pass them as they are)."""
+    from transformers.cli.serving.utils import BaseHandler
+
+    normalize = getattr(BaseHandler, "_normalize_tools", None)
+    return normalize(tools) if normalize is not None else tools
 
 
 def stop_strings_failure(tokenizer) -> str:
