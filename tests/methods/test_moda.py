@@ -38,3 +38,15 @@ def test_matmul_flops_match_the_flop_counter(settings):
     """Its sequence part in SDPA, as vanilla's (the counter does not count CPU SDPA; the reference's matmuls it
     would)."""
     assert_matmul_flops_exact(settings)
+
+
+def test_flex_attention_is_refused_by_name():
+    """Its block mask is no tensor: an AttributeError deep in the op, before this."""
+    import torch
+
+    from tests.helpers import tiny_model
+
+    model = tiny_model(cross_layer="moda").eval()
+    model.set_attn_implementation("flex_attention")
+    with torch.no_grad(), pytest.raises(ValueError, match="not flex attention's block mask: use attn_implementation"):
+        model(torch.randint(0, model.config.vocab_size, (1, 8)))

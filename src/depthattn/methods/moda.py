@@ -49,6 +49,9 @@ class MoDA(MoDADescription, AttentionMixer):
     def attend(self, attention_fn, module, query, key, value, mask, step, states, position_embeddings, **kwargs):
         if "cu_seq_lens_q" in kwargs:  # packed sequences: continuous batching's paged attention, flash varlen
             raise ValueError(self.packed_refusal)
+        if mask is not None and not isinstance(mask, torch.Tensor):  # flex attention's BlockMask
+            raise ValueError("MoDA's depth keys join the attention's softmax in a kernel of its own, which takes a "
+                             "tensor mask, not flex attention's block mask: use attn_implementation 'sdpa' or 'eager'")
         if step == 0:
             return attention_fn(module, query, key, value, mask, **kwargs)
         keys, values = [], []
