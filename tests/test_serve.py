@@ -143,6 +143,17 @@ def test_an_empty_prompt_starts_a_new_document_as_generate_does(servers, name, p
     assert server.request("/health")[0] == 200  # and the worker goes on
 
 
+def test_generate_starts_a_new_document_from_a_prompt_of_no_tokens():
+    """As the server does: "   " gives a word-level vocabulary no token (generate's reshape of nothing failed)."""
+    from depthattn.serving.generation import sample
+
+    tokenizer = word_level_tokenizer(WORDS)
+    model = tiny_model(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id).eval()
+    assert tokenizer("   ").input_ids == []
+    assert sample(model, tokenizer, "   ", 4, 0.0, 0, 0) == sample(model, tokenizer, "", 4, 0.0, 0, 0)
+
+
 def test_method_field_option_switches_the_served_model(servers):
     assert "cross_layer='depth_attention' computes with depth_impl='reference'" in \
         servers["depth_attention"].log.read_text()

@@ -42,7 +42,9 @@ def sample(model, tokenizer, prompt: str, max_new_tokens: int, temperature: floa
     """`temperature` below MIN_TEMPERATURE is greedy; past `trained_context` (the training seq_len) a note says
     the model never learnt those positions."""
     torch.manual_seed(seed)
-    ids = tokenizer(prompt, return_tensors="pt").input_ids if prompt else torch.tensor([[start_token_id(tokenizer)]])
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    if ids.shape[1] == 0:  # nothing to continue ("", or text of no tokens): a new document, as the server starts one
+        ids = torch.tensor([[start_token_id(tokenizer)]])
     context, prompt_tokens = model.config.max_position_embeddings, ids.shape[1]
     if trained_context is not None and trained_context < prompt_tokens + max_new_tokens <= context:
         print(f"note: a prompt of {prompt_tokens} tokens and {max_new_tokens} new ones go past the {trained_context} "
