@@ -203,6 +203,9 @@ BAD_REQUESTS = {
                                   "no room in the model's context of 64 tokens"),
     "prompt and max_tokens beyond the context": ("/v1/completions", dict(prompt="the " * 60, max_tokens=10), 400,
                                                  "ask for at most 4"),
+    "prompt and max_completion_tokens beyond the context": ("/v1/completions",
+                                                            dict(prompt="the " * 60, max_completion_tokens=10), 400,
+                                                            "(max_completion_tokens), beyond"),
     "unknown model": ("/v1/completions", dict(prompt="the", model="gpt-4", max_tokens=2), 404, "'gpt-4' is not served"),
     "malformed JSON": ("/v1/completions", b'{"prompt": "the", ', 400, "not valid JSON"),
     # each of these five was a bare 500 (plain text, a traceback in the log)

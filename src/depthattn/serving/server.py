@@ -256,12 +256,13 @@ class RequestChecks:
         if room < 1:
             raise BadRequest(f"the prompt is {prompt_tokens} tokens, which leaves no room in {context}: "
                              "shorten the prompt", "messages" if route.endswith("chat/completions") else "prompt")
-        asked = body.get("max_completion_tokens") or body.get("max_tokens")
+        field = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
+        asked = body.get(field)
         if asked is None:
             body["max_tokens"] = room
         elif asked > room:
-            raise BadRequest(f"the prompt is {prompt_tokens} tokens and {asked} more are asked for, beyond {context}: "
-                             f"ask for at most {room} or shorten the prompt", "max_tokens")
+            raise BadRequest(f"the prompt is {prompt_tokens} tokens and {asked} more are asked for ({field}), beyond "
+                             f"{context}: ask for at most {room} or shorten the prompt", field)
 
     def count_prompt_tokens(self, route: str, body: dict) -> int:
         if route == "/v1/completions":
