@@ -19,7 +19,7 @@ from ..methods import DESCRIPTIONS
 from ..modeling import check_method_switch
 from .cache import paged_cache_bytes, paged_cache_config
 from .server import RequestChecks, SharedSampling
-from .transformers_serve import serve_available, transformers_server
+from .transformers_serve import serve_available, stop_strings_failure, transformers_server
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +71,8 @@ def serve(folder: str, options: ServeOptions) -> int:
         server.uvicorn.config.app.add_middleware(
             RequestChecks, model_id=folder, model_names=names, listed_name=options.served_model_name or folder,
             tokenizer=server.processor, context_length=context_length, context_origin=context_origin,
-            shared_sampling=shared)
+            shared_sampling=shared, stop_strings_failure=stop_strings_failure(server.processor) if shared is None
+            else None)
         _say(f"{folder} with a context of {context_length} tokens ({context_origin}; max_position_embeddings "
              f"{config.max_position_embeddings})")
         server.uvicorn.config.timeout_graceful_shutdown = options.shutdown_grace

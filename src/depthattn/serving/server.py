@@ -85,11 +85,14 @@ class RequestChecks:
     settings the batch cannot honour."""
 
     def __init__(self, app, model_id: str, model_names: set[str], listed_name: str, tokenizer, context_length: int,
-                 context_origin: str = "max_position_embeddings", shared_sampling: SharedSampling | None = None):
+                 context_origin: str = "max_position_embeddings", shared_sampling: SharedSampling | None = None,
+                 stop_strings_failure: str | None = None):
         self.app, self.model_id, self.model_names, self.listed_name = app, model_id, model_names, listed_name
         self.tokenizer, self.context_length, self.context_origin = tokenizer, context_length, context_origin
         self.shared_sampling = shared_sampling
-        self.stop_strings_failure: str | None = None  # "" once stop strings were found to work
+        # why stop strings fail on the vocabulary, "" where they work; None: found out at the first `stop` (probing
+        # reads the whole vocabulary: `serve` does it before serving, not on the event loop)
+        self.stop_strings_failure = stop_strings_failure
         self.start_text = tokenizer.convert_ids_to_tokens(start_token_id(tokenizer))
 
     async def __call__(self, scope, receive, send):  # noqa: C901  (one request's flow; its closures share its state)
