@@ -307,3 +307,26 @@ def test_a_sweep_where_only_the_baseline_has_cells_has_no_multipliers_yet(study)
     baseline_only = [r for r in planted_results(study, lambda x: 1.3) if r.method == study.baseline]
     assert baseline_only and multipliers(study, baseline_only) is None
     assert "| data multiplier |" not in markdown_report(study, CellStore.of(study), baseline_only)
+
+
+def test_each_model_of_a_ladder_is_priced_at_its_own_flops_ratio():
+    """MoDA costs 1.08x vanilla's FLOPs at the ladder's 33m and 1.24x at 361m: every size was divided by the first's."""
+    from depthattn.study.report import budget_multipliers, flops_ratios
+
+    ladder = Study.load("configs/study/ladder.toml")
+    results = []
+    for size in ("33m", "361m"):
+        for label in ("1", "2", "5"):
+            x = float(label)
+            for seed in range(2):
+                for method, value in (("vanilla", loss(x)), ("moda", loss(1.3 * x))):
+                    results.append(CellResult(method, seed, value + 0.01 * seed, {
+                        "train_tokens": 1000, "params_total": 100, "data_epochs": 0.01 * x,
+                        "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "curve": [], "val_bits_per_byte": value},
+                        setting={"size": size, "budget": label}))
+    found = budget_multipliers(ladder, results)
+    ratios = {label: next(row.flops_ratio for row in multipliers.rows if row.method == "moda")
+              for label, multipliers in found.items()}
+    small, large = (flops_ratios(ladder, {"size": size, "budget": "1"})["moda"] for size in ("33m", "361m"))
+    assert large > small * 1.1
+    assert sorted(ratios.values()) == pytest.approx([small, large])

@@ -2,6 +2,7 @@
 envelope, each at its own best rate, and a gain that only an untuned baseline gave is not shown once tuned."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -60,6 +61,22 @@ def test_a_gain_that_holds_at_every_rate_survives_tuning(study):
     assert method.verdict == "survives tuning" and method.p_holm < 0.05
     text = markdown_report(study, CellStore.of(study), planted(study, efficiency))
     assert "**Tuned**: multipliers against vanilla's envelope" in text and "survives tuning" in text
+
+
+def test_a_tuned_reading_beyond_the_envelopes_budgets_is_marked_and_far_beyond_a_bound(study):
+    """As an untuned reading: † beyond the envelope's measured budgets (10 to 500 tokens per parameter), a bound
+    more than twice beyond; the published 0.5 column's 0.81x read vanilla's envelope at 0.40 unmarked."""
+    from depthattn.study.render.analyses import format_tuned_point
+
+    efficiency = {"vanilla": {"1e-3": 0.7, "2e-3": 1.0, "4e-3": 0.8},
+                  "depth_attention": {"1e-3": 0.2, "2e-3": 0.3, "4e-3": 1.3}}
+    method = tuned_multipliers(study, planted(study, efficiency), verdict_at="b").methods[0]
+    best, at_reference = {p.label: p for p in method.best}, {p.label: p for p in method.reference}
+    assert not best["c"].extrapolated and "†" not in format_tuned_point(best["c"])
+    assert best["f"].extrapolated and best["f"].printable  # read at about 1.3 x 500
+    assert re.fullmatch(r"1\.\d\dx \[\d\.\d\d, \d\.\d\d\]† @4e-3ᵉ", format_tuned_point(best["f"]))
+    assert not at_reference["a"].printable  # read at about 0.3 x 10, over twice below the envelope's 10
+    assert format_tuned_point(at_reference["a"]) == "< 0.50x† @2e-3"
 
 
 def test_a_gain_over_an_untuned_baseline_alone_is_not_shown_once_tuned(study):

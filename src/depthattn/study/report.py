@@ -124,18 +124,18 @@ def markdown_report(study: Study, store: CellStore, results: list[CellResult] | 
     return format_study_page(study_page(study, store, results, found, trends))
 
 
-def flops_ratios(study: Study) -> dict[str, float]:
-    """Each method's training FLOPs per token over the baseline's (the library's costs; at the first setting)."""
-    setting = study.settings()[0]
+def flops_ratios(study: Study, setting: Mapping[str, str]) -> dict[str, float]:
+    """Each method's training FLOPs per token over the baseline's in `setting` (the library's costs)."""
     base = cell_flops(study, setting, study.baseline)["flops"]
     return {m: cell_flops(study, setting, m)["flops"] / base for m in study.methods}
 
 
 def budget_multipliers(study: Study, results: list[CellResult]) -> dict[str, Multipliers | None]:
-    """A branched study's multipliers (`multiplier.multipliers`, with each method's FLOPs ratio) per budget group."""
+    """A branched study's multipliers (`multiplier.multipliers`, with each method's FLOPs ratio in that model's
+    setting: a ladder's sizes differ) per budget group."""
     found = Sweep(study, tuple(results)).models() if study.branch_axis else {}
-    ratios = flops_ratios(study) if found else None
-    return {label: sweep_multipliers(sweep, ratios) for label, sweep in found.items()}
+    return {label: sweep_multipliers(sweep, flops_ratios(study, sweep.results[0].setting))
+            for label, sweep in found.items()}
 
 
 @dataclass(frozen=True)

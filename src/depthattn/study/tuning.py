@@ -2,10 +2,11 @@
 whose rule was written before its cells ran) read against the baseline at its best rate.
 
 - The baseline's envelope: at every budget, its rate with the lowest mean loss over the seeds; the envelope is those
-  means, made non-increasing (the curve of `curve.BaselineCurve`). Choosing the rate on the same held-out data
-  that scores the methods biases the envelope low, in the baseline's favour: the comparison is conservative.
+  means, made non-increasing (the curve of `curve.BaselineCurve`).
 - Each method at its own best rate per budget (chosen the same way), and at the reference rate, as data
-  multipliers on that envelope.
+  multipliers on that envelope. Every best rate is chosen on the held-out data that scores it, which biases the
+  baseline's envelope and each method's best loss low alike: the side whose rates tie more closely gains, so the
+  comparison is not conservative either way.
 - Intervals: the calibrated one (study/calibrated.py), the rate choices redone with each seed left out; it holds
   its 95% coverage at five seeds where rates nearly tie (simulated: tests/study/test_tuning.py). Where every cell
   stores each held-out document's loss, the reading redone with each group of documents left out adds the
@@ -28,6 +29,7 @@ import numpy as np
 from .calibrated import holm, holm_verdict, jackknife_p, jackknife_t, log_jackknife_t
 from .curve import BaselineCurve
 from .fits import Slope, log_log_fit
+from .multiplier import EXTRAPOLATION_LIMIT
 from .records import CellResult
 from .spec import Study
 from .stats import MIN_SEEDS
@@ -38,7 +40,10 @@ RATE_KEY = "optim.lr"
 
 @dataclass(frozen=True)
 class TunedPoint:
-    """A method's multiplier at one budget on the baseline's envelope, with its calibrated interval."""
+    """A method's multiplier at one budget on the baseline's envelope, with its calibrated interval, and where it
+    read the envelope (`read_at` tokens per parameter; its measured span `curve_low` to `curve_high`): outside it
+    `extrapolated`, more than EXTRAPOLATION_LIMIT x outside not `printable` (a bound instead), as an untuned
+    reading's `multiplier.MultiplierPoint`."""
 
     label: str
     multiplier: float
@@ -46,6 +51,18 @@ class TunedPoint:
     high: float | None
     rate: str  # the rate it was read at (its best, or the reference)
     at_edge: bool  # that rate is the grid's lowest or highest
+    read_at: float
+    curve_low: float
+    curve_high: float
+
+    @property
+    def extrapolated(self) -> bool:
+        return not self.curve_low <= self.read_at <= self.curve_high
+
+    @property
+    def printable(self) -> bool:
+        return self.read_at > 0 and max(self.read_at / self.curve_high, self.curve_low / self.read_at) <= \
+            EXTRAPOLATION_LIMIT
 
 
 @dataclass(frozen=True)
@@ -161,10 +178,10 @@ def _rate_tables(study: Study, results: list[CellResult], rate_key: str, referen
 
 
 def _tuned_points(k: np.ndarray, loo: list[np.ndarray], chosen: list[str], labels: list[str], rates: list[str],
-                  documents: list[np.ndarray]) -> list[TunedPoint]:
-    """A method's multipliers `k` per budget, each with its calibrated interval from the leave-one-seed-out
-    multipliers `loo` (none without) and those with each group of held-out documents left out (`documents`, none
-    without), read at the rates `chosen`."""
+                  documents: list[np.ndarray], x: np.ndarray, span: tuple[float, float]) -> list[TunedPoint]:
+    """A method's multipliers `k` per budget (tokens per parameter `x`), each with its calibrated interval from the
+    leave-one-seed-out multipliers `loo` (none without) and those with each group of held-out documents left out
+    (`documents`, none without), read at the rates `chosen` on an envelope measured over `span`."""
     out = []
     for i, label in enumerate(labels):
         low = high = None
@@ -172,7 +189,8 @@ def _tuned_points(k: np.ndarray, loo: list[np.ndarray], chosen: list[str], label
             lo, hi = log_jackknife_t(k[i], np.array([left_out[i] for left_out in loo]),
                                      documents=np.array([left_out[i] for left_out in documents]) if documents else None)
             low, high = float(lo), float(hi)
-        out.append(TunedPoint(label, float(k[i]), low, high, chosen[i], chosen[i] in (rates[0], rates[-1])))
+        out.append(TunedPoint(label, float(k[i]), low, high, chosen[i], chosen[i] in (rates[0], rates[-1]),
+                              float(k[i] * x[i]), *span))
     return out
 
 
@@ -213,17 +231,18 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     rates = [r for r in axis.values if r in tables]
     methods = [m for m in study.methods if m != study.baseline and all(m in t for t in tables.values())]
     found, p_values, gammas = [], {}, {}
-    baseline_rates = _best({r: t[study.baseline] for r, t in tables.items()})[1]
+    envelope, baseline_rates = _best({r: t[study.baseline] for r, t in tables.items()})
+    span = (float(x[np.isfinite(envelope)][0]), float(x[np.isfinite(envelope)][-1]))  # where the envelope is measured
     for method in methods:
         best, at_reference, best_rates, _ = envelope_multipliers(x, tables, study.baseline, method, reference, everyone)
         loo = [envelope_multipliers(x, tables, study.baseline, method, reference, keep) for keep in leave_out]
         by_documents = [envelope_multipliers(x, without, study.baseline, method, reference, everyone)
                         for without in shared.without_documents] if loo and shared.without_documents else []
         best_points = _tuned_points(best, [values[0] for values in loo], best_rates, labels, rates,
-                                    [values[0] for values in by_documents])
+                                    [values[0] for values in by_documents], x, span)
         found.append((method, best_points, _tuned_points(at_reference, [values[1] for values in loo],
                                                          [reference] * len(labels), labels, rates,
-                                                         [values[1] for values in by_documents])))
+                                                         [values[1] for values in by_documents], x, span)))
         gammas[method] = _slope(x, best, [values[0] for values in loo], [values[0] for values in by_documents])
         if loo and verdict_at in labels:
             i = labels.index(verdict_at)

@@ -174,14 +174,22 @@ def format_score(prediction: dict, rows: list[Score], why: str = "") -> str:
 
 
 def format_tuned_point(point: TunedPoint) -> str:
-    """'1.18x [1.10, 1.27] @4e-3ᵉ': a method's multiplier at its best (or the reference) rate, its interval, the rate
-    (ᵉ: at the grid's edge); '—' at a budget the method does not train."""
+    """'1.18x [1.10, 1.27]† @4e-3ᵉ': a method's multiplier at its best (or the reference) rate, its interval, † read
+    beyond the envelope's measured budgets (too far beyond: a bound instead), the rate (ᵉ: at the grid's edge); '—'
+    at a budget the method does not train."""
     if not point.rate or math.isnan(point.multiplier):
         return "—"
-    text = f"{point.multiplier:.2f}x" if math.isfinite(point.multiplier) else "—"
+    rate = f" @{point.rate}" + ("ᵉ" if point.at_edge else "")
+    if not math.isfinite(point.multiplier):
+        return "—" + rate
+    x = point.read_at / point.multiplier
+    if not point.printable:  # the limit of the envelope that may be read
+        bound = point.curve_high * EXTRAPOLATION_LIMIT if point.read_at > x else point.curve_low / EXTRAPOLATION_LIMIT
+        return f"{'>' if point.read_at > x else '<'} {bound / x:.2f}x†" + rate
+    text = f"{point.multiplier:.2f}x"
     if point.low is not None and math.isfinite(point.low):
         text += f" [{point.low:.2f}, {point.high:.2f}]"
-    return text + f" @{point.rate}" + ("ᵉ" if point.at_edge else "")
+    return text + ("†" if point.extrapolated else "") + rate
 
 
 def format_tuning(study: Study, tuning: Tuning) -> list[str]:
@@ -198,8 +206,10 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
              + (f"the held-out documents' variance added, the reading redone with each of {DOCUMENT_GROUPS} groups "
                 "of documents left out" if tuning.documents else "the seeds' variance only: not every cell stores "
                 "each held-out document's loss") + "); ᵉ: the best rate is at the grid's edge, so the optimum may "
-             f"lie outside it. Choosing the best rate on the held-out data that scores the methods favours "
-             f"{study.baseline}."
+             "lie outside it. Each best rate, the baseline's and each method's, is chosen on the held-out data "
+             "that scores it, which biases both losses low: the side whose rates tie more closely gains, so the "
+             "comparison leans neither way by design. †: read beyond the envelope's measured budgets (more than "
+             f"{EXTRAPOLATION_LIMIT:g}x beyond: a bound instead)."
              " gamma: the slope of the best-rate multiplier per log budget [calibrated 95% CI], read after the "
              "cells ran (the rule fixed no slope), so it carries no verdict.",
              "", f"| method, rate | {head} | gamma [95% CI] | verdict at {tuning.verdict_at} (Holm p) |",
