@@ -36,9 +36,9 @@ STEPS = 150  # at 0.2 s a step, half a minute: the signal comes long before a ce
 REACHED = 3  # the step both cells have started when the signal comes
 
 
-def study_command(tmp_path, tiny_data):
-    config = write_study(tmp_path, tiny_data, seeds=[0])  # two cells: vanilla and depth_attention
-    config.write_text(config.read_text().replace("steps = 3", f"steps = {STEPS}")
+def study_command(tmp_path, tiny_data, seeds=(0,), steps=STEPS):
+    config = write_study(tmp_path, tiny_data, seeds=seeds)  # two cells a seed: vanilla and depth_attention
+    config.write_text(config.read_text().replace("steps = 3", f"steps = {steps}")
                       .replace("checkpoint_every = 2", "checkpoint_every = 1000").replace("eval_every = 2",
                                                                                           "eval_every = 1000"))
     launcher = tmp_path / "launch.py"
@@ -85,3 +85,27 @@ def test_a_signal_stops_every_running_cell_of_a_study_at_a_checkpoint(tiny_data,
     assert rerun.returncode == 0, rerun.stderr
     for step in stopped:
         assert f"resuming after step {step}" in rerun.stdout, rerun.stdout
+
+
+def test_a_signal_to_one_worker_stops_the_study_and_says_so(tiny_data, tmp_path):
+    """SIGTERM to one worker's pid, not the study's: its cell stops at a checkpoint, and the study ends with that
+    signal's status instead of "done" and 0 with cells missing (the cells handed to that worker never ran)."""
+    steps = tmp_path / "steps"
+    steps.mkdir()
+    command = study_command(tmp_path, tiny_data, seeds=(0, 1), steps=20)  # four cells
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "LAUNCH_STEPS": str(steps), "LAUNCH_STEP_SECONDS": "0.2"}
+    study = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    deadline = time.monotonic() + 240
+    while len(started := steps_started(steps)) < 2 or min(started) < REACHED:
+        assert study.poll() is None, f"the study ended first: {study.communicate()}"
+        assert time.monotonic() < deadline, "the cells took too long to start"
+        time.sleep(0.05)
+    os.kill(int(min(steps.iterdir(), key=lambda path: path.name).name), signal.SIGTERM)
+    out, err = study.communicate(timeout=300)
+
+    assert study.returncode == 128 + signal.SIGTERM, (out, err)
+    assert err.splitlines()[-1].startswith("depthattn study: a worker was stopped by SIGTERM: "), err
+    assert "done" not in out and len(re.findall(r"stopped by SIGTERM after step \d+, checkpoint saved", out)) == 1, out
+    finished = len(list(tmp_path.glob("results/cells/*/*/seed_*.json")))
+    assert finished + len(re.findall(r": (?:not started|stopped by SIGTERM)", out)) == 4, out

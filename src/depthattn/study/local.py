@@ -40,7 +40,7 @@ def _run_distributed(plan: CellPlan, threads: int | None, tasks: int) -> CellRes
 
 
 _main_pid = 0  # in a pool worker: the study's main process
-_stopped = False  # in a pool worker: a signal came, so it starts no other cell
+_stopped = 0  # in a pool worker: the signal that came (0: none), after which it starts no other cell
 _in_cell = False  # in a pool worker: a cell is running (train() handles its own signals while it trains)
 
 
@@ -50,6 +50,7 @@ class Stopped:
     and a result the pool cannot read breaks the pool, which then kills the other workers' cells."""
 
     message: str
+    signum: int
 
 
 def _start_worker(main_pid: int) -> None:
@@ -83,23 +84,25 @@ def _blocked(signums):
 def _stop_worker(signum, frame):
     """A signal outside train(): a running cell stops; an idle worker starts no other."""
     global _stopped
-    _stopped = True
+    _stopped = signum
     if _in_cell:
         raise KeyboardInterrupt(f"stopped by {signal_name(signum)}")
 
 
 def _in_worker(fn: Callable, *args):
-    """`fn(*args)` (a cell) in a pool worker, unless a signal came: then None, and a cell it stopped gives
-    Stopped."""
+    """`fn(*args)` (a cell) in a pool worker, unless a signal came: then Stopped, as for a cell it stopped (the
+    signal may have reached this worker alone: the main process must learn that its cells did not run)."""
     global _in_cell, _stopped
     try:
         _in_cell = True
-        return None if _stopped else fn(*args)
+        if _stopped:
+            return Stopped(f"not started: its worker was stopped by {signal_name(_stopped)}", _stopped)
+        return fn(*args)
     except KeyboardInterrupt as stop:  # train() took the signal itself
-        _stopped = True
+        _stopped = _stopped or getattr(stop, "signum", signal.SIGTERM)
         if os.getppid() != _main_pid:  # the main process is gone: nobody reads the result or ends this worker
             os._exit(128 + signal.SIGTERM)
-        return Stopped(str(stop))
+        return Stopped(str(stop), _stopped)
     finally:
         _in_cell = False
 
@@ -160,12 +163,14 @@ class LocalExecutor:
                 _PassOn(pool) as signals:
             with _blocked(SIGNALS):  # inherited by the workers as they spawn, until their handlers are set
                 futures = [pool.submit(_in_worker, *call) for call in calls]
+            worker_signal = 0  # a signal that stopped a worker alone (sent to its pid, not the study's)
             try:
                 for i, (label, future) in enumerate(zip(labels, futures, strict=True), 1):
                     if signals.signum:
                         future.cancel()  # one not handed out yet
                     result = _outcome(future)
                     if isinstance(result, Stopped):
+                        worker_signal = worker_signal or result.signum
                         print(f"[{i}/{len(calls)}] {label}: {result.message}", flush=True)
                     elif isinstance(result, CellResult):
                         print(f"[{i}/{len(calls)}] {label}: val loss {result.val_loss:.4f} "
@@ -173,13 +178,14 @@ class LocalExecutor:
             except BaseException:  # a failed cell: no queued one starts, running ones finish
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
-        if signals.signum:
-            raise _study_stopped(signals.signum)
+        if signals.signum or worker_signal:
+            raise _study_stopped(signals.signum or worker_signal, by_worker=not signals.signum)
 
 
-def _study_stopped(signum: int) -> TrainingInterrupted:
-    return TrainingInterrupted(signum, f"stopped by {signal_name(signum)}: the running cells stopped at a checkpoint "
-                               "(lines above); the same command resumes them", None)
+def _study_stopped(signum: int, by_worker: bool = False) -> TrainingInterrupted:
+    stopped = f"a worker was stopped by {signal_name(signum)}" if by_worker else f"stopped by {signal_name(signum)}"
+    return TrainingInterrupted(signum, f"{stopped}: the running cells stopped at a checkpoint (lines above); the same "
+                               "command resumes them", None)
 
 
 def _outcome(future: Future):
@@ -187,7 +193,7 @@ def _outcome(future: Future):
     try:
         return future.result()
     except KeyboardInterrupt as stop:  # a signal in the worker just before or after its cell
-        return Stopped(str(stop))
+        return Stopped(str(stop), signal.SIGTERM)
     except CancelledError:
         return None
 
