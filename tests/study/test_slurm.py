@@ -121,3 +121,36 @@ values = { fresh = "", missing = "/nonexistent/model" }
     assert study_cli(config, "--executor", "slurm", "--status") == 0
     status = capsys.readouterr().out
     assert "finished" in status and log in status and "1 failed, 1 finished" in status
+
+
+def test_the_slurm_status_counts_the_cells_the_study_trains_in_the_jobs_of_their_runs(tiny_data, tmp_path, capsys,
+                                                                                        monkeypatch):
+    """A baseline_only budget of another method was "not submitted" forever, and a branched run's shorter budget
+    "not submitted" while its run's job ran. Slurm's queue is the one thing stood in for (squeue's answer)."""
+    from depthattn.study.plan import plan_cell
+    from depthattn.study.records import CellResult
+    from depthattn.study.slurm import SlurmExecutor
+    from depthattn.study.wanted import pending_cells
+
+    from .test_study import WSD_BUDGETS
+
+    axes = WSD_BUDGETS.replace("branches = true", 'branches = true\nbaseline_only = ["long"]')
+    config = slurm_study(tmp_path, tiny_data, "s", axes=axes, seeds=(0,))
+    study = Study.load(config)
+    store = CellStore.of(study)
+    runs = [plan_cell(study, store, cell) for cell in pending_cells(study, store)]  # vanilla's to long, DA's short
+    executor = SlurmExecutor(None, study.out_dir)
+    executor.folder.mkdir(parents=True)
+    executor.record_path.write_text(json.dumps({str(run.path): {"job_id": f"7_{i}", "stderr": "log"}
+                                                for i, run in enumerate(runs)}))
+    monkeypatch.setattr(SlurmExecutor, "queued", lambda self: {f"7_{i}": "RUNNING" for i in range(len(runs))})
+    assert study_cli(config, "--executor", "slurm", "--status") == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "study s: 2 running", out  # the two runs, as local --status counts them
+
+    monkeypatch.setattr(SlurmExecutor, "queued", lambda self: {})
+    for cell in study.cells():
+        store.write(study.cell_path(cell), CellResult(cell.method, cell.seed, 2.0, {"tokens_per_s": 1.0},
+                                                      setting=cell.setting))
+    assert study_cli(config, "--executor", "slurm", "--status") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "study s: 3 finished"

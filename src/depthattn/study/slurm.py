@@ -266,12 +266,19 @@ def _tail(path: str | None, lines: int = 5) -> str:
 
 
 def print_status(study: Study, store: CellStore, executor: SlurmExecutor, cells: list[Cell]) -> dict[str, int]:
-    """One line per cell: state, job id, log; then the counts."""
+    """One line per cell: state, job id, log; then the counts. A branched budget's cell is in the job of its run
+    (the method's longest budget), and finished once its own result is written."""
     counts: dict[str, int] = {}
-    for s in executor.cell_states(store, [(cell, study.cell_path(cell)) for cell in cells]):
-        counts[s["state"]] = counts.get(s["state"], 0) + 1
+    runs = [(cell, study.cell_path(Cell(study.run_setting(cell.setting, cell.method), cell.method, cell.seed)))
+            for cell in cells]
+    for cell, s in zip(cells, executor.cell_states(store, runs), strict=True):
+        if store.has(study.cell_path(cell)):
+            state = "finished"
+        else:  # a run finished without this budget's result: the budget joined the sweep after it
+            state = "not submitted" if s["state"] == "finished" else s["state"]
+        counts[state] = counts.get(state, 0) + 1
         job = f"job {s['job_id']}" if s["job_id"] else ""
-        log = s["log"] if s["state"] in ("failed", "running", "pending") and s["log"] else ""
-        print(f"{s['state']:>13}  {s['key']}  {job}  {log}".rstrip())
+        log = s["log"] if state in ("failed", "running", "pending") and s["log"] else ""
+        print(f"{state:>13}  {study.cell_path(cell)}  {job}  {log}".rstrip())
     print(f"study {study.name}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
     return counts

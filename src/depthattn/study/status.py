@@ -68,10 +68,11 @@ def _status(study: Study, store: CellStore, executor: ExecutorOptions, methods: 
             seeds: list[int] | None) -> None:
     cells = [Cell(setting, method, seed) for seed in study.seeds + study.more_seeds for setting in study.settings()
              for method in study.methods]
-    if executor.executor == "slurm":
-        print_status(study, store, executor.slurm_executor(study), cells)
-        return
     wanted = {store.result_path(study, cell) for cell in wanted_cells(study, store, methods, seeds)}
+    if executor.executor == "slurm":  # the cells finished or to train (not a more_seeds cell no rule wants)
+        trained = [cell for cell in cells if store.result_path(study, cell) in wanted or store.has_result(study, cell)]
+        print_status(study, store, executor.slurm_executor(study), trained)
+        return
     done = sum(store.has_result(study, cell) for cell in cells)
     resumes = {}  # cell to run -> the step its run resumes at
     for cell in cells:
