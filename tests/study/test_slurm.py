@@ -154,3 +154,50 @@ def test_the_slurm_status_counts_the_cells_the_study_trains_in_the_jobs_of_their
                                                       setting=cell.setting))
     assert study_cli(config, "--executor", "slurm", "--status") == 0
     assert capsys.readouterr().out.splitlines()[-1] == "study s: 3 finished"
+
+
+def test_a_starting_model_whose_job_is_queued_is_not_submitted_again(tiny_data, tmp_path, monkeypatch, capsys):
+    """A retrofitting study run again with --detach while its starting model's job ran submitted a second job into
+    the same run folder. submitit's submission and Slurm's queue are stood in for: what is submitted is the test."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from depthattn.study import slurm
+
+    submitted, queue, stays_queued = [], {}, [True]
+
+    class Submitter:
+        def __init__(self, folder):
+            pass
+
+        def update_parameters(self, **parameters):
+            pass
+
+        def batch(self):
+            return contextlib.nullcontext()
+
+        def submit(self, fn, plan, *args):
+            job = str(500 + len(submitted))
+            submitted.append(plan.label)
+            if stays_queued[0]:
+                queue[job] = "RUNNING"
+            return SimpleNamespace(job_id=job, paths=SimpleNamespace(stdout=tmp_path / "out", stderr=tmp_path / "err"))
+
+    monkeypatch.setattr(slurm, "_submitit", lambda: SimpleNamespace(SlurmExecutor=Submitter))
+    monkeypatch.setattr(slurm.SlurmExecutor, "need_slurm", staticmethod(lambda: None))
+    monkeypatch.setattr(slurm.SlurmExecutor, "queued", lambda self: dict(queue))
+    slurm_study(tmp_path, tiny_data, "s", seeds=(0,))
+    child = tmp_path / "r.toml"
+    child.write_text(f'[study]\nextends = "s.toml"\nmethods = ["vanilla", "depth_attention"]\nseeds = [0]\n'
+                     f'start_from = "vanilla"\nout_dir = "{tmp_path / "r" / "runs"}"\n'
+                     f'results = "{tmp_path / "r" / "results"}"\n[base.train]\nsteps = 2\n')
+    study_cli(child, "--executor", "slurm", "--detach")
+    study_cli(child, "--executor", "slurm", "--detach")  # its job still runs
+    assert submitted == ["seed 0"], submitted
+    queue.clear()  # it left the queue without a model: submitted again, and a job that fails so is reported
+    stays_queued[0] = False
+    (tmp_path / "err").write_text("Traceback ...\nRuntimeError: out of memory\n")
+    capsys.readouterr()
+    assert study_cli(child, "--executor", "slurm", "--poll", "0") == 1 and submitted == ["seed 0", "seed 0"]
+    out = capsys.readouterr().out
+    assert "study r: starting model start/r/seed_0 failed (job 501)" in out and "RuntimeError: out of memory" in out

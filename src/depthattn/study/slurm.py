@@ -204,10 +204,8 @@ class SlurmExecutor:
         check_split(plans, self.settings.tasks)
         # with fn the plans are a retrofitting study's starts, without it cells
         cells, starts = cast(Sequence[CellPlan], plans), cast(Sequence[StartPlan], plans)
-        states = self._states(cells) if fn is None else [
-            {"plan": plan, "key": f"start/{name}/seed_{plan.seed}", "state": "not submitted"} for plan in starts]
+        states = self._states(cells) if fn is None else self._start_states(name, starts)
         todo = [s for s in states if s["state"] in ("not submitted", "failed")]
-        job_ids = []
         if todo:
             executor = submitit.SlurmExecutor(folder=self.folder / "%j")
             executor.update_parameters(**self.settings.submitit_parameters(f"depthattn-{name}"))
@@ -221,19 +219,36 @@ class SlurmExecutor:
                                          "stderr": str(job.paths.stderr).replace("%t", "0"),
                                          "submitted": time.strftime("%Y-%m-%dT%H:%M:%S")}
             atomic_write_json(self.record_path, records)
-            job_ids = [job.job_id for job in jobs]
             print(f"study {name}: submitted {len(jobs)} job(s) (array {jobs[0].job_id.split('_')[0]}); "
                   f"logs in {self.folder}", flush=True)
         if not self.wait:
             return False
         if fn is not None:
-            return self._wait_for_jobs(job_ids)
+            return self._wait_for_starts(name, starts)
         return self._wait(name, cells)
 
-    def _wait_for_jobs(self, job_ids: list[str]) -> bool:
-        while set(job_ids) & set(self.queued()):
+    def _start_states(self, name: str, starts: Sequence[StartPlan]) -> list[dict]:
+        """Each start (a model not trained yet) queued or running under its recorded job, else not submitted: a
+        start's job still in the queue is not submitted again (two jobs would train one folder)."""
+        records, queued = self.records(), self.queued()
+        states = []
+        for plan in starts:
+            key = f"start/{name}/seed_{plan.seed}"
+            job = records.get(key, {}).get("job_id")
+            states.append({"plan": plan, "key": key, "job_id": job, "log": records.get(key, {}).get("stderr"),
+                           "state": queued[job].lower() if job in queued else "not submitted"})
+        return states
+
+    def _wait_for_starts(self, name: str, starts: Sequence[StartPlan]) -> bool:
+        """Wait until no start's job is queued; True when every starting model is trained, else each failed one
+        is reported with its log."""
+        while any(s["state"] != "not submitted" for s in self._start_states(name, starts)):
             time.sleep(self.poll_s)
-        return True
+        failed = [s for s in self._start_states(name, starts) if not s["plan"].ready()]
+        for s in failed:
+            print(f"study {name}: starting model {s['key']} failed (job {s['job_id']}); log: {s['log']}\n"
+                  f"{_tail(s['log'])}", flush=True)
+        return not failed
 
     def _states(self, plans: Sequence[CellPlan]) -> list[dict]:
         """`cell_states` of the planned cells, each with its plan."""
