@@ -223,6 +223,10 @@ class DepthAttentionConfig(PreTrainedConfig):
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+        partial = (self.rope_parameters or {}).get("partial_rotary_factor", 1.0)
+        if partial != 1:  # transformers' Llama and vLLM would rotate a part; this model rotates the whole head
+            raise ValueError(f"partial_rotary_factor {partial!r} is not supported: every dimension of a head is "
+                             "rotated here; leave it out (or 1.0)")
         switches = ("attention_bias", "qkv_bias", "mlp_bias", "use_qk_norm", "k_norm_after_rope", "use_sliding_window")
         for name in switches:
             check_bool(name, getattr(self, name))
