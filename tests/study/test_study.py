@@ -667,6 +667,12 @@ def test_status_says_how_long_the_cells_to_run_train_at_the_speed_of_the_finishe
     seconds = 6 * per_step / 0.03 + (6 + 7) * per_step / 0.01
     assert f"4 finished, 5 to run; about {seconds / 3600:,.1f} hours of training left for one worker" in out
     assert "value_residual not counted: no finished cell to time" in out
+    damaged = store.path(study.cell_path(Cell(short, "vanilla", 1)))
+    damaged.write_text(damaged.read_text()[:20])  # cut short: no result, whatever its name says
+    assert run(parser.parse_args([str(path), "--status"])) == 0
+    out = capsys.readouterr().out
+    assert f"to run  {study.cell_path(Cell(short, 'vanilla', 1))}" not in out  # its run is vanilla's long seed 1
+    assert f"finished  {study.cell_path(Cell(short, 'vanilla', 1))}" not in out and "3 finished" in out
 
 
 def test_status_states_time_left_under_an_hour_in_minutes(tiny_data, tmp_path, capsys):

@@ -73,17 +73,16 @@ def _status(study: Study, store: CellStore, executor: ExecutorOptions, methods: 
         trained = [cell for cell in cells if store.result_path(study, cell) in wanted or store.has_result(study, cell)]
         print_status(study, store, executor.slurm_executor(study), trained)
         return
-    done = sum(store.has_result(study, cell) for cell in cells)
+    finished = {cell for cell in cells if store.has_result(study, cell)}  # a damaged result file counts as none
     resumes = {}  # cell to run -> the step its run resumes at
     for cell in cells:
-        path = store.result_path(study, cell)
-        if path.exists() or path in wanted:
-            if not path.exists():
+        if cell in finished or store.result_path(study, cell) in wanted:
+            if cell not in finished:
                 resumes[cell] = _resumes_at(study, cell)
-            print(f"{'finished' if path.exists() else 'to run':>13}  {study.cell_path(cell)}" + (
+            print(f"{'finished' if cell in finished else 'to run':>13}  {study.cell_path(cell)}" + (
                 f" (resumes at step {resumes[cell]:,} of {study.cell_config(cell).train.steps:,})"
                 if resumes.get(cell) else ""))
-    print(f"study {study.name}: {done} finished, {len(wanted)} to run" + _time_left(study, store, resumes))
+    print(f"study {study.name}: {len(finished)} finished, {len(wanted)} to run" + _time_left(study, store, resumes))
 
 
 def _resumes_at(study: Study, cell: Cell) -> int:
