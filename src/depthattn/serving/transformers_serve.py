@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from transformers import ContinuousBatchingConfig, StopStringCriteria
+from transformers import ContinuousBatchingConfig, StoppingCriteriaList, StopStringCriteria
 from transformers.utils.import_utils import is_serve_available
 
 
@@ -147,8 +147,6 @@ class AnswerStopStrings(StopStringCriteria):
 def stop_in_answers_only(model) -> None:
     """`model.generate` with `stop_strings` (what transformers' handlers pass for a request's `stop`) matching them
     in the answer alone (`AnswerStopStrings`)."""
-    from transformers import StoppingCriteriaList
-
     generate = model.generate
 
     def generate_with_answer_stops(*args, stop_strings=None, stopping_criteria=None, **kwargs):
