@@ -15,6 +15,7 @@ from depthattn.study.analyses.predictions import (
     write_prediction,
 )
 from depthattn.study.render.analyses import format_score
+from depthattn.study.render.numbers import format_multiplier
 from depthattn.study.store import CellStore
 from tests.study.test_multiplier import BUDGETS, fewer_resamples, planted_results  # noqa: F401 (a fixture)
 from tests.study.test_study import WSD_BUDGETS, write_study
@@ -77,6 +78,12 @@ def test_scoring_says_whether_the_measured_multiplier_agrees(studies, monkeypatc
         rows = score(prediction, target, CellStore.of(target))
         assert rows and {row.verdict for row in rows} == {verdict}
         assert verdict in format_score(prediction, rows)
+        for row in rows:  # read on the calibrated interval, which holds its coverage, and shown with it
+            measured, predicted = row.measured, row.predicted
+            agrees = measured.t_low <= predicted["high"] and predicted["low"] <= measured.t_high
+            assert (row.verdict == "agrees") == agrees
+            assert f"| {format_multiplier(measured, calibrated=True)} | {row.verdict} |" in \
+                format_score(prediction, rows)
 
 
 def test_the_study_command_writes_a_prediction_and_scores_it_on_written_cells(studies, tmp_path, capsys):

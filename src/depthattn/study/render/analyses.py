@@ -163,10 +163,10 @@ def format_score(prediction: dict, rows: list[Score], why: str = "") -> str:
     lines = [f"prediction of {prediction['date']} from {prediction['source']} for {prediction['target']}:",
              "| method | setting | budget | predicted [95%] | measured [95%] | verdict |", "|---|---|---|---|---|---|"]
     for row in rows:
-        p, m = row.predicted, row.measured
-        interval = f" [{m.low:.2f}, {m.high:.2f}]" if m.low is not None else ""
+        p = row.predicted
         lines.append(f"| {row.method} | {row.group or '—'} | {row.budget} | {p['multiplier']:.2f}x "
-                     f"[{p['low']:.2f}, {p['high']:.2f}] | {m.multiplier:.2f}x{interval} | {row.verdict} |")
+                     f"[{p['low']:.2f}, {p['high']:.2f}] | {format_multiplier(row.measured, calibrated=True)} | "
+                     f"{row.verdict} |")
     if not rows:
         lines.append(f"(no finished cell of the target measures a predicted budget: {why})" if why else
                      "(no finished cells of the target measure a predicted budget yet)")
