@@ -24,7 +24,7 @@ def study(tiny_data, tmp_path):
     return Study.load(write_study(tmp_path, tiny_data, axes=axes, seeds=range(5)))
 
 
-def planted(study, efficiency, seeds=range(5), noise=0.004):
+def planted(study, efficiency, seeds=range(5), noise=0.004, epochs_per_x=0.001):
     """Cells whose loss at x tokens per parameter is loss(efficiency[method][rate] x): a method at a rate is worth
     that multiple of the baseline's data at its best rate (1), or of x where it is a function of x. Seed noise is
     independent per cell."""
@@ -39,7 +39,7 @@ def planted(study, efficiency, seeds=range(5), noise=0.004):
                     worth = by_rate[rate](x) if callable(by_rate[rate]) else by_rate[rate]
                     value = loss(worth * x) + shift + noise * rng.standard_normal()
                     out.append(CellResult(method, seed, value, {
-                        "train_tokens": steps * 1000, "params_total": 100, "data_epochs": 0.001 * x,
+                        "train_tokens": steps * 1000, "params_total": 100, "data_epochs": epochs_per_x * x,
                         "params_extra_over_vanilla": 0, "tokens_per_s": 1.0, "curve": [], "val_bits_per_byte": value},
                         setting={"lr": rate, "budget": label}))
     return out
@@ -77,6 +77,9 @@ def test_a_tuned_reading_beyond_the_envelopes_budgets_is_marked_and_far_beyond_a
     assert re.fullmatch(r"1\.\d\dx \[\d\.\d\d, \d\.\d\d\]† @4e-3ᵉ", format_tuned_point(best["f"]))
     assert not at_reference["a"].printable  # read at about 0.3 x 10, over twice below the envelope's 10
     assert format_tuned_point(at_reference["a"]) == "< 0.50x† @2e-3"
+    repeated = tuned_multipliers(study, planted(study, efficiency, epochs_per_x=0.005), verdict_at="b").methods[0]
+    marks = {p.label: format_tuned_point(p).split(" @")[0][-2:] for p in repeated.best}
+    assert marks["e"][-1] == "]" and marks["f"] == "†‡"  # read at 1.3 x 200 x 0.005, 1.3 epochs; at 500, 3.3
 
 
 def test_a_gain_over_an_untuned_baseline_alone_is_not_shown_once_tuned(study):

@@ -42,8 +42,8 @@ RATE_KEY = "optim.lr"
 class TunedPoint:
     """A method's multiplier at one budget on the baseline's envelope, with its calibrated interval, and where it
     read the envelope (`read_at` tokens per parameter; its measured span `curve_low` to `curve_high`): outside it
-    `extrapolated`, more than EXTRAPOLATION_LIMIT x outside not `printable` (a bound instead), as an untuned
-    reading's `multiplier.MultiplierPoint`."""
+    `extrapolated`, more than EXTRAPOLATION_LIMIT x outside not `printable` (a bound instead), in `read_epochs`
+    passes over the data, as an untuned reading's `multiplier.MultiplierPoint`."""
 
     label: str
     multiplier: float
@@ -54,6 +54,7 @@ class TunedPoint:
     read_at: float
     curve_low: float
     curve_high: float
+    read_epochs: float | None  # the passes over the data at `read_at` (None: the cells do not say)
 
     @property
     def extrapolated(self) -> bool:
@@ -178,7 +179,8 @@ def _rate_tables(study: Study, results: list[CellResult], rate_key: str, referen
 
 
 def _tuned_points(k: np.ndarray, loo: list[np.ndarray], chosen: list[str], labels: list[str], rates: list[str],
-                  documents: list[np.ndarray], x: np.ndarray, span: tuple[float, float]) -> list[TunedPoint]:
+                  documents: list[np.ndarray], x: np.ndarray, span: tuple[float, float],
+                  epochs_per_x: float | None) -> list[TunedPoint]:
     """A method's multipliers `k` per budget (tokens per parameter `x`), each with its calibrated interval from the
     leave-one-seed-out multipliers `loo` (none without) and those with each group of held-out documents left out
     (`documents`, none without), read at the rates `chosen` on an envelope measured over `span`."""
@@ -189,8 +191,9 @@ def _tuned_points(k: np.ndarray, loo: list[np.ndarray], chosen: list[str], label
             lo, hi = log_jackknife_t(k[i], np.array([left_out[i] for left_out in loo]),
                                      documents=np.array([left_out[i] for left_out in documents]) if documents else None)
             low, high = float(lo), float(hi)
-        out.append(TunedPoint(label, float(k[i]), low, high, chosen[i], chosen[i] in (rates[0], rates[-1]),
-                              float(k[i] * x[i]), *span))
+        read = float(k[i] * x[i])
+        out.append(TunedPoint(label, float(k[i]), low, high, chosen[i], chosen[i] in (rates[0], rates[-1]), read,
+                              *span, read * epochs_per_x if epochs_per_x else None))
     return out
 
 
@@ -233,16 +236,18 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     found, p_values, gammas = [], {}, {}
     envelope, baseline_rates = _best({r: t[study.baseline] for r, t in tables.items()})
     span = (float(x[np.isfinite(envelope)][0]), float(x[np.isfinite(envelope)][-1]))  # where the envelope is measured
+    epochs_per_x = Sweep(study, tuple(results)).epochs_per_x
     for method in methods:
         best, at_reference, best_rates, _ = envelope_multipliers(x, tables, study.baseline, method, reference, everyone)
         loo = [envelope_multipliers(x, tables, study.baseline, method, reference, keep) for keep in leave_out]
         by_documents = [envelope_multipliers(x, without, study.baseline, method, reference, everyone)
                         for without in shared.without_documents] if loo and shared.without_documents else []
         best_points = _tuned_points(best, [values[0] for values in loo], best_rates, labels, rates,
-                                    [values[0] for values in by_documents], x, span)
+                                    [values[0] for values in by_documents], x, span, epochs_per_x)
         found.append((method, best_points, _tuned_points(at_reference, [values[1] for values in loo],
                                                          [reference] * len(labels), labels, rates,
-                                                         [values[1] for values in by_documents], x, span)))
+                                                         [values[1] for values in by_documents], x, span,
+                                                         epochs_per_x)))
         gammas[method] = _slope(x, best, [values[0] for values in loo], [values[0] for values in by_documents])
         if loo and verdict_at in labels:
             i = labels.index(verdict_at)

@@ -27,7 +27,7 @@ from ..calibrated import holm, holm_verdict, jackknife_p
 from ..multiplier import MultiplierPoint, point
 from ..spec import Study
 from ..store import CellStore
-from ..sweep import Sweep, load_named, one_model
+from ..sweep import load_named, one_model
 from ..tuning import REFERENCE_RATE, TunedPoint, rate_axis, tuned_multipliers
 
 VERDICTS = ("ahead", "not shown", "behind")  # by the one rule, study/calibrated.py's holm_verdict
@@ -163,9 +163,8 @@ def _tuned_column(column: Column) -> ColumnFound:
     for method in tuning.methods:
         verdict = TUNED_VERDICTS[method.verdict] if method.verdict else None
         cells[method.method] = Cell(method.best[i], verdict)
-    epochs_per_x = Sweep(study, tuple(results)).epochs_per_x
-    read = [cell.point.multiplier * tuning.x[i] * epochs_per_x for cell in cells.values()
-            if epochs_per_x is not None and math.isfinite(cell.point.multiplier)]
+    read = [epochs for cell in cells.values() if (epochs := cell.point.read_epochs) is not None
+            and math.isfinite(epochs)]
     return ColumnFound(column.label, column.budget, float(tuning.x[i]), len(tuning.seeds), True, cells,
                        documents=tuning.documents, read_epochs=float(max(read)) if read else None)
 

@@ -175,8 +175,8 @@ def format_score(prediction: dict, rows: list[Score], why: str = "") -> str:
 
 def format_tuned_point(point: TunedPoint) -> str:
     """'1.18x [1.10, 1.27]† @4e-3ᵉ': a method's multiplier at its best (or the reference) rate, its interval, † read
-    beyond the envelope's measured budgets (too far beyond: a bound instead), the rate (ᵉ: at the grid's edge); '—'
-    at a budget the method does not train."""
+    beyond the envelope's measured budgets (too far beyond: a bound instead), ‡ read on it past REPEATS_FLAG epochs,
+    the rate (ᵉ: at the grid's edge); '—' at a budget the method does not train."""
     if not point.rate or math.isnan(point.multiplier):
         return "—"
     rate = f" @{point.rate}" + ("ᵉ" if point.at_edge else "")
@@ -189,7 +189,8 @@ def format_tuned_point(point: TunedPoint) -> str:
     text = f"{point.multiplier:.2f}x"
     if point.low is not None and math.isfinite(point.low):
         text += f" [{point.low:.2f}, {point.high:.2f}]"
-    return text + ("†" if point.extrapolated else "") + rate
+    repeats = point.read_epochs is not None and point.read_epochs > REPEATS_FLAG
+    return text + ("†" if point.extrapolated else "") + ("‡" if repeats else "") + rate
 
 
 def format_tuning(study: Study, tuning: Tuning) -> list[str]:
@@ -209,7 +210,7 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
              "lie outside it. Each best rate, the baseline's and each method's, is chosen on the held-out data "
              "that scores it, which biases both losses low: the side whose rates tie more closely gains, so the "
              "comparison leans neither way by design. †: read beyond the envelope's measured budgets (more than "
-             f"{EXTRAPOLATION_LIMIT:g}x beyond: a bound instead)."
+             f"{EXTRAPOLATION_LIMIT:g}x beyond: a bound instead); ‡: read on it past {REPEATS_FLAG:g} epochs."
              " gamma: the slope of the best-rate multiplier per log budget [calibrated 95% CI], read after the "
              "cells ran (the rule fixed no slope), so it carries no verdict.",
              "", f"| method, rate | {head} | gamma [95% CI] | verdict at {tuning.verdict_at} (Holm p) |",
