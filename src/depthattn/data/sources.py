@@ -308,8 +308,21 @@ def split_stream_into_chunks(pieces: Iterable[str], length: int, chunk_chars: in
     targets = (length * k // num_chunks for k in range(1, num_chunks))  # the even cut points
     target = next(targets, None)
     held, held_start, cut = "", 0, 0  # held = text[held_start:...]; the last cut is at held_start + cut
-    for piece in pieces:
-        held, held_start, cut = held[cut:] + piece, held_start + cut, 0
+    # the pieces after held without a blank line at or after the target: joined once one comes (joining each piece
+    # onto held took time growing with the square of a long stretch without blank lines)
+    waiting: list[str] = []
+    waiting_length = 0
+    for piece in filter(None, pieces):  # an empty piece would hide the character before it from `edge`
+        if target is not None:
+            edge = (waiting[-1] if waiting else held)[-1:]  # a blank line may begin in the piece before
+            start = held_start + len(held) + waiting_length - len(edge)  # where edge + piece begins in the text
+            blank = (edge + piece).find("\n\n", max(0, target - start))
+        if target is None or blank == -1:
+            waiting.append(piece)
+            waiting_length += len(piece)
+            continue
+        held, held_start, cut = held[cut:] + "".join(waiting) + piece, held_start + cut, 0
+        waiting, waiting_length = [], 0
         while target is not None:
             found = held.find("\n\n", max(target - held_start, cut))  # never before the last cut
             if found == -1:
@@ -317,7 +330,7 @@ def split_stream_into_chunks(pieces: Iterable[str], length: int, chunk_chars: in
             if chunk := held[cut:found].strip():
                 yield chunk
             cut, target = found, next(targets, None)
-    if chunk := held[cut:].strip():
+    if chunk := (held[cut:] + "".join(waiting)).strip():
         yield chunk
 
 
