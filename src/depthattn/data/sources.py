@@ -313,11 +313,12 @@ def split_stream_into_chunks(pieces: Iterable[str], length: int, chunk_chars: in
     waiting: list[str] = []
     waiting_length = 0
     for piece in filter(None, pieces):  # an empty piece would hide the character before it from `edge`
+        blank = -1
         if target is not None:
             edge = (waiting[-1] if waiting else held)[-1:]  # a blank line may begin in the piece before
             start = held_start + len(held) + waiting_length - len(edge)  # where edge + piece begins in the text
             blank = (edge + piece).find("\n\n", max(0, target - start))
-        if target is None or blank == -1:
+        if blank == -1:
             waiting.append(piece)
             waiting_length += len(piece)
             continue
