@@ -85,7 +85,9 @@ def test_3b_parameters_match_the_built_models(table_3b):
 
 
 @pytest.mark.parametrize("overrides", [dict(cross_layer="vanilla", tie_word_embeddings=True, attention_bias=True),
-                                       dict(cross_layer="mhc", tie_word_embeddings=True)])
+                                       dict(cross_layer="mhc", tie_word_embeddings=True),
+                                       dict(qkv_bias=True), dict(mlp_bias=True), dict(use_qk_norm=False),
+                                       dict(qkv_bias=True, attention_bias=True, mlp_bias=True)])
 def test_total_parameters_of_tied_and_biased_backbones(overrides):
     """Every method's own count is checked in tests/methods/test_conformance.py; here the backbone's options."""
     model = depthattn.DepthAttentionForCausalLM(tiny_config(**overrides))

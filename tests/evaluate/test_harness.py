@@ -117,6 +117,25 @@ def test_lm_evals_hf_model_loads_a_saved_folder_after_import(trained_model):
     assert scores == pytest.approx([lp for lp, _ in by_instance.loglikelihood(requests, disable_tqdm=True)], rel=1e-5)
 
 
+def test_a_bfloat16_model_is_scored_in_float32(trained_model):
+    """lm-eval's log-softmax and sums in the model's bfloat16 put each loglikelihood on a grid up to a nat coarse."""
+    import torch
+    from lm_eval.api.instance import Instance
+
+    from depthattn.loading import find_tokenizer, load_model
+
+    model, tokenizer = load_model(trained_model, device="cpu").to(torch.bfloat16), find_tokenizer(trained_model)
+    context, continuation = "KING LEAR.\nGive me the map there. Know that we have divided", " in three our kingdom"
+    lm = harness.harness_lm(model, tokenizer, batch_size=1, max_length=None)
+    (score, _), = lm.loglikelihood([Instance("loglikelihood", {}, (context, continuation), 0)], disable_tqdm=True)
+    whole = tokenizer(context + continuation).input_ids
+    start = len(tokenizer(context).input_ids)
+    with torch.no_grad():
+        logits = model(torch.tensor([whole])).logits[0].float()  # (T, V)
+    expected = logits.log_softmax(-1)[torch.arange(start - 1, len(whole) - 1), torch.tensor(whole[start:])].sum()
+    assert score == pytest.approx(expected.item(), abs=1e-3)
+
+
 def test_lm_eval_cli_wrapper_adds_the_local_tasks(monkeypatch):
     """`python -m depthattn.evaluate.lm_eval_cli ARGS` is lm-eval's CLI with ARGS and the local task folder (the
     full CLI run is left out: lm-eval's task index alone takes seconds)."""

@@ -70,10 +70,11 @@ def _dims(config: DepthAttentionConfig) -> tuple[int, int, int, int]:
 def backbone_parameters(config: DepthAttentionConfig) -> int:
     """Parameters of the vanilla decoder with this backbone (tied embeddings counted once)."""
     D, heads, kv, d = _dims(config)
-    attention = D * heads * d + 2 * D * kv * d + heads * d * D + 2 * d  # q, k, v, o projections; q/k norms
-    if config.attention_bias:
-        attention += heads * d + 2 * kv * d + D
-    mlp = 3 * D * config.intermediate_size
+    attention = D * heads * d + 2 * D * kv * d + heads * d * D  # q, k, v, o projections
+    attention += 2 * d if config.use_qk_norm else 0
+    if config.attention_bias or config.qkv_bias:  # Qwen2's: q, k and v's biases, not o's
+        attention += heads * d + 2 * kv * d + (D if config.attention_bias else 0)
+    mlp = 3 * D * config.intermediate_size + (2 * config.intermediate_size + D if config.mlp_bias else 0)
     layer = attention + mlp + 2 * D  # input and post-attention norms
     embeddings = config.vocab_size * D * (1 if config.tie_word_embeddings else 2)
     return embeddings + config.num_hidden_layers * layer + D  # + final norm

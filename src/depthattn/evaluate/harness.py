@@ -212,6 +212,14 @@ def load_tasks(task_names: Sequence[str], task_manager, skip_unreachable: bool =
     return objects, unreachable
 
 
+def harness_lm(model, tokenizer, batch_size, max_length):
+    """The lm-eval model `depthattn harness` scores with: `context_checked_lm`, whose log-softmax and sums run in
+    float32 whatever the model's dtype, as `depthattn eval`'s (in bfloat16 lm-eval rounded each loglikelihood to a
+    grid as coarse as a nat)."""
+    return context_checked_lm(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size,
+                              max_length=max_length, softmax_dtype="float32")
+
+
 def context_checked_lm(**kwargs):
     """lm-eval's HFLM(**kwargs), except that a task whose continuations do not fit in the context is a ValueError
     naming the task and the --max-length it needs (lm-eval itself stops on a bare assert)."""
@@ -307,8 +315,7 @@ def harness_evaluate(
     runs, versions, n_samples, configs = {}, {}, {}, {}
     skipped: dict = {}
     with _lm_eval_log_level(level), hub_offline(offline), quiet_lm_eval_git_probe():
-        lm = context_checked_lm(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size,
-                                max_length=max_length)
+        lm = harness_lm(model, tokenizer, batch_size, max_length)
         task_manager = make_task_manager(tasks)
         for n in shots:
             objects, skipped = load_tasks(tasks, task_manager, skip_unreachable)  # fresh objects for each count
