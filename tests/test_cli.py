@@ -51,6 +51,14 @@ def test_demo_rerun_reuses_finished_work(demo_dir, capsys):
     assert "| Depth-Attention |" in out and "| vanilla" in out
 
 
+def test_demo_rerun_by_another_spelling_of_its_folder_reuses_it(demo_dir, capsys, monkeypatch):
+    """--out given relative, then as another path to the same folder: it was "a run with other settings", and the
+    advice was to remove the finished runs."""
+    monkeypatch.chdir(demo_dir.parent)
+    assert main(["demo", "--out", f"./{demo_dir.name}/", "--steps", "2", "--eval-tokens", "8192"]) == 0
+    assert capsys.readouterr().out.count("finished earlier with these settings; reusing it") == 2
+
+
 def test_demo_never_reuses_a_model_trained_with_other_settings(demo_dir):
     with pytest.raises(SystemExit, match="holds a run with other settings \\(train.steps was 2, now 3\\): remove"):
         main(["demo", "--out", str(demo_dir), "--steps", "3", "--eval-tokens", "8192"])

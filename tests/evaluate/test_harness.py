@@ -150,8 +150,12 @@ def test_lm_eval_cli_wrapper_adds_the_local_tasks(monkeypatch):
     args = ["--model", "hf", "--model_args", "pretrained=runs/x/final", "--tasks", "depthattn_local"]
     lm_eval_cli.main(args)
     lm_eval_cli.main(["run", *args, "--include_path", "mine"])
+    lm_eval_cli.main(["run", *args, "--include_path=mine"])  # the user's folder, spelt otherwise, kept alone
+    lm_eval_cli.main(["run", *args, "--include", "mine"])
     assert seen == [["lm_eval", *args, "--include_path", str(TASKS_DIR)],
-                    ["lm_eval", "run", *args, "--include_path", "mine"]]
+                    ["lm_eval", "run", *args, "--include_path", "mine"],
+                    ["lm_eval", "run", *args, "--include_path=mine"],
+                    ["lm_eval", "run", *args, "--include", "mine"]]
     assert sys.argv[0] != "lm_eval"  # restored
 
 

@@ -93,9 +93,11 @@ def check_same_run(run_dir: Path, cfg: TrainConfig):
     if not recorded.exists():
         return
     before, now = read_json_object(recorded), cfg.to_dict()
+    # the data and the run's folder lie under --out by construction: however --out is spelt, they are these
+    layout = {("data", "path"), ("train", "out_dir")}
     changed = [f"{section}.{key} was {before.get(section, {}).get(key)!r}, now {value!r}"
                for section, values in now.items() for key, value in values.items()
-               if before.get(section, {}).get(key) != value]
+               if (section, key) not in layout and before.get(section, {}).get(key) != value]
     if changed:
         raise SystemExit(f"depthattn demo: {run_dir} holds a run with other settings ({'; '.join(changed)}): "
                          "remove that folder, or pass another --out")

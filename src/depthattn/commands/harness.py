@@ -99,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m depthattn.evaluate.harness MODEL_DIR ...`: the same as `depthattn harness`."""
-    parser = argparse.ArgumentParser(prog="python -m depthattn.evaluate.harness", description=__doc__.split("\n")[0])
+    """`python -m depthattn.commands.harness MODEL_DIR ...`: the same as `depthattn harness`."""
+    parser = argparse.ArgumentParser(prog="python -m depthattn.commands.harness", description=__doc__.split("\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

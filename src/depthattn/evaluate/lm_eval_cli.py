@@ -23,7 +23,11 @@ def main(argv: list[str] | None = None) -> None:
 
     args = list(sys.argv[1:] if argv is None else argv)
     subcommand = args[0] if args and not args[0].startswith("-") else None
-    if subcommand in (None, "run", "ls", "validate") and "--include_path" not in args and args:
+    # the user's own folder, however spelt (--include_path DIR, --include_path=DIR, or a prefix such as --include):
+    # argparse keeps the last of two, so adding ours would drop theirs
+    named = any(len(option) >= len("--incl") and "--include_path".startswith(option)
+                for option in (arg.split("=", 1)[0] for arg in args))
+    if subcommand in (None, "run", "ls", "validate") and not named and args:
         args += ["--include_path", str(TASKS_DIR)]
     saved, sys.argv = sys.argv, ["lm_eval", *args]  # lm-eval's parser reads sys.argv
     try:
