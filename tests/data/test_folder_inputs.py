@@ -72,3 +72,35 @@ def test_a_folder_with_nothing_readable_is_an_error(tmp_path):
 def test_prepare_reads_the_common_licenses_folder(tmp_path):
     manifest = prepare([str(LICENSES)], tmp_path / "licenses", vocab_size=300, progress=False)
     assert len(manifest["source"]) >= 10 and manifest["splits"]["val"]["num_documents"] >= 1
+
+
+def test_json_compressed_and_utf16_files_get_the_fix_that_works(tmp_path, capsys):
+    """A .json of JSON Lines was read in a folder as text (its markup trained on), and by name advised "give the
+    folder"; a UTF-16 file (Windows' "Unicode") was advised iconv from latin1, which gives text full of NULs."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "good.txt").write_text("A good line of text.")
+    (folder / "train.json").write_text('{"text": "a document"}\n')
+    (folder / "train.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00 compressed")
+    (folder / "notepad.txt").write_bytes("Unicode text".encode("utf-16"))
+    assert list(iter_documents(resolve_sources([folder]))) == ["A good line of text."]
+    err = capsys.readouterr().err
+    assert f"skipped {folder / 'train.json'}: If it holds one JSON object per line, rename it to .jsonl" in err
+    assert f"skipped {folder / 'train.jsonl.gz'}: Decompress it first" in err
+    assert f"skipped {folder / 'notepad.txt'}: not UTF-8 text, JSONL or Parquet (convert a text file to UTF-8, " \
+        "e.g. iconv -f utf-16 -t utf-8)" in err
+    with pytest.raises(DataError, match="train.json. If it holds one JSON object per line, rename it to .jsonl"):
+        resolve_sources([folder / "train.json"])
+    with pytest.raises(DataError, match="iconv -f utf-16 -t utf-8 .it starts with UTF-16's byte order mark"):
+        list(iter_documents(resolve_sources([folder / "notepad.txt"])))
+
+
+def test_a_parquet_text_column_of_any_string_layout_is_read(tmp_path):
+    """A pandas category column (dictionary-encoded) and Arrow's string view are UTF-8 strings too."""
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    texts = ["first document", "second document", "first document"]
+    for name, column in (("dictionary", pa.array(texts).dictionary_encode()),
+                         ("view", pa.array(texts, type=pa.string_view()))):
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table({"text": column}), path)
+        assert list(iter_documents(resolve_sources([path]))) == texts, name

@@ -101,13 +101,25 @@ def resolve_sources(inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> 
             if path.is_dir():
                 sources += folder_sources(path)
             elif path.suffix.lower() not in FILE_KINDS:
-                raise DataError(
-                    f"unsupported input file type: {path}. Use text (.txt, .md, .rst or no extension), "
-                    ".jsonl (one JSON object per line) or .parquet, or give the folder that holds it."
-                )
+                raise DataError(f"unsupported input file type: {path}. {unsupported_fix(path)}")
             else:
                 sources.append(Source(FILE_KINDS[path.suffix.lower()], str(path)))
     return sources
+
+
+UTF16_MARKS = (b"\xff\xfe", b"\xfe\xff")  # UTF-16's byte order marks, little- and big-endian
+NOT_TEXT = (".json", ".gz", ".bz2", ".xz", ".zst", ".zip")  # never read as text, in a folder either
+
+
+def unsupported_fix(path: Path) -> str:
+    """What to do with a file of an extension prepare does not read."""
+    suffix = path.suffix.lower()
+    if suffix == ".json":  # Hugging Face datasets often ship JSON Lines so; a folder would read it as plain text
+        return "If it holds one JSON object per line, rename it to .jsonl; else convert it to .jsonl."
+    if suffix in NOT_TEXT:
+        return "Decompress it first (e.g. gunzip, unzstd), then give the file it holds."
+    return ("Use text (.txt, .md, .rst or no extension), .jsonl (one JSON object per line) or .parquet, or give the "
+            "folder that holds it (its files are read as their content says).")
 
 
 def folder_sources(folder: Path) -> list[Source]:
@@ -116,8 +128,10 @@ def folder_sources(folder: Path) -> list[Source]:
     files, sources = folder_files(folder), []
     for path in files:
         kind = FILE_KINDS.get(path.suffix.lower())
-        # a text file is read by content (a blank one, or one of no extension that is not UTF-8, is skipped too)
-        problem = "empty" if path.stat().st_size == 0 else text_problem(path) if kind in (None, "txt") else None
+        # a text file is read by content (a blank one, or one of no extension that is not UTF-8, is skipped too);
+        # JSON and compressed files never as text (JSON Lines named .json would train on its markup)
+        problem = ("empty" if path.stat().st_size == 0 else unsupported_fix(path) if path.suffix.lower() in NOT_TEXT
+                   else text_problem(path) if kind in (None, "txt") else None)
         if problem:
             print(f"note: skipped {path}: {problem}", file=sys.stderr)
         else:
@@ -138,7 +152,9 @@ def text_problem(path: Path) -> str | None:
         for piece in read_text_pieces(path):
             blank = blank and not piece.strip()
     except DataError:
-        return "not UTF-8 text, JSONL or Parquet (convert a text file to UTF-8, e.g. iconv -f latin1 -t utf-8)"
+        with open(path, "rb") as file:
+            encoding = "utf-16" if file.read(2) in UTF16_MARKS else "latin1"
+        return f"not UTF-8 text, JSONL or Parquet (convert a text file to UTF-8, e.g. iconv -f {encoding} -t utf-8)"
     return "empty (only blank text)" if blank else None
 
 
@@ -336,9 +352,13 @@ def split_stream_into_chunks(pieces: Iterable[str], length: int, chunk_chars: in
 
 
 def utf8_error(path: Path, data: bytes, error: UnicodeDecodeError, base_offset: int, where: str = "") -> DataError:
+    # a UTF-16 file (Windows' "Unicode") starts with its byte order mark: latin1 would read it as text full of NULs
+    utf16 = base_offset == 0 and data[:2] in UTF16_MARKS
     return DataError(
         f"{path}{where}: invalid UTF-8 at byte offset {base_offset + error.start} "
-        f"(byte 0x{data[error.start]:02x}). Convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8."
+        f"(byte 0x{data[error.start]:02x}). Convert the file to UTF-8, e.g. iconv -f "
+        f"{'utf-16' if utf16 else 'latin1'} -t utf-8" + (" (it starts with UTF-16's byte order mark)." if utf16
+                                                        else ".")
     )
 
 
@@ -428,7 +448,9 @@ def read_parquet(path: Path, text_field: str) -> Iterator[str]:
             "Pass the text column with --text-field."
         )
     column_type = schema.field(text_field).type
-    if column_type not in (pa.string(), pa.large_string()):
+    values_type = column_type.value_type if pa.types.is_dictionary(column_type) else column_type  # pandas' category
+    if not (pa.types.is_string(values_type) or pa.types.is_large_string(values_type)
+            or pa.types.is_string_view(values_type)):
         raise DataError(
             f"{path}: column {text_field!r} has type {column_type}, not string. "
             "Store the text as a UTF-8 string column."
