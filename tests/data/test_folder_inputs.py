@@ -104,3 +104,17 @@ def test_a_parquet_text_column_of_any_string_layout_is_read(tmp_path):
         path = tmp_path / f"{name}.parquet"
         pq.write_table(pa.table({"text": column}), path)
         assert list(iter_documents(resolve_sources([path]))) == texts, name
+
+
+def test_an_empty_jsonl_or_parquet_part_in_a_folder_is_skipped_as_a_blank_text_file_is(tmp_path, capsys):
+    """A Parquet part of no rows (a dataset's last shard, often) stopped the whole folder's prepare."""
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    pq.write_table(pa.table({"text": ["a document"]}), folder / "part-0.parquet")
+    pq.write_table(pa.table({"text": pa.array([], type=pa.string())}), folder / "part-1.parquet")
+    (folder / "blank.jsonl").write_text("\n  \n")
+    assert list(iter_documents(resolve_sources([folder]))) == ["a document"]
+    err = capsys.readouterr().err
+    assert f"skipped {folder / 'part-1.parquet'}: empty (no rows)" in err
+    assert f"skipped {folder / 'blank.jsonl'}: empty (only blank lines)" in err

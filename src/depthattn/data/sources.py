@@ -131,7 +131,7 @@ def folder_sources(folder: Path) -> list[Source]:
         # a text file is read by content (a blank one, or one of no extension that is not UTF-8, is skipped too);
         # JSON and compressed files never as text (JSON Lines named .json would train on its markup)
         problem = ("empty" if path.stat().st_size == 0 else unsupported_fix(path) if path.suffix.lower() in NOT_TEXT
-                   else text_problem(path) if kind in (None, "txt") else None)
+                   else text_problem(path) if kind in (None, "txt") else records_problem(path, kind))
         if problem:
             print(f"note: skipped {path}: {problem}", file=sys.stderr)
         else:
@@ -156,6 +156,20 @@ def text_problem(path: Path) -> str | None:
             encoding = "utf-16" if file.read(2) in UTF16_MARKS else "latin1"
         return f"not UTF-8 text, JSONL or Parquet (convert a text file to UTF-8, e.g. iconv -f {encoding} -t utf-8)"
     return "empty (only blank text)" if blank else None
+
+
+def records_problem(path: Path, kind: str) -> str | None:
+    """Why a folder's .jsonl or .parquet file holds nothing to read (a Parquet part of no rows, a JSON Lines file of
+    blank lines), or None; what it holds is checked as it is read."""
+    if kind == "parquet":
+        try:
+            import pyarrow.parquet as pq
+
+            return "empty (no rows)" if pq.ParquetFile(path).metadata.num_rows == 0 else None
+        except Exception:  # noqa: BLE001  (pyarrow missing or the file unreadable: reading it says which, naming the fix)
+            return None
+    with open(path, "rb") as file:
+        return None if any(line.strip(b" \t\r\n\xef\xbb\xbf") for line in file) else "empty (only blank lines)"
 
 
 def folder_files(folder: Path) -> list[Path]:
