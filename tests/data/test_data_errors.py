@@ -3,6 +3,7 @@
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from depthattn.data import DataError, TokenShards, document_split, prepare
+from depthattn.data.prepare import refuse_output_inside_input
 from depthattn.data.sources import describe_sources, iter_documents, resolve_sources
 from tests.data.data_helpers import write_jsonl
 
@@ -38,6 +40,22 @@ def test_an_output_inside_an_input_folder_is_refused(tmp_path, out):
     with pytest.raises(DataError, match=f"--out {folder / out} is inside the input folder {folder}"):
         prepare([str(folder)], folder / out, progress=False)
     assert sorted(path.name for path in folder.iterdir()) == ["a.txt"]  # nothing written
+
+
+def test_a_folder_named_like_a_corpus_is_not_the_corpus(tmp_path, monkeypatch, capsys):
+    """--input embedded reads the built-in corpus: a folder ./embedded here neither blocks an --out inside it nor
+    is read; a note says how to name the folder."""
+    from depthattn.data.sources import EMBEDDED
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "embedded").mkdir()
+    (tmp_path / "embedded" / "mine.txt").write_text("my own text\n")
+    assert [source.kind for source in resolve_sources([EMBEDDED])] == ["embedded"]
+    assert "note: --input embedded reads the embedded corpus, not the folder embedded here: write ./embedded" in \
+        capsys.readouterr().err
+    refuse_output_inside_input(Path("embedded/prepared"), [EMBEDDED])  # the corpus is no folder here
+    with pytest.raises(DataError, match="is inside the input folder embedded"):
+        refuse_output_inside_input(Path("embedded/prepared"), ["./embedded"])
 
 
 def test_a_folder_is_its_files_in_sorted_order_and_a_file_without_extension_is_text(tmp_path):

@@ -53,6 +53,8 @@ from .manifest import DTYPES, FORMAT, FORMAT_VERSION, MANIFEST_NAME, SPLITS, TOK
 from .sources import (
     DEFAULT_CHUNK_CHARS,
     DEFAULT_MAX_DOCUMENT_CHARS,
+    HF_PREFIX,
+    NAMED_INPUTS,
     CutStats,
     describe_sources,
     numbered_documents,
@@ -168,6 +170,8 @@ def refuse_output_inside_input(out_dir: Path, inputs: Sequence[str | os.PathLike
     """A dataset written inside a folder it reads would be read as text the next time (its manifest and tokenizer
     files)."""
     for item in [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs:
+        if str(item) in NAMED_INPUTS or str(item).startswith(HF_PREFIX):  # a corpus by name, not a folder here
+            continue
         folder = Path(item)
         if folder.is_dir() and out_dir.resolve().is_relative_to(folder.resolve()):
             raise DataError(f"--out {out_dir} is inside the input folder {folder}: a later prepare of that folder "

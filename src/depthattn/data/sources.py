@@ -49,6 +49,7 @@ EMBEDDED = "embedded"
 WIKIPEDIA = "wikipedia"
 LINUX_DOC = "linux-doc"
 HF_PREFIX = "hf:"
+NAMED_INPUTS = (EMBEDDED, WIKIPEDIA, LINUX_DOC)  # inputs by name: a local folder of that name is written ./NAME
 # text files by their extension; a file without one (LICENSE, README) is text too
 FILE_KINDS = {".txt": "txt", ".md": "txt", ".rst": "txt", ".text": "txt", "": "txt", ".jsonl": "jsonl",
               ".parquet": "parquet"}
@@ -80,6 +81,9 @@ def resolve_sources(inputs: Sequence[str | os.PathLike] | str | os.PathLike) -> 
     sources = []
     for item in list(inputs) or [EMBEDDED]:
         item = str(item)
+        if item in NAMED_INPUTS and Path(item).exists():
+            print(f"note: --input {item} reads the {item} corpus, not the folder {item} here: write ./{item} for the "
+                  "folder", file=sys.stderr)
         if item == EMBEDDED:
             sources.append(Source("embedded", item))
         elif item == WIKIPEDIA:
