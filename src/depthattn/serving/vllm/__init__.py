@@ -11,9 +11,19 @@ from __future__ import annotations
 from transformers import AutoConfig
 
 from ...config import DepthAttentionConfig
-from ...methods import DESCRIPTIONS
+from ...methods import DESCRIPTIONS, METHODS
+from ...methods.base import AttentionMixer
 
 ARCHITECTURE = "DepthAttentionForCausalLM"
+
+
+def _unserved_hooks(name: str) -> list[str]:
+    """The AttentionMixer hooks a method's module overrides that the vLLM model does not call (it mixes in
+    `forward` alone): the combined softmax (`attend`) and the MLP slots (`mlp_input`)."""
+    module = METHODS[name]
+    if not issubclass(module, AttentionMixer):
+        return []
+    return [hook for hook in ("attend", "mlp_input") if getattr(module, hook) is not getattr(AttentionMixer, hook)]
 
 
 def register():
@@ -29,6 +39,12 @@ def check_servable(config: DepthAttentionConfig, ranks: int):
     """Raise, with the method's own reason, where the vLLM model cannot serve `config` over `ranks`
     tensor-parallel ranks (the methods' `vllm_refusal` and `check_tensor_parallel`)."""
     method = DESCRIPTIONS[config.cross_layer]
+    hooks = _unserved_hooks(config.cross_layer)
+    if hooks and not method.vllm_refusal:  # an outside method that acts where the vLLM model never calls it
+        raise ValueError(f"cross_layer={config.cross_layer!r} cannot be served by vLLM (depthattn.serving.vllm): its "
+                         f"module defines {', '.join(hooks)}, which the vLLM model does not call (its numbers would be "
+                         "vanilla's there); `depthattn serve` serves it. Its description should say so in "
+                         "vllm_refusal.")
     if method.vllm_refusal:
         served = ", ".join(name for name, other in DESCRIPTIONS.items() if not other.vllm_refusal)
         raise ValueError(f"cross_layer={config.cross_layer!r} cannot be served by vLLM (depthattn.serving.vllm): "
