@@ -140,27 +140,21 @@ def test_vllm_serves_or_refuses_a_registered_method_by_its_own_hooks(toy):
         config_fields = {}  # the toy's field stays the toy's
         vllm_refusal = "its gains live on another planet"
 
-    register("toy_unservable", Unservable)
-    try:
-        with pytest.raises(ValueError, match="cross_layer='toy_unservable' cannot be served by vLLM.*: its gains "
-                                             "live on another planet; vLLM serves vanilla, .*toy[,.]"):
-            check_servable(tiny_config(cross_layer="toy_unservable"), ranks=1)
-    finally:
-        unregister("toy_unservable")
-
     class Unsaid(ToyValueGain):  # acts inside the softmax, where the vLLM model never calls it, and does not say so
         config_fields = {}
 
         def attend(self, attention_fn, module, query, key, value, mask, step, states, position_embeddings, **kwargs):
             return attention_fn(module, query, key, value, mask, **kwargs)
 
-    register("toy_unsaid", Unsaid)
-    try:
-        with pytest.raises(ValueError, match="cross_layer='toy_unsaid' cannot be served by vLLM .*its module defines "
-                                             "attend, which the vLLM model does not call"):
-            check_servable(tiny_config(cross_layer="toy_unsaid"), ranks=1)
-    finally:
-        unregister("toy_unsaid")
+    for name, method, refusal in (
+            ("toy_unservable", Unservable, "its gains live on another planet; vLLM serves vanilla, .*toy[,.]"),
+            ("toy_unsaid", Unsaid, "its module defines attend, which the vLLM model does not call")):
+        register(name, method)
+        try:
+            with pytest.raises(ValueError, match=f"cross_layer='{name}' cannot be served by vLLM .*{refusal}"):
+                check_servable(tiny_config(cross_layer=name), ranks=1)
+        finally:
+            unregister(name)
     config = tiny_config(cross_layer="depth_attention")
     with pytest.raises(ValueError, match=f"tensor_parallel_size={config.num_key_value_heads + 1} > num_key_value"):
         check_servable(config, ranks=config.num_key_value_heads + 1)  # a method's own sharding rule
