@@ -311,3 +311,13 @@ def test_generate_with_a_prompt_that_fills_the_context_asks_for_a_shorter_prompt
                         r"\(max_position_embeddings\): the prompt alone fills it; shorten the prompt by at least "
                         r"(\d+) tokens", capsys.readouterr().err)
     assert refused and int(refused[2]) == int(refused[1]) + 4 - 32
+
+
+def test_plot_names_a_metrics_file_given_here_by_its_folder(demo_dir, tmp_path, monkeypatch):
+    from depthattn.evaluate import plots
+
+    drawn = {}
+    monkeypatch.setattr(plots, "plot_loss_curves", lambda runs, out, *args, **kwargs: drawn.update(runs) or out)
+    monkeypatch.chdir(demo_dir / "vanilla")
+    assert main(["plot", "metrics.jsonl", str(demo_dir / "depth_attention"), "--out", str(tmp_path / "c.png")]) == 0
+    assert sorted(drawn) == ["depth_attention", "vanilla"]  # the first was "" in the legend

@@ -160,3 +160,16 @@ def test_the_colour_scale_holds_every_weight(tmp_path, monkeypatch, matrix, scal
     monkeypatch.setattr(Axes, "imshow", recorded)
     plot_depth_map(np.array(matrix), tmp_path / "map.png")
     assert shown == [scale] and (tmp_path / "map.png").stat().st_size > 0
+
+
+def test_without_matplotlib_the_command_stops_before_running_the_model(tmp_path, monkeypatch, capsys):
+    """It ran the model and wrote depth_map.json, then failed at the figure: a new JSON beside an older PNG."""
+    from depthattn.cli import main
+    from depthattn.evaluate import plots
+
+    def missing():
+        raise ImportError("plots need matplotlib: pip install 'depthattn[plot]'")
+
+    monkeypatch.setattr(plots, "pyplot", missing)
+    assert main(["depth-map", str(tmp_path / "no-model"), "--data", str(tmp_path), "--out", str(tmp_path / "o")]) == 1
+    assert "plots need matplotlib" in capsys.readouterr().err and not (tmp_path / "o" / "depth_map.json").exists()

@@ -32,10 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..evaluate.depth_map import compute_depth_map, write_depth_map
+    from ..evaluate.plots import pyplot
     from ..loading import quiet_loading_bars
 
     quiet_loading_bars()
     check_output(args.out, folder=True)
+    pyplot()  # before the model is run: without matplotlib the JSON was written beside an older PNG, then an error
     result = compute_depth_map(args.model, args.data, split=args.split, samples=args.samples, seq_len=args.seq_len,
                                batch_size=args.batch_size, dtype=args.dtype, device=args.device)
     json_path, png_path = write_depth_map(result, args.out)

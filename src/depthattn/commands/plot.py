@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_output(args.out)
     runs = [Path(run) for run in args.runs]
-    folders = [run if run.is_dir() else run.parent for run in runs]
+    folders = [(run if run.is_dir() else run.parent).resolve() for run in runs]  # metrics.jsonl here: its folder
     names = [str(f) for f in folders]
     for depth in range(1, max(len(f.parts) for f in folders) + 1):  # the shortest tails that tell the runs apart
         names = ["/".join(f.parts[-depth:]) for f in folders]

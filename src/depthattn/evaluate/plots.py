@@ -10,9 +10,8 @@ from ..files import AtomicFile
 from ..run_metrics import metrics_file, read_metrics
 
 
-def plot_loss_curves(runs: dict[str, str | Path], out_png: str | Path, title: str = "", lr: bool = False) -> Path:
-    """One line per run for the training loss (thin) and validation loss (markers) against tokens seen; with `lr`, a
-    second panel of the learning rate. `runs`: name -> a run's folder or its metrics.jsonl."""
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files, no window), or an ImportError naming the extra to install."""
     try:
         import matplotlib
 
@@ -20,6 +19,13 @@ def plot_loss_curves(runs: dict[str, str | Path], out_png: str | Path, title: st
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("plots need matplotlib: pip install 'depthattn[plot]'") from None
+    return plt
+
+
+def plot_loss_curves(runs: dict[str, str | Path], out_png: str | Path, title: str = "", lr: bool = False) -> Path:
+    """One line per run for the training loss (thin) and validation loss (markers) against tokens seen; with `lr`, a
+    second panel of the learning rate. `runs`: name -> a run's folder or its metrics.jsonl."""
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2 if lr else 1, figsize=(12 if lr else 7, 4.5), squeeze=False)
     ax = axes[0][0]
     for i, (name, run) in enumerate(runs.items()):
@@ -56,13 +62,7 @@ def plot_depth_map(matrix, out_png: str | Path, present=None, title: str = "",
 
     `present`: boolean mask of the cells that exist (a layer's sources and itself); the others stay blank.
     `loop_length`: for a looped model, draw lines between loops every `loop_length` steps."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ImportError("plots need matplotlib: pip install 'depthattn[plot]'") from None
+    plt = pyplot()
     matrix = np.asarray(matrix, dtype=float)
     depth = len(matrix)
     present = np.ones_like(matrix, dtype=bool) if present is None else np.asarray(present, dtype=bool)
