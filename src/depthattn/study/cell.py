@@ -17,7 +17,7 @@ from ..data import MANIFEST_NAME, prepare
 from ..data.manifest import TOKENIZER_DIR
 from ..data.prepare import DEFAULT_SEED, DEFAULT_VAL_FRACTION
 from ..data.shards import TokenShards
-from ..data.sources import EMBEDDED, HF_PREFIX, LINUX_DOC, WIKIPEDIA, resolve_sources, source_files
+from ..data.sources import HF_PREFIX, NAMED_INPUTS, resolve_sources, source_files
 from ..data.tokenizer import load_tokenizer
 from ..evaluate.perplexity import compute_perplexity
 from ..files import read_json_object
@@ -75,7 +75,7 @@ def _source_origin(manifest: dict) -> str:
 def prepared_from(sources: list[str], declared: str) -> bool:
     """Whether a manifest's `sources` came from the input `declared`: a named corpus by its name, a file or folder
     by its path (the manifest lists a folder's files, each path as prepare wrote it: "./a.txt" becomes "a.txt")."""
-    if declared in (EMBEDDED, WIKIPEDIA, LINUX_DOC) or declared.startswith(HF_PREFIX):
+    if declared in NAMED_INPUTS or declared.startswith(HF_PREFIX):
         return sources == [declared]
     return bool(sources) and all(Path(source).is_relative_to(Path(declared)) for source in sources)
 

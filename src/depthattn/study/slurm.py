@@ -242,9 +242,11 @@ class SlurmExecutor:
     def _wait_for_starts(self, name: str, starts: Sequence[StartPlan]) -> bool:
         """Wait until no start's job is queued; True when every starting model is trained, else each failed one
         is reported with its log."""
-        while any(s["state"] != "not submitted" for s in self._start_states(name, starts)):
+        states = self._start_states(name, starts)
+        while any(s["state"] != "not submitted" for s in states):
             time.sleep(self.poll_s)
-        failed = [s for s in self._start_states(name, starts) if not s["plan"].ready()]
+            states = self._start_states(name, starts)
+        failed = [s for s in states if not s["plan"].ready()]
         for s in failed:
             print(f"study {name}: starting model {s['key']} failed (job {s['job_id']}); log: {s['log']}\n"
                   f"{_tail(s['log'])}", flush=True)
