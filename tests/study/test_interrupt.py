@@ -1,7 +1,7 @@
 """Ctrl-C (SIGINT to the process group, as a terminal sends it) or SIGTERM to a study of several workers: every
 running cell stops at a checkpoint of the step it reached and says so, the study ends with one line and the
-signal's exit status, and the same command resumes every cell from its own checkpoint (shown after SIGINT: resuming
-reads the same checkpoints whichever signal wrote them)."""
+signal's exit status, and the study run again resumes every cell from its own checkpoint (shown after SIGINT:
+resuming reads the same checkpoints whichever signal wrote them)."""
 
 import os
 import re
@@ -12,10 +12,12 @@ import time
 
 import pytest
 
+from depthattn.cli import main
 from tests.study.test_study import write_study
 
-# `depthattn` with a pause before each training step, and each process's steps started in LAUNCH_STEPS/<pid>; the
-# spawned workers import this script as their __mp_main__, so the pause is theirs too
+# `depthattn` whose processes write each step they start in LAUNCH_STEPS/<pid> and hold at step LAUNCH_HOLD_AT until
+# the file LAUNCH_RELEASE exists (the test signals meanwhile, so every cell stops after that step); the spawned workers
+# import this script as their __mp_main__, so the hold is theirs too
 LAUNCHER = """
 import os, pathlib, signal, sys, time
 import depthattn.train.loop as loop
@@ -24,7 +26,9 @@ from depthattn.cli import main
 real_step = loop.train_step
 def train_step(step, *args, **kwargs):
     pathlib.Path(os.environ["LAUNCH_STEPS"], str(os.getpid())).write_text(str(step))
-    time.sleep(float(os.environ.get("LAUNCH_STEP_SECONDS", "0")))
+    if step == int(os.environ.get("LAUNCH_HOLD_AT", "-1")):
+        while not pathlib.Path(os.environ["LAUNCH_RELEASE"]).exists():
+            time.sleep(0.02)
     return real_step(step, *args, **kwargs)
 loop.train_step = train_step
 if __name__ == "__main__":
@@ -32,13 +36,13 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     sys.exit(main(sys.argv[1:]))
 """
-STEPS = 150  # at 0.2 s a step, half a minute: the signal comes long before a cell ends
-REACHED = 3  # the step both cells have started when the signal comes
+STEPS = 8
+REACHED = 3  # the step every running cell holds at until the signal has come
 
 
-def study_command(tmp_path, tiny_data, seeds=(0,), steps=STEPS):
+def study_command(tmp_path, tiny_data, seeds=(0,)):
     config = write_study(tmp_path, tiny_data, seeds=seeds)  # two cells a seed: vanilla and depth_attention
-    config.write_text(config.read_text().replace("steps = 3", f"steps = {steps}")
+    config.write_text(config.read_text().replace("steps = 3", f"steps = {STEPS}")
                       .replace("checkpoint_every = 2", "checkpoint_every = 1000").replace("eval_every = 2",
                                                                                           "eval_every = 1000"))
     launcher = tmp_path / "launch.py"
@@ -50,12 +54,12 @@ def steps_started(folder):
     return [int(text) for text in (path.read_text() for path in folder.iterdir()) if text]
 
 
-@pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, True), (signal.SIGTERM, False)])
-def test_a_signal_stops_every_running_cell_of_a_study_at_a_checkpoint(tiny_data, tmp_path, signum, to_group):
+def start_held(command, tmp_path):
+    """The study started, once both its workers' cells hold at step REACHED; returns it and the run's environment."""
     steps = tmp_path / "steps"
     steps.mkdir()
-    command = study_command(tmp_path, tiny_data)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "LAUNCH_STEPS": str(steps), "LAUNCH_STEP_SECONDS": "0.2"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "LAUNCH_STEPS": str(steps), "LAUNCH_HOLD_AT": str(REACHED),
+           "LAUNCH_RELEASE": str(tmp_path / "release")}
     study = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
     deadline = time.monotonic() + 240
@@ -63,7 +67,20 @@ def test_a_signal_stops_every_running_cell_of_a_study_at_a_checkpoint(tiny_data,
         assert study.poll() is None, f"the study ended first: {study.communicate()}"
         assert time.monotonic() < deadline, "the cells took too long to start"
         time.sleep(0.05)
+    return study, env
+
+
+def release(tmp_path):
+    (tmp_path / "release").touch()
+
+
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, True), (signal.SIGTERM, False)])
+def test_a_signal_stops_every_running_cell_of_a_study_at_a_checkpoint(tiny_data, tmp_path, capsys, signum,
+                                                                      to_group):
+    command = study_command(tmp_path, tiny_data)
+    study, env = start_held(command, tmp_path)
     os.killpg(study.pid, signum) if to_group else os.kill(study.pid, signum)
+    release(tmp_path)
     out, err = study.communicate(timeout=120)
 
     assert study.returncode == 128 + signum, (out, err)
@@ -71,37 +88,28 @@ def test_a_signal_stops_every_running_cell_of_a_study_at_a_checkpoint(tiny_data,
     assert err.splitlines()[-1].startswith(f"depthattn study: stopped by {signal.Signals(signum).name}: "), err
     stopped = [int(n) for n in re.findall(rf"stopped by {signal.Signals(signum).name} after step (\d+), "
                                           "checkpoint saved in", out)]
-    assert len(stopped) == 2 and min(stopped) >= REACHED, out
+    assert stopped == [REACHED, REACHED], out
     checkpoints = sorted(int(p.name.removeprefix("step_")) for p in tmp_path.glob("runs/**/checkpoints/step_*"))
     assert checkpoints == sorted(stopped)
     if signum == signal.SIGTERM:  # resuming is shown after SIGINT: the same checkpoints, the same code
         return
-    status = subprocess.run([*command[:4], "--status"], capture_output=True, text=True, timeout=120)
-    assert sorted(int(n) for n in re.findall(rf"resumes at step (\d+) of {STEPS}\)", status.stdout)) == \
-        sorted(stopped), status
+    assert main(command[2:4] + ["--status"]) == 0
+    assert sorted(int(n) for n in re.findall(rf"resumes at step (\d+) of {STEPS}\)", capsys.readouterr().out)) == \
+        sorted(stopped)
 
-    rerun = subprocess.run(command, env={**env, "LAUNCH_STEP_SECONDS": "0"}, capture_output=True, text=True,
-                           timeout=600)
-    assert rerun.returncode == 0, rerun.stderr
+    # here, one cell after the other: resuming is the cell's own, whichever process runs it
+    assert main(command[2:4] + ["--workers", "1", "--threads", "1"]) == 0
+    rerun = capsys.readouterr().out
     for step in stopped:
-        assert f"resuming after step {step}" in rerun.stdout, rerun.stdout
-
+        assert f"resuming after step {step}" in rerun, rerun
 
 def test_a_signal_to_one_worker_stops_the_study_and_says_so(tiny_data, tmp_path):
     """SIGTERM to one worker's pid, not the study's: its cell stops at a checkpoint, and the study ends with that
     signal's status instead of "done" and 0 with cells missing (the cells handed to that worker never ran)."""
-    steps = tmp_path / "steps"
-    steps.mkdir()
-    command = study_command(tmp_path, tiny_data, seeds=(0, 1), steps=20)  # four cells
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "LAUNCH_STEPS": str(steps), "LAUNCH_STEP_SECONDS": "0.2"}
-    study = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
-    deadline = time.monotonic() + 240
-    while len(started := steps_started(steps)) < 2 or min(started) < REACHED:
-        assert study.poll() is None, f"the study ended first: {study.communicate()}"
-        assert time.monotonic() < deadline, "the cells took too long to start"
-        time.sleep(0.05)
-    os.kill(int(min(steps.iterdir(), key=lambda path: path.name).name), signal.SIGTERM)
+    command = study_command(tmp_path, tiny_data, seeds=(0, 1))  # four cells
+    study, _ = start_held(command, tmp_path)
+    os.kill(int(min((tmp_path / "steps").iterdir(), key=lambda path: path.name).name), signal.SIGTERM)
+    release(tmp_path)
     out, err = study.communicate(timeout=300)
 
     assert study.returncode == 128 + signal.SIGTERM, (out, err)
