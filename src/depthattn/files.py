@@ -6,6 +6,7 @@ renamed over the target with os.replace, so a reader never sees a half-written f
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -67,6 +68,26 @@ def make_folder(path: str | os.PathLike, option: str = "folder") -> Path:
         raise ValueError(f"{option} {path} cannot be made: {blocker} is a file, not a folder; "
                          f"choose another {option}") from None
     return path
+
+
+@contextmanager
+def folder_held(path: str | os.PathLike, option: str = "folder"):
+    """`path` (made if missing) held for this process while the block runs: another process asking for it meanwhile
+    gets an error instead of writing into the same folder (a second run of one study, a command run twice). Where
+    the file system cannot lock a folder (some network file systems), nothing is held."""
+    folder = make_folder(path, option)
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"another process is writing into {folder} (it holds the folder): wait for it to end "
+                               f"or stop it, or choose another {option}") from None
+        except OSError:  # no locks on this file system
+            pass
+        yield folder
+    finally:
+        os.close(handle)
 
 
 def check_output(path: str | os.PathLike, option: str = "--out", folder: bool = False) -> None:

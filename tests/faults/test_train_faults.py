@@ -204,6 +204,28 @@ def test_an_out_dir_under_a_file_is_a_clear_error(tiny_data, tmp_path, capsys):
     assert f"{tmp_path / 'file'} is a file, not a folder" in capsys.readouterr().err
 
 
+def test_a_folder_another_process_trains_into_is_refused_and_left_as_it_is(tiny_data, tmp_path, capsys):
+    """A study run twice at once, or a command started twice: the second would resume the same checkpoints and
+    delete the first's half-written files as a killed run's leftovers."""
+    out_dir = tmp_path / "run"
+    out_dir.mkdir()
+    in_flight = out_dir / ".metrics.jsonl.0123456789abcdef.tmp"  # an atomic write of the other process
+    in_flight.write_text("")
+    hold = ("import fcntl, os, sys, time; fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert main(train_args(tiny_data, out_dir, 1, 1) + ["--resume"]) == 1
+        assert f"another process is writing into {out_dir}" in capsys.readouterr().err
+        assert sorted(out_dir.iterdir()) == [in_flight]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(train_args(tiny_data, out_dir, 1, 1)) == 0  # once it is gone
+    assert not in_flight.exists()
+
+
 def test_generate_reads_a_checkpoint_folder(tiny_run, capsys):
     assert main(["generate", str(tiny_run / "checkpoints" / "step_00000004"), "ROMEO.", "--max-new-tokens", "4"]) == 0
     assert capsys.readouterr().out.startswith("ROMEO.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -17,7 +18,7 @@ from transformers.utils import logging as hf_logging
 from .. import DepthAttentionForCausalLM
 from ..convert import load_backbone
 from ..data.shards import TokenBatches, TokenShards
-from ..files import atomic_write_json
+from ..files import atomic_write_json, folder_held
 from .branches import Branches
 from .checkpoint import CheckpointManager, rng_state, set_rng_state
 from .config import TrainConfig, build_model_config
@@ -70,8 +71,10 @@ def train(cfg: TrainConfig, resume: bool = False, on_budget=None, reschedule: bo
     hf_logging.disable_progress_bar()  # checkpoint writes would print a bar each
     with StopSignals() as stop:
         try:
+            world = init_world()
             try:
-                return _train(cfg, resume, init_world(), stop, on_budget, reschedule=reschedule)
+                with folder_held(cfg.train.out_dir, "--train.out_dir") if world.is_main else nullcontext():
+                    return _train(cfg, resume, world, stop, on_budget, reschedule=reschedule)
             finally:
                 close_world()
         except StopNow as second:
