@@ -40,6 +40,7 @@ def test_manifest_describes_the_shards(prepared_dir, small_docs):
     assert manifest["dtype"] == "uint16" and manifest["tokenizer"] == {
         "path": "tokenizer",
         "origin": manifest["tokenizer"]["origin"],
+        "vocab_size_requested": 300,
         "sample_bytes": 2**30,  # requested; the whole train split is smaller
         "sample_bytes_used": sum(
             len(doc.encode()) for doc in small_docs if document_split(doc, 1337, 0.2) == "train"
@@ -331,6 +332,7 @@ def test_cli_arguments_and_run(tmp_path, capsys, small_docs):
     assert run(args) == 0
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert (manifest["seed"], manifest["text_field"], manifest["shard_tokens"]) == (3, "body", 4000)
+    assert manifest["hf_split"] is None  # no hf: input
     assert "train:" in capsys.readouterr().out
 
     assert run(parser.parse_args(["--input", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "x")])) == 1

@@ -177,6 +177,16 @@ def test_a_failure_in_a_worker_leaves_the_output_as_it_was(tmp_path, prepared_di
     assert not list(tmp_path.glob(".*"))  # no temporary folder left
 
 
+def test_the_manifest_records_the_split_a_hf_dataset_was_read_from(monkeypatch, tmp_path):
+    def load_dataset(path, config, split, streaming=False):
+        return iter([{"text": f"document {i} of the {split} split"} for i in range(30)])
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    manifest = prepare(["hf:some/data"], tmp_path / "out", vocab_size=280, hf_split="validation", workers=1,
+                       progress=False)
+    assert manifest["hf_split"] == "validation"
+
+
 def test_hf_datasets_are_streamed(monkeypatch):
     def load_dataset(path, config, split, streaming=False):
         assert (path, config, split, streaming) == ("some/data", "en", "train", True)

@@ -29,6 +29,12 @@ def test_a_study_prepares_its_declared_dataset_from_the_input_it_names(tmp_path)
     with pytest.raises(ValueError, match=f"{data} was prepared with vocab_size 258, but the study's "
                                          r"\[datasets.\*\] declares vocab_size 512: .*or delete"):
         ensure_dataset(Study.load(config), str(data))
+    tokenizer = manifest["tokenizer"]
+    for older in ({**tokenizer, "origin": "trained"},  # read from its own field
+                  {k: v for k, v in tokenizer.items() if k != "vocab_size_requested"}):  # an older manifest: its origin
+        (data / "manifest.json").write_text(json.dumps({**manifest, "tokenizer": older}))
+        with pytest.raises(ValueError, match=f"{data} was prepared with vocab_size 258"):
+            ensure_dataset(Study.load(config), str(data))
     config.write_text(config.read_text().replace(f'input = "{source}"', 'input = "embedded"'))
     with pytest.raises(ValueError, match="prepared with input .*mine.jsonl', vocab_size 258, but .* declares input "
                                          "'embedded', vocab_size 512"):

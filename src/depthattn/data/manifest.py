@@ -6,9 +6,10 @@
     val_000.bin ...
 
 The tokens of a split are its shards concatenated in manifest order; each document ends with EOS.
-Manifest keys: format, format_version, source, source_files, text_field, seed, val_fraction, chunk_chars,
-text_chunks, document_cut, shard_tokens, dtype, tokenizer {path, origin, vocab_size, eos_id; for a BPE that prepare
-trained also sample_bytes (requested) and sample_bytes_used (UTF-8 bytes of train text it was trained on)}, and
+Manifest keys: format, format_version, source, source_files, text_field, hf_split (the split of the hf: inputs;
+null without one), seed, val_fraction, chunk_chars, text_chunks, document_cut, shard_tokens, dtype, tokenizer {path,
+origin, vocab_size, eos_id; for a BPE that prepare trained also vocab_size_requested, sample_bytes (requested) and
+sample_bytes_used (UTF-8 bytes of train text it was trained on)}, and
 splits {train, val}, each {num_documents, num_tokens, files: [{name, num_tokens, sha256}]}.
 source_files: [{input, path, sha256, attribution, license}] for each input read from a checked file (wikipedia), or
 folder (linux-doc, which adds package, version, num_files and num_held_out_files; its sha256 is of the list of its

@@ -328,6 +328,7 @@ def prepare(
                     hf_tokenizer = train_bpe_tokenizer(sample, vocab_size, build_dir / TOKENIZER_DIR)
                 tokenizer_info = {
                     "origin": f"byte-level BPE trained on the train split, vocab_size {vocab_size} requested",
+                    "vocab_size_requested": vocab_size,
                     "sample_bytes": tokenizer_sample_bytes,  # requested
                     "sample_bytes_used": sample.used,
                 }
@@ -347,6 +348,7 @@ def prepare(
                 "source": describe_sources(sources),
                 "source_files": source_files(sources, seed, val_fraction),
                 "text_field": text_field,
+                "hf_split": hf_split if any(source.kind == "hf" for source in sources) else None,
                 "seed": seed,
                 "val_fraction": val_fraction,
                 "chunk_chars": chunk_chars,

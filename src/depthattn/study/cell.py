@@ -85,9 +85,12 @@ def check_prepared_as_declared(path: str, manifest: dict, declared: dict) -> Non
     prepared: dict[str, str | int | None] = {"input": ", ".join(sources), "vocab_size": None}
     if prepared_from(sources, declared["input"]):
         prepared["input"] = declared["input"]
-    requested = re.search(r"vocab_size (\d+) requested", manifest.get("tokenizer", {}).get("origin", ""))
-    if requested:  # a tokenizer prepare trained (not one it was given)
-        prepared["vocab_size"] = int(requested.group(1))
+    tokenizer = manifest.get("tokenizer", {})
+    # a tokenizer prepare trained (not one it was given); manifests before vocab_size_requested say it in the origin
+    requested = tokenizer.get("vocab_size_requested") or next(
+        (int(n) for n in re.findall(r"vocab_size (\d+) requested", tokenizer.get("origin", ""))), None)
+    if requested:
+        prepared["vocab_size"] = requested
     differ = [key for key in ("input", "vocab_size") if prepared[key] is not None and prepared[key] != declared[key]]
     if differ:
         said = ", ".join(f"{key} {prepared[key]!r}" for key in differ)
