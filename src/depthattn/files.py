@@ -70,6 +70,10 @@ def make_folder(path: str | os.PathLike, option: str = "folder") -> Path:
     return path
 
 
+class FolderHeld(RuntimeError):
+    """Another process holds the folder (`folder_held`)."""
+
+
 @contextmanager
 def folder_held(path: str | os.PathLike, option: str = "folder"):
     """`path` (made if missing) held for this process while the block runs: another process asking for it meanwhile
@@ -81,7 +85,7 @@ def folder_held(path: str | os.PathLike, option: str = "folder"):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RuntimeError(f"another process is writing into {folder} (it holds the folder): wait for it to end "
+            raise FolderHeld(f"another process is writing into {folder} (it holds the folder): wait for it to end "
                                f"or stop it, or choose another {option}") from None
         except OSError:  # no locks on this file system
             pass

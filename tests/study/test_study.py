@@ -1080,3 +1080,35 @@ def test_an_unknown_model_override_or_a_misspelled_method_is_refused_with_a_sugg
         Study.load(study)
     with pytest.raises(ValueError, match="'depth_atention' is not a preset \\(did you mean 'depth_attention'\\?\\)"):
         Study.load(write_study(tmp_path, "data", methods=("vanilla", "depth_atention")))
+
+
+def test_a_cell_another_process_trains_is_skipped_and_the_study_is_not_done(tiny_data, tmp_path, capsys):
+    """The same study started twice (two terminals): the second skips the cell the first holds, trains the others and
+    says the study is not done; run again once the first has ended, it trains the skipped cell."""
+    from concurrent.futures import Future
+
+    from depthattn.files import FolderHeld
+    from depthattn.study.local import _outcome
+
+    study = Study.load(write_study(tmp_path, tiny_data, seeds=[0]))
+    store = CellStore.of(study)
+    held_folder = Path(plan_cell(study, store, Cell({}, "vanilla", 0)).config.train.out_dir)
+    held_folder.mkdir(parents=True)
+    hold = ("import fcntl, os, sys, time; fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(held_folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert run_study(study, store) is False
+    finally:
+        holder.kill()
+        holder.wait()
+    out = capsys.readouterr().out
+    assert f"vanilla seed 0: skipped: another process is writing into {held_folder}" in out, out
+    assert [cell.method for cell in pending_cells(study, store)] == ["vanilla"]
+    assert run_study(study, store) is True and not pending_cells(study, store)
+
+    # several workers: the worker's error comes back through its future, pickled
+    future: Future = Future()
+    future.set_exception(pickle.loads(pickle.dumps(FolderHeld("another process is writing into x"))))
+    assert isinstance(_outcome(future), FolderHeld)

@@ -21,6 +21,7 @@ from typing import cast
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from ..files import FolderHeld
 from ..train import TrainingInterrupted
 from ..train.interrupt import SIGNALS, SignalHandlers, signal_name
 from . import cell as cell_module
@@ -126,8 +127,9 @@ class LocalExecutor:
 
     def run(self, name: str, plans: Sequence[CellPlan | StartPlan],
             fn: Callable[[StartPlan, int | None], None] | None = None) -> bool:
-        """Train the cells `plans` plan; a failing cell stops the study with its error. `fn(plan, threads)` instead
-        runs that for each of `plans` (a retrofitting study's starting models)."""
+        """Train the cells `plans` plan; a failing cell stops the study with its error, and one whose run folder
+        another process holds (the same study started twice) is skipped: then False, the cell still to run.
+        `fn(plan, threads)` instead runs that for each of `plans` (a retrofitting study's starting models)."""
         # with fn the plans are a retrofitting study's starts, without it cells
         if fn is not None:
             starts = cast(Sequence[StartPlan], plans)
@@ -135,11 +137,12 @@ class LocalExecutor:
                 for start in starts:
                     fn(start, self.threads)
                 return True
-            self._in_pool([(fn, start, self.threads) for start in starts], [start.label for start in starts])
-            return True
+            calls = [(fn, start, self.threads) for start in starts]
+            return not self._in_pool(calls, [start.label for start in starts])
         check_split(plans, self.tasks_per_cell)
         cells = cast(Sequence[CellPlan], plans)
         if self.workers == 1:
+            held = 0
             for i, plan in enumerate(cells, 1):
                 print(f"[{i}/{len(plans)}] {plan.label}", flush=True)
                 try:
@@ -147,15 +150,18 @@ class LocalExecutor:
                 except TrainingInterrupted as stopped:
                     print(f"[{i}/{len(plans)}] {plan.label}: {stopped}", flush=True)
                     raise _study_stopped(stopped.signum) from None
-            return True
-        self._in_pool([(self._cell, plan) for plan in plans], [plan.label for plan in plans])
-        return True
+                except FolderHeld as elsewhere:
+                    held += 1
+                    print(f"[{i}/{len(plans)}] {plan.label}: skipped: {elsewhere}", flush=True)
+            return not held
+        return not self._in_pool([(self._cell, plan) for plan in plans], [plan.label for plan in plans])
 
-    def _in_pool(self, calls: list[tuple], labels: list[str]) -> None:
-        """`fn(*args)` for each of `calls`, `workers` at a time, a line for each as it finishes; a failing one stops
-        the rest with its error. SIGINT or SIGTERM to the main process (alone or with its group, as Ctrl-C sends
-        it) is passed on to the workers: the running calls stop at a checkpoint and say where, no other starts,
-        then TrainingInterrupted (its exit_status the signal's: 130, 143); a second signal stops them at once."""
+    def _in_pool(self, calls: list[tuple], labels: list[str]) -> int:
+        """`fn(*args)` for each of `calls`, `workers` at a time, a line for each as it finishes; a failing one stops the
+        rest with its error, one whose folder another process holds is skipped (returns how many were). SIGINT or
+        SIGTERM to the main process (alone or with its group, as Ctrl-C sends it) is passed on to the workers: the
+        running calls stop at a checkpoint and say where, no other starts, then TrainingInterrupted (its exit_status the
+        signal's: 130, 143); a second signal stops them at once."""
         # spawned, not forked: a fork of a process whose OpenMP threads ran (a notebook, a test session) hangs in
         # its first parallel region (GNU libgomp is not fork-safe)
         with ProcessPoolExecutor(min(self.workers, len(calls)), mp_context=multiprocessing.get_context("spawn"),
@@ -164,6 +170,7 @@ class LocalExecutor:
             with _blocked(SIGNALS):  # inherited by the workers as they spawn, until their handlers are set
                 futures = [pool.submit(_in_worker, *call) for call in calls]
             worker_signal = 0  # a signal that stopped a worker alone (sent to its pid, not the study's)
+            held = 0
             try:
                 for i, (label, future) in enumerate(zip(labels, futures, strict=True), 1):
                     if signals.signum:
@@ -172,6 +179,9 @@ class LocalExecutor:
                     if isinstance(result, Stopped):
                         worker_signal = worker_signal or result.signum
                         print(f"[{i}/{len(calls)}] {label}: {result.message}", flush=True)
+                    elif isinstance(result, FolderHeld):
+                        held += 1
+                        print(f"[{i}/{len(calls)}] {label}: skipped: {result}", flush=True)
                     elif isinstance(result, CellResult):
                         print(f"[{i}/{len(calls)}] {label}: val loss {result.val_loss:.4f} "
                               f"({result.seconds:.0f} s)", flush=True)
@@ -180,6 +190,7 @@ class LocalExecutor:
                 raise
         if signals.signum or worker_signal:
             raise _study_stopped(signals.signum or worker_signal, by_worker=not signals.signum)
+        return held
 
 
 def _study_stopped(signum: int, by_worker: bool = False) -> TrainingInterrupted:
@@ -189,9 +200,12 @@ def _study_stopped(signum: int, by_worker: bool = False) -> TrainingInterrupted:
 
 
 def _outcome(future: Future):
-    """A call's result, Stopped if a signal cut it short, None if it never started."""
+    """A call's result, Stopped if a signal cut it short, None if it never started, FolderHeld if another process
+    holds its folder."""
     try:
         return future.result()
+    except FolderHeld as elsewhere:
+        return elsewhere
     except KeyboardInterrupt as stop:  # a signal in the worker just before or after its cell
         return Stopped(str(stop), signal.SIGTERM)
     except CancelledError:
