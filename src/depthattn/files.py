@@ -71,7 +71,9 @@ def make_folder(path: str | os.PathLike, option: str = "folder") -> Path:
 
 
 class FolderHeld(RuntimeError):
-    """Another process holds the folder (`folder_held`)."""
+    """Another process holds `folder` (`folder_held`)."""
+
+    folder: Path  # kept when pickled (an exception's __dict__ is)
 
 
 @contextmanager
@@ -85,8 +87,10 @@ def folder_held(path: str | os.PathLike, option: str = "folder"):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise FolderHeld(f"another process is writing into {folder} (it holds the folder): wait for it to end "
-                               f"or stop it, or choose another {option}") from None
+            held = FolderHeld(f"another process is writing into {folder} (it holds the folder): wait for it to end "
+                              f"or stop it, or choose another {option}")
+            held.folder = folder
+            raise held from None
         except OSError:  # no locks on this file system
             pass
         yield folder

@@ -1104,11 +1104,13 @@ def test_a_cell_another_process_trains_is_skipped_and_the_study_is_not_done(tiny
         holder.kill()
         holder.wait()
     out = capsys.readouterr().out
-    assert f"vanilla seed 0: skipped: another process is writing into {held_folder}" in out, out
+    assert f"vanilla seed 0: skipped: another process is training it (it holds {held_folder};" in out, out
     assert [cell.method for cell in pending_cells(study, store)] == ["vanilla"]
     assert run_study(study, store) is True and not pending_cells(study, store)
 
     # several workers: the worker's error comes back through its future, pickled
     future: Future = Future()
-    future.set_exception(pickle.loads(pickle.dumps(FolderHeld("another process is writing into x"))))
-    assert isinstance(_outcome(future), FolderHeld)
+    held = FolderHeld("another process is writing into x")
+    held.folder = held_folder
+    future.set_exception(pickle.loads(pickle.dumps(held)))
+    assert isinstance(returned := _outcome(future), FolderHeld) and returned.folder == held_folder

@@ -152,7 +152,7 @@ class LocalExecutor:
                     raise _study_stopped(stopped.signum) from None
                 except FolderHeld as elsewhere:
                     held += 1
-                    print(f"[{i}/{len(plans)}] {plan.label}: skipped: {elsewhere}", flush=True)
+                    print(f"[{i}/{len(plans)}] {plan.label}: {_skipped(elsewhere)}", flush=True)
             return not held
         return not self._in_pool([(self._cell, plan) for plan in plans], [plan.label for plan in plans])
 
@@ -181,7 +181,7 @@ class LocalExecutor:
                         print(f"[{i}/{len(calls)}] {label}: {result.message}", flush=True)
                     elif isinstance(result, FolderHeld):
                         held += 1
-                        print(f"[{i}/{len(calls)}] {label}: skipped: {result}", flush=True)
+                        print(f"[{i}/{len(calls)}] {label}: {_skipped(result)}", flush=True)
                     elif isinstance(result, CellResult):
                         print(f"[{i}/{len(calls)}] {label}: val loss {result.val_loss:.4f} "
                               f"({result.seconds:.0f} s)", flush=True)
@@ -197,6 +197,11 @@ def _study_stopped(signum: int, by_worker: bool = False) -> TrainingInterrupted:
     stopped = f"a worker was stopped by {signal_name(signum)}" if by_worker else f"stopped by {signal_name(signum)}"
     return TrainingInterrupted(signum, f"{stopped}: the running cells stopped at a checkpoint (lines above); the same "
                                "command resumes them", None)
+
+
+def _skipped(held: FolderHeld) -> str:
+    return (f"skipped: another process is training it (it holds {held.folder}; the same study started twice?): run the "
+            "study again once that process has ended")
 
 
 def _outcome(future: Future):
