@@ -131,30 +131,30 @@ class LocalExecutor:
         another process holds (the same study started twice) is skipped: then False, the cell still to run.
         `fn(plan, threads)` instead runs that for each of `plans` (a retrofitting study's starting models)."""
         # with fn the plans are a retrofitting study's starts, without it cells
+        calls: list[tuple]
         if fn is not None:
-            starts = cast(Sequence[StartPlan], plans)
-            if self.workers == 1:
-                for start in starts:
-                    fn(start, self.threads)
-                return True
-            calls = [(fn, start, self.threads) for start in starts]
-            return not self._in_pool(calls, [start.label for start in starts])
-        check_split(plans, self.tasks_per_cell)
-        cells = cast(Sequence[CellPlan], plans)
-        if self.workers == 1:
-            held = 0
-            for i, plan in enumerate(cells, 1):
-                print(f"[{i}/{len(plans)}] {plan.label}", flush=True)
-                try:
-                    self._cell(plan)
-                except TrainingInterrupted as stopped:
-                    print(f"[{i}/{len(plans)}] {plan.label}: {stopped}", flush=True)
-                    raise _study_stopped(stopped.signum) from None
-                except FolderHeld as elsewhere:
-                    held += 1
-                    print(f"[{i}/{len(plans)}] {plan.label}: {_skipped(elsewhere)}", flush=True)
-            return not held
-        return not self._in_pool([(self._cell, plan) for plan in plans], [plan.label for plan in plans])
+            calls = [(fn, start, self.threads) for start in cast(Sequence[StartPlan], plans)]
+        else:
+            check_split(plans, self.tasks_per_cell)
+            calls = [(self._cell, plan) for plan in cast(Sequence[CellPlan], plans)]
+        labels = [plan.label for plan in plans]
+        return not (self._one_at_a_time if self.workers == 1 else self._in_pool)(calls, labels)
+
+    @staticmethod
+    def _one_at_a_time(calls: list[tuple], labels: list[str]) -> int:
+        """`fn(*args)` for each of `calls` in this process, as `_in_pool` runs them (returns how many were skipped)."""
+        held = 0
+        for i, ((fn, *args), label) in enumerate(zip(calls, labels, strict=True), 1):
+            print(f"[{i}/{len(calls)}] {label}", flush=True)
+            try:
+                fn(*args)
+            except TrainingInterrupted as stopped:
+                print(f"[{i}/{len(calls)}] {label}: {stopped}", flush=True)
+                raise _study_stopped(stopped.signum) from None
+            except FolderHeld as elsewhere:
+                held += 1
+                print(f"[{i}/{len(calls)}] {label}: {_skipped(elsewhere)}", flush=True)
+        return held
 
     def _in_pool(self, calls: list[tuple], labels: list[str]) -> int:
         """`fn(*args)` for each of `calls`, `workers` at a time, a line for each as it finishes; a failing one stops the
