@@ -133,6 +133,10 @@ def test_a_wrong_folder_is_refused_with_the_fix(tmp_path, monkeypatch):
     monkeypatch.setenv(linux_doc.DIR_VARIABLE, str(tmp_path / "_sources"))
     with pytest.raises(DataError, match=r"holds no \.rst\.txt file outside translations/.*--reinstall"):
         resolve_sources(["linux-doc"])
+    monkeypatch.setenv(linux_doc.DIR_VARIABLE, str(tmp_path))  # the html/ folder above _sources/
+    with pytest.raises(DataError, match=f"holds the documentation's _sources folder.*point {linux_doc.DIR_VARIABLE} at "
+                                        f".*{tmp_path.name}/_sources"):
+        resolve_sources(["linux-doc"])
 
 
 def test_too_few_files_to_hold_one_out_names_a_val_fraction(tmp_path, monkeypatch, prepared_dir):

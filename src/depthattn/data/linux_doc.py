@@ -55,6 +55,9 @@ def documentation_dir() -> Path:
 def documentation_files(root: Path) -> list[Path]:
     """The English documentation files below `root`: every *.rst.txt but those under translations/, sorted by
     their path below `root`."""
+    if (root / "_sources").is_dir():  # html/ (or above): read as is, translations would come in via _sources/
+        raise DataError(f"{root} holds the documentation's _sources folder, not its files: point {DIR_VARIABLE} at "
+                        f"{root / '_sources'}.")
     files = sorted(path for path in root.rglob(f"*{SUFFIX}")
                    if path.is_file() and path.relative_to(root).parts[0] != SKIPPED)
     if not files:
