@@ -21,7 +21,7 @@ from typing import cast
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from ..files import FolderHeld
+from ..files import FolderHeld, folder_held
 from ..train import TrainingInterrupted
 from ..train.interrupt import SIGNALS, SignalHandlers, signal_name
 from . import cell as cell_module
@@ -32,7 +32,11 @@ from .records import CellResult
 
 def _run_distributed(plan: CellPlan, threads: int | None, tasks: int) -> CellResult | None:
     """One cell in `tasks` processes, launched and watched by torch's elastic agent (torchrun's own). The agent's
-    folder of each launch (a worker's error file, should it fail) goes with the cell's run, not into /tmp."""
+    folder of each launch (a worker's error file, should it fail) goes with the cell's run, not into /tmp. A run folder
+    another process holds is found here, before the launch: rank 0's FolderHeld would reach the study as the agent's
+    ChildFailedError, a failed cell, not a skipped one."""
+    with folder_held(plan.config.train.out_dir, "--train.out_dir"):
+        pass
     logs = DefaultLogsSpecs(log_dir=str(Path(plan.config.train.out_dir) / "launches"))
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=tasks, run_id=f"cell-{uuid.uuid4().hex[:8]}",
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
