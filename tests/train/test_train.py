@@ -51,8 +51,11 @@ def test_loss_decreases_and_export_reloads(tiny_data, tmp_path):
     assert checkpoints == ["step_00000028", "step_00000030"]  # keep_checkpoints = 2
 
 
-def test_refuses_to_overwrite_a_run_without_resume(tiny_data, tmp_path):
-    train(config(tiny_data, tmp_path / "run", "--train.steps", "4"))
+def test_refuses_to_overwrite_a_run_without_resume(tiny_data, tmp_path, monkeypatch):
+    monkeypatch.chdir(tiny_data.parent)
+    train(config(tiny_data.name, tmp_path / "run", "--train.steps", "4"))
+    # recorded absolute, as harness and eval read it from wherever they run
+    assert json.loads((tmp_path / "run" / "train_config.json").read_text())["data"]["path"] == str(tiny_data)
     with pytest.raises(FileExistsError, match="--resume"):
         train(config(tiny_data, tmp_path / "run", "--train.steps", "4"))
     shutil.rmtree(tmp_path / "run" / "checkpoints")  # to free the disk: the finished model stays

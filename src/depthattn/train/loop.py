@@ -108,7 +108,9 @@ def _train(cfg: TrainConfig, resume: bool, world: World, stop: StopSignals, on_b
     if resumed:
         follow_config(optimizer, scheduler, cfg.optim)
     if world.is_main:
-        atomic_write_json(checkpoints.out_dir / "train_config.json", cfg.to_dict())
+        record = cfg.to_dict()  # the data's path absolute: eval and harness find it from any folder
+        record["data"]["path"] = str(Path(cfg.data.path).absolute())
+        atomic_write_json(checkpoints.out_dir / "train_config.json", record)
     amp = autocast_dtype(t.dtype, world.device)
     metrics = Metrics(cfg, world, sum(p.numel() for p in model.parameters()), start, resumed)
     epochs = t.steps * metrics.tokens_per_step / len(train_shards)
