@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from depthattn.study import Study
+from depthattn.study import Study, run_study
 from depthattn.study.report import markdown_report
 from depthattn.study.store import CellStore
 from tests.study.test_study import write_study
@@ -19,6 +19,8 @@ def test_a_study_prepares_its_declared_dataset_from_the_input_it_names(tmp_path)
     data = tmp_path / "prepared"
     config = write_study(tmp_path, data, head=f'[datasets.mine]\npath = "{data}"\nvocab_size = 258\n'
                                               f'input = "{source}"')
+    study = Study.load(config)
+    assert run_study(study, CellStore.of(study), seeds=[99]) is True and not data.exists()  # no cell: nothing prepared
     ensure_dataset(Study.load(config), str(data))
     manifest = json.loads((data / "manifest.json").read_text())
     assert manifest["source"] == [str(source)] and manifest["splits"]["train"]["num_documents"] > 0

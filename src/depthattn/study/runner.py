@@ -10,7 +10,6 @@ from typing import Protocol, runtime_checkable
 from .cell import ensure_dataset, train_start
 from .local import LocalExecutor
 from .plan import CellPlan, StartPlan, plan_cell, plan_start
-from .records import Cell
 from .slurm import SlurmExecutor, SlurmSettings
 from .spec import Study
 from .store import CellStore
@@ -65,11 +64,11 @@ def run_study(study: Study, store: CellStore, executor: Executor | None = None, 
     detached Slurm submission), so that round two waits for round one."""
     executor = executor or LocalExecutor()
     store.set_aside_study(study)
-    for path in {study.cell_config(Cell(s, study.methods[0], study.seeds[0])).data.path for s in study.settings()}:
-        ensure_dataset(study, path)
     if study.start_from:  # the starting models first: cells of a seed share theirs
         needed = sorted({cell.seed for cell in pending_cells(study, store, seeds, methods)})
         starts = [start for start in (plan_start(study, seed) for seed in needed) if not start.ready()]
+        for path in {start.config.data.path for start in starts}:
+            ensure_dataset(study, path)
         if starts and not executor.run(study.name, starts, fn=train_start):
             return False
     rounds = [lambda: pending_cells(study, store, seeds, methods)]
@@ -79,6 +78,8 @@ def run_study(study: Study, store: CellStore, executor: Executor | None = None, 
         cells = cells_of()
         if not cells:
             continue
+        for path in {study.cell_config(cell).data.path for cell in cells}:  # a finished study prepares nothing
+            ensure_dataset(study, path)
         print(f"study {study.name}: {len(cells)} cells to run, {executor.describe()}", flush=True)
         if executor.run(study.name, [plan_cell(study, store, cell) for cell in cells]) is False:
             return False
