@@ -193,11 +193,16 @@ def test_training_ends_with_a_summary_that_says_where_the_model_is_and_how_to_sc
     assert main(train_args(tiny_data, out_dir, 4, 2, "--train.eval_every", "2")) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-4].startswith("done: 4 steps, ") and "last training loss" in out[-4]
-    assert out[-3].startswith("validation loss ") and "the first 1 batches (train.eval_batches) of the" in out[-3]
+    assert out[-3].startswith("validation loss ") and "the first batch (train.eval_batches) of the" in out[-3]
     assert main(train_args(tiny_data, tmp_path / "all", 2, 2, "--train.eval_batches", "1000")) == 0
     validation = capsys.readouterr().out.splitlines()[-3]  # a split of fewer batches: all of them, not "the first 1000"
     assert re.fullmatch(r"validation loss \d\.\d{4} on all \d+ batches \(train.eval_batches is 1000\) of the held-out "
                         "split", validation), validation
+    from depthattn.commands.train import scored_batches
+    from depthattn.train.config import TrainConfig
+
+    one_batch = TrainConfig.load(None, ["--data.path", str(tiny_data), "--train.batch_size", "100000"])
+    assert scored_batches(one_batch) == f"its only batch (train.eval_batches is {one_batch.train.eval_batches})"
     assert out[-2] == f"model: {out_dir / 'final'}" and (out_dir / "final" / "model.safetensors").exists()
     assert out[-1] == f"score it on the whole held-out split: depthattn eval {out_dir / 'final'} --data {tiny_data}"
 

@@ -96,9 +96,12 @@ def scored_batches(cfg: TrainConfig) -> str:
 
     batch = cfg.train.batch_size * int(os.environ.get("WORLD_SIZE", "1"))  # per step, over every process
     available = count_eval_batches(TokenShards(cfg.data.path, "val"), batch, cfg.data.seq_len)
+    if available == 1:
+        return f"its only batch (train.eval_batches is {cfg.train.eval_batches})"
     if available <= cfg.train.eval_batches:
         return f"all {available} batches (train.eval_batches is {cfg.train.eval_batches})"
-    return f"the first {cfg.train.eval_batches} batches (train.eval_batches)"
+    batches = "batch" if cfg.train.eval_batches == 1 else f"{cfg.train.eval_batches} batches"
+    return f"the first {batches} (train.eval_batches)"
 
 
 def resume_command(args: argparse.Namespace) -> str:
