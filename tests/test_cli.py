@@ -260,6 +260,14 @@ def test_every_command_has_its_help(capsys):
         assert capsys.readouterr().out.startswith(f"usage: depthattn {name} ")
 
 
+def test_an_option_a_command_does_not_take_is_shown_with_that_commands_usage(capsys):
+    with pytest.raises(SystemExit, match="2"):
+        main(["generate", "runs/x/final", "Once upon", "--prompt", "a time"])
+    error = capsys.readouterr().err
+    assert error.startswith("usage: depthattn generate ") and "model prompt" in error, error
+    assert "depthattn generate: error: unrecognized arguments: --prompt a time" in error, error
+
+
 def test_train_help_says_the_batch_size_is_per_process(capsys):
     with pytest.raises(SystemExit, match="0"):
         main(["train", "--help"])

@@ -47,16 +47,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="depthattn", description="Depth-Attention language models")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)  # the command: the only module imported
+    subparsers = {}
     for name, (module_name, help_line) in COMMANDS.items():
-        command = commands.add_parser(name, help=help_line)
+        subparsers[name] = command = commands.add_parser(name, help=help_line)
         if name == chosen:
             module = importlib.import_module(f".commands.{module_name}", __package__)
             module.add_arguments(command)
             command.set_defaults(run=module.run)
 
     args, extra = parser.parse_known_args(argv)
-    if extra and args.command not in TAKES_OVERRIDES:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra and args.command not in TAKES_OVERRIDES:  # the command's usage, which shows what it takes
+        subparsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     args.overrides = extra
     return args
 
