@@ -1,5 +1,6 @@
 """The README and the docs beside it: their Python examples run as written in a fresh interpreter, their command lines
-parse, their study tables are the generated ones, and their relative links lead to files that exist."""
+parse, their study tables are the generated ones and the intervals their results quote stand on generated pages, and
+their relative links lead to files that exist."""
 
 import argparse
 import contextlib
@@ -100,6 +101,53 @@ def test_readme_study_tables_are_the_generated_ones():
     assert len(rows) > 30
     stale = [row for row in rows if row not in generated]
     assert not stale, f"docs/results.md rows not in docs/results/study.md (regenerate and paste): {stale}"
+
+
+NUMBER = r"[+-]?\d+(?:\.\d+)?"
+INTERVAL = re.compile(rf"({NUMBER})x? \[({NUMBER}), ({NUMBER})\]")  # 1.21x [1.07, 1.38], +0.042 [+0.024, +0.060]
+
+
+def printed_forms(number: str) -> set[str]:
+    """`number` without its sign, as printed and rounded to each fewer decimal (half up, as a reader rounds, and half
+    even, as Python does)."""
+    from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
+
+    digits = number.lstrip("+-")
+    decimals = len(digits.partition(".")[2])
+    return {digits} | {str(Decimal(digits).quantize(Decimal(1).scaleb(-d), rounding=rounding))
+                       for d in range(1, decimals) for rounding in (ROUND_HALF_UP, ROUND_HALF_EVEN)}
+
+
+def json_records(value, found: list[set[str]]) -> list[set[str]]:
+    """Each JSON object's numbers below `value`, one set per object, every one in each of its printed forms."""
+    if isinstance(value, dict):
+        numbers = [v for v in value.values() if isinstance(v, float)]
+        found.append(set().union(*(printed_forms(f"{v:.6f}") for v in numbers)) if numbers else set())
+        value = list(value.values())
+    for item in value if isinstance(value, list) else ():
+        json_records(item, found)
+    return found
+
+
+def test_every_interval_the_results_prose_quotes_is_on_a_generated_page():
+    """No number typed in by hand: each interval (point [low, high]) the prose of README's Results and of
+    docs/results.md quotes stands on one line of a page `depthattn study` wrote (docs/results/**.md), as printed or
+    rounded, or in one record of a committed prediction (docs/results/predictions/*.json)."""
+    import json
+
+    generated = []
+    for page in sorted((ROOT / "docs" / "results").rglob("*.md")):
+        for line in page.read_text().splitlines():
+            generated.append(set().union(*map(printed_forms, re.findall(NUMBER, line))))
+    for prediction in sorted((ROOT / "docs" / "results" / "predictions").glob("*.json")):
+        json_records(json.loads(prediction.read_text()), generated)
+    prose = "\n".join(line for text in (section(README.read_text(), "## Results", "### The demo"), RESULTS.read_text())
+                      for line in text.splitlines() if not line.startswith("|"))  # tables: the test above
+    quoted = INTERVAL.findall(prose)
+    assert len(quoted) > 100
+    untraced = [f"{point} [{low}, {high}]" for point, low, high in quoted
+                if not any({point.lstrip("+-"), low.lstrip("+-"), high.lstrip("+-")} <= line for line in generated)]
+    assert not untraced, f"intervals in the results' prose that no generated page holds (typed by hand?): {untraced}"
 
 
 def anchors(path: Path) -> set[str]:
