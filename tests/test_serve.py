@@ -256,6 +256,9 @@ BAD_REQUESTS = {
                                                                          logit_bias={"\u00b2": 5}), 400,
                                             "logit_bias must map token ids"),
     "stop not text": ("/v1/completions", dict(prompt="the", stop=[1]), 400, "stop must be a non-empty string or a"),
+    # four of 200,000 characters took a server with a 3,438-token vocabulary past 22 GB
+    "stop strings too long": ("/v1/completions", dict(prompt="the", stop=["ab" * 500_000] * 4), 400,
+                              "stop strings like these (up to 1,000,000 characters) would need a "),
     "stop on a word-level vocabulary": ("/v1/completions", dict(prompt="the", stop="of"), 422,
                                         "stop cannot be used with this model's tokenizer"),
 }
@@ -364,6 +367,19 @@ def test_fields_at_values_that_change_nothing_are_taken(servers):
     for fields in (dict(echo=False), dict(best_of=1), dict(n=1, presence_penalty=0, user="me", suffix="")):
         status, answer = servers["vanilla"].request("/v1/completions", dict(prompt="the", max_tokens=1, **fields))
         assert status == 200, (fields, answer)
+
+
+@pytest.mark.parametrize("stops", [["aaaa" * 16], ["the end", "\n\n"], ["ab" * 20] * 4, ["ththth", "e e e e"]])
+def test_the_stop_table_bound_holds_transformers_own_table(tmp_path, stops):
+    """The bound a request's stop strings are checked against is at least the table transformers builds for them,
+    repeating strings (whose every position a token may take) included."""
+    from transformers import StopStringCriteria
+
+    from depthattn.serving.server import stop_table_bytes
+
+    tokenizer = train_bpe_tokenizer([" ".join(WORDS)] * 4, 300, tmp_path)  # as the BPE server's
+    table = StopStringCriteria(tokenizer, stops).embedding_vec
+    assert table.numel() * table.element_size() <= stop_table_bytes(len(tokenizer), stops)
 
 
 @pytest.mark.parametrize("texts, stops, expected", [

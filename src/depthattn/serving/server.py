@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import reprlib
+from collections import Counter
 from dataclasses import dataclass
 
 from ..data.tokenizer import start_token_id
@@ -22,7 +24,17 @@ GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 # unload the model for anyone who asks): those get a 404
 SERVED_ROUTES = {("GET", "/health"), ("GET", "/v1/models"), *(("POST", route) for route in GENERATION_ROUTES)}
 MAX_STOPS = 4  # as the OpenAI API
+# transformers' stop strings build a table (StopStringCriteria) and cache 8 of them: what a request's may cost at most
+MAX_STOP_TABLE_BYTES = 128 * 2**20
 TOKEN_ID = re.compile(r"[0-9]{1,9}")  # a logit_bias key (str.isdigit takes "²", which int() refuses)
+
+
+def stop_table_bytes(vocab: int, stops: list[str]) -> int:
+    """At most the bytes of the table transformers' StopStringCriteria builds for `stops`: int32, a row per token and,
+    per stop string, a column for each place in it where a token's last character occurs (at most its most repeated
+    character's count) and for each length by which a token may end it (at most its length)."""
+    repeats = max(max(Counter(text).values()) for text in stops)
+    return (vocab + 2) * (len(stops) * (repeats + max(map(len, stops))) + 1) * 4
 
 
 class BadRequest(ValueError):
@@ -238,7 +250,13 @@ class RequestChecks:
         if not (isinstance(stops, list) and 0 < len(stops) <= MAX_STOPS
                 and all(isinstance(text, str) and text for text in stops)):
             raise BadRequest(f"stop must be a non-empty string or a list of at most {MAX_STOPS} of them, got "
-                             f"{stop!r}", "stop")
+                             f"{reprlib.repr(stop)}", "stop")
+        vocab = len(self.tokenizer)
+        if (needed := stop_table_bytes(vocab, stops)) > MAX_STOP_TABLE_BYTES:  # a request of long ones ran out of RAM
+            raise BadRequest(f"stop strings like these (up to {max(map(len, stops)):,} characters) would need a "
+                             f"{needed / 2**20:,.0f} MiB matching table over this model's {vocab:,}-token vocabulary, "
+                             f"beyond the {MAX_STOP_TABLE_BYTES // 2**20} MiB a request may take: shorten them",
+                             "stop")
         if self.shared_sampling is not None:
             raise BadRequest("stop is not supported under --continuous-batching (transformers' batching worker "
                              "would ignore it): leave it out, or serve without --continuous-batching", "stop",
