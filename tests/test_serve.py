@@ -208,6 +208,8 @@ BAD_REQUESTS = {
                                                             "(max_completion_tokens), beyond"),
     "unknown model": ("/v1/completions", dict(prompt="the", model="gpt-4", max_tokens=2), 404, "'gpt-4' is not served"),
     "malformed JSON": ("/v1/completions", b'{"prompt": "the", ', 400, "not valid JSON"),
+    "a body past 32 MiB": ("/v1/completions", b'{"prompt": "' + b"the " * (8 * 2**20 + 1) + b'"}', 413,
+                           "the request body passes 32 MiB"),
     # each of these five was a bare 500 (plain text, a traceback in the log)
     "JSON nested past Python's recursion": ("/v1/completions", b'{"prompt": "the", "user": ' + b"[" * 100_000
                                             + b"]" * 100_000 + b"}", 400, "nests JSON too deeply"),

@@ -24,6 +24,7 @@ GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 # unload the model for anyone who asks): those get a 404
 SERVED_ROUTES = {("GET", "/health"), ("GET", "/v1/models"), *(("POST", route) for route in GENERATION_ROUTES)}
 MAX_STOPS = 4  # as the OpenAI API
+MAX_BODY_BYTES = 32 * 2**20  # a request's JSON: a prompt that fits a model's context is far smaller
 # transformers' stop strings build a table (StopStringCriteria) and cache 8 of them: what a request's may cost at most
 MAX_STOP_TABLE_BYTES = 128 * 2**20
 TOKEN_ID = re.compile(r"[0-9]{1,9}")  # a logit_bias key (str.isdigit takes "²", which int() refuses)
@@ -114,14 +115,19 @@ class RequestChecks:
             return await self.models()(scope, receive, send)
         if scope["type"] != "http" or scope["method"] != "POST":
             return await self.app(scope, receive, send)
-        raw, more = b"", True
+        raw, more = bytearray(), True
         while more:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
-            raw, more = raw + message.get("body", b""), message.get("more_body", False)
+            raw += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(raw) > MAX_BODY_BYTES:  # read no further: memory, and json.loads's time, grow with it
+                return await _error_response(BadRequest(
+                    f"the request body passes {MAX_BODY_BYTES // 2**20} MiB, more than any prompt this server takes "
+                    "needs", status=413))(scope, receive, send)
         try:
-            body = self.checked(scope["path"], raw)
+            body = self.checked(scope["path"], bytes(raw))
         except BadRequest as error:
             return await _error_response(error)(scope, receive, send)
 
