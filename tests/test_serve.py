@@ -207,6 +207,8 @@ BAD_REQUESTS = {
                                                             dict(prompt="the " * 60, max_completion_tokens=10), 400,
                                                             "(max_completion_tokens), beyond"),
     "unknown model": ("/v1/completions", dict(prompt="the", model="gpt-4", max_tokens=2), 404, "'gpt-4' is not served"),
+    "a model name of a megabyte": ("/v1/completions", dict(prompt="the", model="x" * 2**20), 404,
+                                   "model 'xxxxxxxxxxxx...xxxxxxxxxxxxx' is not served"),
     "malformed JSON": ("/v1/completions", b'{"prompt": "the", ', 400, "not valid JSON"),
     "a body past 32 MiB": ("/v1/completions", b'{"prompt": "' + b"the " * (8 * 2**20 + 1) + b'"}', 413,
                            "the request body passes 32 MiB"),
@@ -273,6 +275,7 @@ def test_bad_request_is_a_4xx_with_a_message(servers, case):
     error = json.loads(answer)["error"]
     assert got == status and message in error["message"], error
     assert not error["message"].lstrip().startswith("{")  # a message, not a JSON body inside a string
+    assert len(answer) < 2000  # whatever the request held: a value it names is shortened
 
 
 def test_a_route_asked_with_another_method_answers_which_it_takes(servers):

@@ -179,10 +179,10 @@ class RequestChecks:
             raise BadRequest("the request body must be a JSON object")
         if not isinstance(body.get("model", self.model_id), str):
             raise BadRequest(f"model must be a string, the name of the served model ({self.listed_name!r}), got "
-                             f"{body['model']!r}", "model")
+                             f"{reprlib.repr(body['model'])}", "model")
         if body.get("model", self.model_id) not in self.model_names:
-            raise BadRequest(f"model {body['model']!r} is not served here; this server serves {self.listed_name!r} "
-                             "(GET /v1/models)", "model", status=404)
+            raise BadRequest(f"model {reprlib.repr(body['model'])} is not served here; this server serves "
+                             f"{self.listed_name!r} (GET /v1/models)", "model", status=404)
         body["model"] = self.model_id
         self.check_fields(route, body)
         if self.shared_sampling is not None:
@@ -197,11 +197,12 @@ class RequestChecks:
         _check_number(body, "temperature", low=0, hint=" (0: greedy)")
         _check_number(body, "top_p", low=0, high=1, open_low=True)
         if body.get("n", 1) != 1:
-            raise BadRequest(f"n must be 1 (one choice per request), got {body['n']!r}", "n")
+            raise BadRequest(f"n must be 1 (one choice per request), got {reprlib.repr(body['n'])}", "n")
         if not isinstance(body.get("stream", False), bool):
-            raise BadRequest(f"stream must be true or false, got {body['stream']!r}", "stream")
+            raise BadRequest(f"stream must be true or false, got {reprlib.repr(body['stream'])}", "stream")
         if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
-            raise BadRequest(f"stream_options must be an object, got {body['stream_options']!r}", "stream_options")
+            raise BadRequest(f"stream_options must be an object, got {reprlib.repr(body['stream_options'])}",
+                             "stream_options")
         _check_number(body, "seed", low=0, high=2**64 - 1, integer=True)
         if body.get("temperature") and body["temperature"] < MIN_TEMPERATURE:
             body["temperature"] = 0
@@ -219,7 +220,7 @@ class RequestChecks:
         kwargs = body.get("chat_template_kwargs")
         if kwargs is not None and (not isinstance(kwargs, dict) or HANDLER_TEMPLATE_KWARGS & set(kwargs)):
             raise BadRequest("chat_template_kwargs must be an object of the chat template's own variables (the "
-                             f"server sets {', '.join(sorted(HANDLER_TEMPLATE_KWARGS))}), got {kwargs!r}",
+                             f"server sets {', '.join(sorted(HANDLER_TEMPLATE_KWARGS))}), got {reprlib.repr(kwargs)}",
                              "chat_template_kwargs")
         self.check_logit_bias(route, body)
         self.check_stop(body)
@@ -245,7 +246,7 @@ class RequestChecks:
                 and isinstance(value, (int, float)) and not isinstance(value, bool) and -100 <= value <= 100
                 for token, value in bias.items()):
             raise BadRequest(f"logit_bias must map token ids (strings of integers below the vocabulary's {vocab}) to "
-                             f"numbers from -100 to 100, got {bias!r}", "logit_bias")
+                             f"numbers from -100 to 100, got {reprlib.repr(bias)}", "logit_bias")
 
     def check_stop(self, body: dict) -> None:
         stop = body.get("stop")
@@ -444,8 +445,8 @@ def _check_number(body: dict, name: str, low: float, high: float = math.inf, int
     number = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
     if not number or not _finite(value) or (value <= low if open_low else value < low) or value > high:
         bounds = (f"> {low}" if open_low else f">= {low}") + (f" and <= {high}" if high < math.inf else "")
-        raise BadRequest(f"{name} must be {'an integer' if integer else 'a number'} {bounds}{hint}, got {value!r}",
-                         name)
+        raise BadRequest(f"{name} must be {'an integer' if integer else 'a number'} {bounds}{hint}, got "
+                         f"{reprlib.repr(value)}", name)
 
 
 def _finite(value: float) -> bool:
