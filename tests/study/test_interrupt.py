@@ -15,13 +15,25 @@ import pytest
 from depthattn.cli import main
 from tests.study.test_study import write_study
 
-# `depthattn` whose processes write each step they start in LAUNCH_STEPS/<pid> and hold at step LAUNCH_HOLD_AT until
-# the file LAUNCH_RELEASE exists (the test signals meanwhile, so every cell stops after that step); the spawned workers
-# import this script as their __mp_main__, so the hold is theirs too
+# `depthattn` whose processes write each step they start in LAUNCH_STEPS/<pid>, hold at step LAUNCH_HOLD_AT until
+# the file LAUNCH_RELEASE exists (the test signals meanwhile, so every cell stops after that step) and mark each
+# signal a handler of theirs takes in LAUNCH_SIGNALLED/<pid> (the test releases a cell once its signal has come: the
+# study passes a signal on to its workers, which may take longer than a step); the spawned workers import this
+# script as their __mp_main__, so all of this is theirs too
 LAUNCHER = """
 import os, pathlib, signal, sys, time
 import depthattn.train.loop as loop
 from depthattn.cli import main
+
+real_signal = signal.signal
+def recording_signal(signum, handler):
+    if not callable(handler):
+        return real_signal(signum, handler)
+    def recorded(signum, frame):
+        pathlib.Path(os.environ["LAUNCH_SIGNALLED"], str(os.getpid())).touch()
+        return handler(signum, frame)
+    return real_signal(signum, recorded)
+signal.signal = recording_signal
 
 real_step = loop.train_step
 def train_step(step, *args, **kwargs):
@@ -56,10 +68,11 @@ def steps_started(folder):
 
 def start_held(command, tmp_path):
     """The study started, once both its workers' cells hold at step REACHED; returns it and the run's environment."""
-    steps = tmp_path / "steps"
+    steps, signalled = tmp_path / "steps", tmp_path / "signalled"
     steps.mkdir()
+    signalled.mkdir()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "LAUNCH_STEPS": str(steps), "LAUNCH_HOLD_AT": str(REACHED),
-           "LAUNCH_RELEASE": str(tmp_path / "release")}
+           "LAUNCH_RELEASE": str(tmp_path / "release"), "LAUNCH_SIGNALLED": str(signalled)}
     study = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
     deadline = time.monotonic() + 240
@@ -70,8 +83,18 @@ def start_held(command, tmp_path):
     return study, env
 
 
-def release(tmp_path):
+def release(tmp_path, pids):
+    """Once each of the cells run by `pids` has taken its signal: all of them, then, stop after step REACHED."""
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / "signalled" / str(pid)).exists() for pid in pids):
+        assert time.monotonic() < deadline, "the signal did not reach every cell"
+        time.sleep(0.02)
     (tmp_path / "release").touch()
+
+
+def workers(tmp_path):
+    """The pids of the processes whose cells hold."""
+    return sorted(int(path.name) for path in (tmp_path / "steps").iterdir())
 
 
 @pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, True), (signal.SIGTERM, False)])
@@ -80,7 +103,7 @@ def test_a_signal_stops_every_running_cell_of_a_study_at_a_checkpoint(tiny_data,
     command = study_command(tmp_path, tiny_data)
     study, env = start_held(command, tmp_path)
     os.killpg(study.pid, signum) if to_group else os.kill(study.pid, signum)
-    release(tmp_path)
+    release(tmp_path, workers(tmp_path))
     out, err = study.communicate(timeout=120)
 
     assert study.returncode == 128 + signum, (out, err)
@@ -108,8 +131,9 @@ def test_a_signal_to_one_worker_stops_the_study_and_says_so(tiny_data, tmp_path)
     signal's status instead of "done" and 0 with cells missing (the cells handed to that worker never ran)."""
     command = study_command(tmp_path, tiny_data, seeds=(0, 1))  # four cells
     study, _ = start_held(command, tmp_path)
-    os.kill(int(min((tmp_path / "steps").iterdir(), key=lambda path: path.name).name), signal.SIGTERM)
-    release(tmp_path)
+    signalled = min(workers(tmp_path))
+    os.kill(signalled, signal.SIGTERM)
+    release(tmp_path, [signalled])
     out, err = study.communicate(timeout=300)
 
     assert study.returncode == 128 + signal.SIGTERM, (out, err)
