@@ -191,9 +191,13 @@ def test_jackknife_t_of_a_mean_is_the_t_interval():
 
 
 def test_holm_adjusts_a_family_step_down():
-    adjusted = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": math.nan})
+    adjusted = holm({"a": 0.01, "b": 0.04, "c": 0.03})
     assert adjusted["a"] == pytest.approx(0.03) and adjusted["c"] == pytest.approx(0.06)
-    assert adjusted["b"] == pytest.approx(0.06) and math.isnan(adjusted["d"])  # monotone: b keeps c's 0.06
+    assert adjusted["b"] == pytest.approx(0.06)  # monotone: b keeps c's 0.06
+    # a member without a test stays in the family (its size 4): the others' adjustments are not shrunk
+    adjusted = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": math.nan})
+    assert adjusted["a"] == pytest.approx(0.04) and adjusted["c"] == pytest.approx(0.09)
+    assert adjusted["b"] == pytest.approx(0.09) and math.isnan(adjusted["d"])
 
 
 def with_documents(result, spread: np.ndarray, scale: dict[str, float] | None = None):

@@ -330,3 +330,21 @@ def test_each_model_of_a_ladder_is_priced_at_its_own_flops_ratio():
     small, large = (flops_ratios(ladder, {"size": size, "budget": "1"})["moda"] for size in ("33m", "361m"))
     assert large > small * 1.1
     assert sorted(ratios.values()) == pytest.approx([small, large])
+
+
+def test_gamma_is_refitted_without_the_budgets_that_read_the_curve_past_two_epochs(study):
+    """The rule fits gamma over the budgets the methods train within 2 epochs; a multiplier read on the baseline's
+    curve past 2 epochs (‡) stays in that fit. A method worth 1.3x up to 200 tokens per parameter and 1.8x at 500,
+    whose reading there (900) passes 2 epochs: the sensitivity leaves that budget out and finds the constant."""
+    results = planted_results(study, lambda x: 1.3 if x < 400 else 1.8, noise=0.002, epochs_per_x=0.004)
+    row = multipliers(study, results).rows[0]
+    assert row.points[-1].read_epochs > 2 and row.points[-2].read_epochs < 2
+    within = row.trend_within_reading
+    assert within.gamma.value == pytest.approx(0.0, abs=0.01) and within.holm_verdict == "holds"
+    assert row.trend.gamma.value > 0.04 and row.trend.holm_verdict == "grows"
+    text = markdown_report(study, CellStore.of(study), results)
+    assert "Sensitivity, read after the cells ran" in text and "**holds** (the rule's reading: grows)" in text
+    # where no fitted budget reads past 2 epochs there is nothing to refit and nothing printed
+    plain = planted_results(study, lambda x: 1.3, noise=0.002, epochs_per_x=0.001)
+    assert multipliers(study, plain).rows[0].trend_within_reading is None
+    assert "Sensitivity, read after" not in markdown_report(study, CellStore.of(study), plain)

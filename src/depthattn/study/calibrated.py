@@ -77,11 +77,13 @@ def jackknife_p(point: float, leave_one_out: np.ndarray, documents: np.ndarray |
 
 
 def holm(p_values: dict[str, float]) -> dict[str, float]:
-    """Holm's step-down adjusted p-values of a family (nan ones left out of it and kept nan)."""
+    """Holm's step-down adjusted p-values of a family. A nan p-value (a member whose test could not be made, e.g.
+    an unbounded leave-one-out multiplier) stays nan but counts in the family's size, as a p of 1 would: leaving it
+    out would shrink every other member's adjustment."""
     finite = sorted((p, name) for name, p in p_values.items() if math.isfinite(p))
     adjusted, running = {name: math.nan for name in p_values}, 0.0
     for rank, (p, name) in enumerate(finite):
-        running = max(running, min(1.0, (len(finite) - rank) * p))
+        running = max(running, min(1.0, (len(p_values) - rank) * p))
         adjusted[name] = running
     return adjusted
 

@@ -44,7 +44,7 @@ from .fits import Slope, exp_linear, log_log_fit, percentile_interval
 from .records import CellResult
 from .spec import Study
 from .stats import MIN_SEEDS
-from .sweep import SeedBootstrap, Sweep, leave_one_out
+from .sweep import SeedBootstrap, Sweep, leave_one_out, within_repeats
 
 FIT_RESAMPLES = 400  # the joint fit is a nonlinear least squares: fewer resamples, each warm-started
 EXTRAPOLATION_LIMIT = 2.0
@@ -100,6 +100,9 @@ class MethodMultipliers:
     flops_ratio: float | None
     points: tuple[MultiplierPoint, ...]
     trend: BudgetTrend
+    # a sensitivity read after the rule: gamma over only the budgets whose reading of the baseline's curve stays
+    # within REPEATS_FLAG epochs too; None where no fitted budget reads past them, or fewer than two are left
+    trend_within_reading: BudgetTrend | None = None
 
 
 @dataclass(frozen=True)
@@ -168,14 +171,21 @@ def sweep_multipliers(sweep: Sweep, flops_ratio: dict[str, float] | None = None)
         return None
     labels, x, table = sample.labels, sample.x, sample.table
     fitted = sample.in_fit
-    found = []
+    found, within = [], {}
     for method in sample.k:
         points = tuple(point(sample, method, i) for i in range(len(labels))
                        if not np.isnan(table[method][i]).all())  # not a budget only the baseline trains
         found.append((method, points, budget_trend(sample, method)))
+        read_within = fitted & within_repeats(sample.read[method], sample.epochs_per_x)
+        if sample.epochs_per_x and read_within.sum() >= 2 and (fitted & ~read_within).any():
+            within[method] = budget_trend(sample, method, read_within)
     adjusted = holm({method: trend.p for method, _, trend in found})  # the family: every method's gamma
+    # the same family: a method without flagged budgets keeps its own p
+    adjusted_within = holm({method: within[method].p if method in within else trend.p for method, _, trend in found})
     rows = tuple(MethodMultipliers(method, (flops_ratio or {}).get(method), points,
-                                   BudgetTrend(trend.gamma, trend.log_c, trend.draws, trend.p, adjusted[method]))
+                                   replace(trend, p_holm=adjusted[method]),
+                                   replace(within[method], p_holm=adjusted_within[method]) if method in within
+                                   else None)
                  for method, points, trend in found)
     stacked = np.isnan(np.stack([table[m] for m in sample.k]))  # (methods, budgets, seeds), the baseline's left out
     shown = ~stacked.all(axis=(0, 2))  # some method has points: not a budget only the baseline trains (so far)
@@ -192,10 +202,12 @@ def sweep_multipliers(sweep: Sweep, flops_ratio: dict[str, float] | None = None)
         [label for label, keep in zip(labels, fitted, strict=True) if keep], sample.curve.power)
 
 
-def budget_trend(sample: SeedBootstrap, method: str) -> BudgetTrend:
-    """`method`'s gamma over the budgets within REPEATS_FLAG epochs, with its intervals where there are resamples
-    (the held-out documents' variance added to the calibrated one where the cells store it)."""
-    fitted, x, k = sample.in_fit, sample.x, sample.k[method]
+def budget_trend(sample: SeedBootstrap, method: str, fitted: np.ndarray | None = None) -> BudgetTrend:
+    """`method`'s gamma over the budgets within REPEATS_FLAG epochs (or those `fitted` marks), with its intervals
+    where there are resamples (the held-out documents' variance added to the calibrated one where the cells store
+    it)."""
+    fitted = sample.in_fit if fitted is None else fitted
+    x, k = sample.x, sample.k[method]
     gamma, log_c = log_log_fit(x[fitted], k[fitted])
     if sample.boot is None:
         return BudgetTrend(Slope(gamma), log_c)

@@ -250,9 +250,10 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
         "—" if not c.cells else f"{c.seeds} of {n}" if c.seeds < n else str(c.seeds)
         for c, n in zip(columns, planned, strict=True)) + " |")
     lines += ["", "Each cell: the data multiplier over the baseline (the tokens it needs to reach the method's loss, "
-              "over the method's), [its calibrated 95% interval: the jackknife t over leave-one-seed-out values], ✓ "
-              "ahead / ✗ behind / · not shown by that interval's test with Holm's adjustment over the column's "
-              f"methods (none below {MIN_SEEDS} seeds); @rate: a tuned column's method at its own best learning rate "
+              "over the method's), [its calibrated 95% interval: the jackknife t over leave-one-seed-out values, "
+              "unadjusted], ✓ ahead / ✗ behind / · not shown by that interval's test with Holm's adjustment over "
+              f"the column's methods (none below {MIN_SEEDS} seeds), so an interval that excludes 1 can still read "
+              "·; @rate: a tuned column's method at its own best learning rate "
               "against the baseline's best-rate envelope (ᵉ: at the grid's edge); † read beyond the baseline's "
               f"measured budgets; ‡ read past {REPEATS_FLAG:g} epochs; — none: the column's study has no such "
               "method, or its cells are not in yet (below: what each column lacks).", ""]

@@ -228,7 +228,26 @@ def _calibrated_table(found: Multipliers, head: str) -> list[str]:
                      + " | ".join(_at_each(found, row, lambda p: format_multiplier(p, calibrated=True)))
                      + f" | {gamma.value:+.3f} [{gamma.t_low:+.3f}, {gamma.t_high:+.3f}] | "
                        f"{gamma.t_verdict} | {trend.p_holm:.3f} | {trend.holm_verdict} |")
-    return lines
+    return lines + _within_reading_lines(found, rows)
+
+
+def _within_reading_lines(found: Multipliers, rows: list[MethodMultipliers]) -> list[str]:
+    """The sensitivity of each gamma to the budgets whose reading of the baseline's curve passes REPEATS_FLAG
+    epochs (‡), which the rule's fit keeps: gamma refitted without them, where a method has any."""
+    within = [row for row in rows if row.trend_within_reading is not None
+              and row.trend_within_reading.gamma.t_low is not None]
+    if not within:
+        return []
+    parts = []
+    for row in within:
+        trend, gamma = row.trend_within_reading, row.trend_within_reading.gamma
+        parts.append(f"{row.method} {gamma.value:+.3f} [{gamma.t_low:+.3f}, {gamma.t_high:+.3f}], Holm p "
+                     f"{trend.p_holm:.3f}: **{trend.holm_verdict}** (the rule's reading: {row.trend.holm_verdict})")
+    return ["", f"Sensitivity, read after the cells ran (not the rule): the rule fits gamma over the budgets the "
+                f"methods train within {REPEATS_FLAG:g} epochs, which keeps a multiplier whose reading of "
+                f"{found.baseline}'s curve passes them (‡). Without those budgets, calibrated, Holm over the methods "
+                "refitted: " + "; ".join(parts) + ". Where the two verdicts differ, the verdict rests on the "
+                "flagged budgets."]
 
 
 def _at_each(found: Multipliers, row: MethodMultipliers, write) -> list[str]:
