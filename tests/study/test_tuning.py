@@ -107,6 +107,12 @@ def test_the_tuned_slope_reads_a_flat_multiplier_as_flat_and_a_growing_one_as_gr
     assert grows.value == pytest.approx(0.1, abs=0.03) and 0 < grows.t_low <= 0.1 <= grows.t_high
     text = markdown_report(study, CellStore.of(study), planted(study, growing))
     assert f"| {grows.value:+.3f} [{grows.t_low:+.3f}, {grows.t_high:+.3f}] | " in text
+    # as every gamma, over the budgets trained within 2 epochs: a jump at 500 tokens per parameter (2.5 epochs) is
+    # outside it
+    jumps = {"vanilla": vanilla, "depth_attention": {"1e-3": 0.9, "2e-3": 1.0,
+                                                     "4e-3": lambda x: 1.2 if x < 400 else 1.8}}
+    flat = tuned_multipliers(study, planted(study, jumps, epochs_per_x=0.005), verdict_at="b").methods[0].gamma
+    assert flat.value == pytest.approx(0, abs=0.02)
 
 
 def test_below_five_seeds_there_are_multipliers_but_no_intervals_or_verdict(study):

@@ -33,7 +33,7 @@ from .multiplier import EXTRAPOLATION_LIMIT
 from .records import CellResult
 from .spec import Study
 from .stats import MIN_SEEDS
-from .sweep import DOCUMENT_GROUPS, Sweep
+from .sweep import DOCUMENT_GROUPS, Sweep, within_repeats
 
 RATE_KEY = "optim.lr"
 
@@ -248,7 +248,9 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
                                                          [reference] * len(labels), labels, rates,
                                                          [values[1] for values in by_documents], x, span,
                                                          epochs_per_x)))
-        gammas[method] = _slope(x, best, [values[0] for values in loo], [values[0] for values in by_documents])
+        fitted = within_repeats(x, epochs_per_x)  # as every gamma: the budgets trained within REPEATS_FLAG epochs
+        gammas[method] = _slope(x[fitted], best[fitted], [values[0][fitted] for values in loo],
+                                [values[0][fitted] for values in by_documents])
         if loo and verdict_at in labels:
             i = labels.index(verdict_at)
             p_values[method] = jackknife_p(math.log(best[i]), np.log([values[0][i] for values in loo]),
