@@ -234,13 +234,13 @@ def _calibrated_table(found: Multipliers, head: str) -> list[str]:
 def _within_reading_lines(found: Multipliers, rows: list[MethodMultipliers]) -> list[str]:
     """The sensitivity of each gamma to the budgets whose reading of the baseline's curve passes REPEATS_FLAG
     epochs (‡), which the rule's fit keeps: gamma refitted without them, where a method has any."""
-    within = [row for row in rows if row.trend_within_reading is not None
-              and row.trend_within_reading.gamma.t_low is not None]
+    within = [(row, trend) for row in rows if (trend := row.trend_within_reading) is not None
+              and trend.gamma.t_low is not None]
     if not within:
         return []
     parts = []
-    for row in within:
-        trend, gamma = row.trend_within_reading, row.trend_within_reading.gamma
+    for row, trend in within:
+        gamma = trend.gamma
         parts.append(f"{row.method} {gamma.value:+.3f} [{gamma.t_low:+.3f}, {gamma.t_high:+.3f}], Holm p "
                      f"{trend.p_holm:.3f}: **{trend.holm_verdict}** (the rule's reading: {row.trend.holm_verdict})")
     return ["", f"Sensitivity, read after the cells ran (not the rule): the rule fits gamma over the budgets the "
