@@ -15,11 +15,12 @@ from tests.study.test_study import WSD_BUDGETS, write_study
 AXES = WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS)
 
 
-def write_headline(tmp_path, data, columns, lr_sweep=False):
+def write_headline(tmp_path, data, columns, lr_sweep=False, seeds=None):
     """The sweeps a.toml and b.toml (and lr.toml, a learning-rate sweep) and a headline config of `columns`
-    (label, study file, budget)."""
+    (label, study file, budget); each sweep's rule fixes seeds 0-4 unless `seeds` (name -> seeds) says others."""
     for name in ("a", "b"):
-        write_study(tmp_path, data, name=f"{name}.toml", axes=AXES, methods=METHODS, seeds=range(5))
+        write_study(tmp_path, data, name=f"{name}.toml", axes=AXES, methods=METHODS,
+                    seeds=(seeds or {}).get(name, range(5)))
     if lr_sweep:
         write_study(tmp_path, data, name="lr.toml", axes=test_tuning.RATES + AXES, seeds=range(5))
     path = tmp_path / "headline.toml"
@@ -47,6 +48,13 @@ def test_planted_multipliers_are_read_and_called_per_column(tiny_data, tmp_path,
     assert first.read_epochs == pytest.approx(1.3, rel=0.02) and "vanilla's curve read at up to 1.30 epochs" in page
     assert "| depth_attention | 1.30x [" in page and "] ✓ |" in page and "] ✗ |" in page and "] · |" in page
     assert "— none: the column's study has no such method, or its cells are not in yet" in page
+    # with seeds 0-4 of the six the first sweep's rule fixes, its column is a look before the end: no marks
+    interim = Headline.load(write_headline(tmp_path, tiny_data, [("first", "a.toml", "d"), ("second", "b.toml", "d")],
+                                           seeds={"a": range(6)}))
+    page = format_headline(interim, headline_table(interim))
+    rows = {line.split(" | ")[0]: line.split(" | ")[1:] for line in page.splitlines() if line.startswith("| ")}
+    assert rows["| depth_attention"][0].startswith("1.30x [") and rows["| depth_attention"][0].endswith("]")
+    assert rows["| value_residual"][1].endswith("] ✗ |") and rows["| seeds"] == ["5 of 6", "5 |"]
 
 
 def test_a_learning_rate_sweeps_column_is_its_tuned_reading(tiny_data, tmp_path, monkeypatch):

@@ -231,21 +231,22 @@ HEADLINE_MARKS = {"ahead": "✓", "behind": "✗", "not shown": "·"}
 def format_headline(headline: Headline, found: HeadlineFound) -> str:
     """The results table: a row per method, a column per sweep, each cell its multiplier, calibrated interval and
     verdict mark; then each column's sweep and what it still lacks."""
-    def cell(found_cell) -> str:
+    def cell(found_cell, interim: bool) -> str:
         if found_cell is None:
             return "—"
         point = found_cell.point
         text = (format_tuned_point(point) if isinstance(point, TunedPoint) else
                 format_multiplier(point, calibrated=True))
-        return text + (f" {HEADLINE_MARKS[found_cell.verdict]}" if found_cell.verdict else "")
+        return text + (f" {HEADLINE_MARKS[found_cell.verdict]}" if found_cell.verdict and not interim else "")
 
     columns = found.columns
     head = " | ".join(f"{c.label}, {c.budget} tok/param" for c in columns)
     lines = [f"### {headline.title}", "", f"`depthattn study --analysis {headline.config_file}`", "",
              f"| headline | {head} |", "|---|" + "---|" * len(columns)]
-    for method in found.methods:
-        lines.append(f"| {method} | " + " | ".join(cell(c.cells.get(method)) for c in columns) + " |")
     planned = [len(study.seeds + study.more_seeds) for study in headline.sweeps]
+    for method in found.methods:
+        lines.append(f"| {method} | " + " | ".join(cell(c.cells.get(method), c.seeds < n)
+                                                   for c, n in zip(columns, planned, strict=True)) + " |")
     lines.append("| seeds | " + " | ".join(
         "—" if not c.cells else f"{c.seeds} of {n}" if c.seeds < n else str(c.seeds)
         for c, n in zip(columns, planned, strict=True)) + " |")
@@ -253,7 +254,8 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
               "over the method's), [its calibrated 95% interval: the jackknife t over leave-one-seed-out values, "
               "unadjusted], ✓ ahead / ✗ behind / · not shown by that interval's test with Holm's adjustment over "
               f"the column's methods (none below {MIN_SEEDS} seeds), so an interval that excludes 1 can still read "
-              "·; @rate: a tuned column's method at its own best learning rate "
+              "·; no mark while a column has fewer seeds than its rule fixed (a look before the end is not a "
+              "verdict); @rate: a tuned column's method at its own best learning rate "
               "against the baseline's best-rate envelope (ᵉ: at the grid's edge); † read beyond the baseline's "
               f"measured budgets; ‡ read past {REPEATS_FLAG:g} epochs; — none: the column's study has no such "
               "method, or its cells are not in yet (below: what each column lacks).", ""]
