@@ -237,6 +237,7 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     envelope, baseline_rates = _best({r: t[study.baseline] for r, t in tables.items()})
     span = (float(x[np.isfinite(envelope)][0]), float(x[np.isfinite(envelope)][-1]))  # where the envelope is measured
     epochs_per_x = Sweep(study, tuple(results)).epochs_per_x
+    fitted = within_repeats(x, epochs_per_x)  # as every gamma: the budgets trained within REPEATS_FLAG epochs
     for method in methods:
         best, at_reference, best_rates, _ = envelope_multipliers(x, tables, study.baseline, method, reference, everyone)
         loo = [envelope_multipliers(x, tables, study.baseline, method, reference, keep) for keep in leave_out]
@@ -248,7 +249,6 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
                                                          [reference] * len(labels), labels, rates,
                                                          [values[1] for values in by_documents], x, span,
                                                          epochs_per_x)))
-        fitted = within_repeats(x, epochs_per_x)  # as every gamma: the budgets trained within REPEATS_FLAG epochs
         gammas[method] = _slope(x[fitted], best[fitted], [values[0][fitted] for values in loo],
                                 [values[0][fitted] for values in by_documents])
         if loo and verdict_at in labels:
