@@ -119,3 +119,17 @@ def test_a_report_names_the_config_file_it_was_run_from(tiny_data, tmp_path):
 def test_a_report_without_finished_cells_says_how_many_are_to_run(tiny_data, tmp_path):
     study = Study.load(write_study(tmp_path, tiny_data, name="mine.toml"))
     assert f"None of its {len(study.cells())} cells has finished yet" in markdown_report(study, CellStore.of(study), [])
+
+
+def test_a_report_before_every_fixed_seed_has_its_cells_says_it_is_interim(tiny_data, tmp_path):
+    from depthattn.study.records import CellResult
+
+    study = Study.load(write_study(tmp_path, tiny_data, seeds=(0, 1, 2)))
+    record = {"val_bits_per_byte": 1.0, "train_tokens": 4096, "params_total": 1000, "params_extra_over_vanilla": 0,
+              "tokens_per_s": 1.0, "curve": []}
+    results = [CellResult(cell.method, cell.seed, 3.0 - 0.01 * cell.seed, record, setting=cell.setting)
+               for cell in study.cells() if (cell.seed, cell.method) != (2, "depth_attention")]
+    interim = "**Interim**: 2 of the 3 seeds the study fixed have every cell"
+    assert interim in markdown_report(study, CellStore.of(study), results)
+    last = CellResult("depth_attention", 2, 2.9, record, setting=study.cells([2])[-1].setting)
+    assert "Interim" not in markdown_report(study, CellStore.of(study), [*results, last])

@@ -79,6 +79,7 @@ class StudyPage:
     tuned: Tuning | None
     settings: tuple[SettingPage, ...]
     to_run: int  # where no cell has finished yet, how many cells the study has (else 0): the page says so
+    seeds_complete: int  # how many of its fixed seeds have every cell: below len(study.seeds), the page is interim
 
 
 def study_page(study: Study, store: CellStore, results: list[CellResult] | None = None,
@@ -114,7 +115,14 @@ def study_page(study: Study, store: CellStore, results: list[CellResult] | None 
     return StudyPage(study, search_result(study, store) if study.search else None,
                      confirmation(study, loss) if study.confirm and not study.waiting else None, comparison, budgets,
                      tuned_multipliers(study, results) if study.branch_axis and rate_axis(study) else None,
-                     tuple(settings), 0 if results else len(study.cells()))
+                     tuple(settings), 0 if results else len(study.cells()), seeds_complete(study, results))
+
+
+def seeds_complete(study: Study, results: list[CellResult]) -> int:
+    """How many of `study`'s seeds (not its more_seeds) have a result for every cell they train."""
+    have = {(r.method, r.seed, tuple(sorted(r.setting.items()))) for r in results}
+    return sum(all((c.method, c.seed, tuple(sorted(c.setting.items()))) in have for c in study.cells([seed]))
+               for seed in study.seeds)
 
 
 def markdown_report(study: Study, store: CellStore, results: list[CellResult] | None = None,

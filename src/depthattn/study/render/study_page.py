@@ -28,6 +28,9 @@ def format_study_page(page: StudyPage) -> str:
              "negative is better.", ""]
     if study.waiting:
         lines += [f"Waiting: {study.waiting}.", ""]
+    if not page.to_run and page.seeds_complete < len(study.seeds):
+        lines += [f"**Interim**: {page.seeds_complete} of the {len(study.seeds)} seeds the study fixed have every "
+                  "cell; the intervals and verdicts below are a look before the end, not the study's verdict.", ""]
     if page.to_run:
         lines += [f"None of its {page.to_run} cells has finished yet (`depthattn study {study.config_file} "
                   "--status` lists them).", ""]
