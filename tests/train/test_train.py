@@ -135,7 +135,9 @@ def test_compiled_training_compiles_every_layer_and_matches_eager(tiny_data, tmp
     pass it), for three models in one process (a study's worker): every layer's graphs compile (the limit hit is an
     error here; at the default limit layers 9 on ran eagerly, and a limit sized for one model left the third eager)
     and the losses are eager's. The first two models' graphs go to dynamo's eager backend: they count against the
-    limit as inductor's do, without kernels to build."""
+    limit as inductor's do, without kernels to build; the third's to aot_eager, dynamo and AOT autograd as inductor
+    sees them (the losses and gradients checked), without inductor's C++ build, a minute on a cold cache
+    (tests/ops/test_compile.py's slow test builds it for the depth mix; tests/model/test_gpu.py on a GPU)."""
     small = ["--train.steps", "2", "--train.eval_every", "2", "--model.overrides.num_hidden_layers", "4",
              "--model.overrides.hidden_size", "16", "--model.overrides.intermediate_size", "32",
              "--model.overrides.num_attention_heads", "2", "--model.overrides.num_key_value_heads", "1",
@@ -144,12 +146,12 @@ def test_compiled_training_compiles_every_layer_and_matches_eager(tiny_data, tmp
     assert "compiled" not in capsys.readouterr().out
     torch._dynamo.reset()
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=1,
-                                    accumulated_recompile_limit=1):
-        with monkeypatch.context() as patch:
-            patch.setattr(torch.nn.Module, "compile", partialmethod(torch.nn.Module.compile, backend="eager"))
-            for method in ("vanilla", "value_residual"):
-                train(config(tiny_data, tmp_path / method, *small, "--train.compile", "true", "--model.method",
-                             method))
+                                    accumulated_recompile_limit=1), monkeypatch.context() as patch:
+        patch.setattr(torch.nn.Module, "compile", partialmethod(torch.nn.Module.compile, backend="eager"))
+        for method in ("vanilla", "value_residual"):
+            train(config(tiny_data, tmp_path / method, *small, "--train.compile", "true", "--model.method",
+                         method))
+        patch.setattr(torch.nn.Module, "compile", partialmethod(torch.nn.Module.compile, backend="aot_eager"))
         train(config(tiny_data, tmp_path / "compiled", *small, "--train.compile", "true"))
     torch._dynamo.reset()
     assert "each layer compiled (the first steps and evaluations compile" in capsys.readouterr().out
