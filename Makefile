@@ -33,20 +33,14 @@ $(VLLM_VENV)/.base:
 $(VLLM_VENV)/.installed: $(VLLM_VENV)/.base $(VENV)/.installed
 	$(PYTHON) tests/vllm/setup_env.py
 
-# The lint and type check (a minute or more on a cold cache) start once the main venv is there and run beside the
-# other venvs' installs (which mostly wait on files) and then beside the tests, their output printed after the tests';
-# either failing fails `make test`. One pytest-xdist worker per CPU, a module's tests on one worker (they share its
-# fixtures), the longest modules first (tests/conftest.py). Python caches bytecode even where PYTHONDONTWRITEBYTECODE
-# is set: each of the ~90 processes the tests start would otherwise compile torch and transformers again.
+# the lint and type check beside the other venvs' installs (which mostly wait on files); one pytest-xdist worker per
+# CPU, a module's tests on one worker (they share its fixtures), the longest modules first (tests/conftest.py).
+# Python caches bytecode even where PYTHONDONTWRITEBYTECODE is set: each of the ~90 processes the tests start would
+# otherwise compile torch and transformers again.
 test:
-	$(MAKE) -j2 --output-sync=target $(VENV)/.installed $(VLLM_VENV)/.base
-	@log=$$(mktemp); $(MAKE) --no-print-directory typecheck > $$log 2>&1 & typecheck=$$!; \
-	$(MAKE) -j3 --output-sync=target $(VENV)/transformers-tests/.done $(VENV)/transformers-lower/.done \
-		$(VLLM_VENV)/.installed && \
-	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n logical --dist loadscope --no-loadscope-reorder --durations=15; \
-	tests=$$?; wait $$typecheck; checked=$$?; cat $$log; rm -f $$log; \
-	[ $$checked -eq 0 ] || echo "make test: the lint or type check above failed" >&2; \
-	[ $$tests -eq 0 ] && [ $$checked -eq 0 ]
+	$(MAKE) -j3 --output-sync=target typecheck $(VENV)/transformers-tests/.done $(VENV)/transformers-lower/.done \
+		$(VLLM_VENV)/.installed
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n logical --dist loadscope --no-loadscope-reorder --durations=15
 
 # mypy checks src/ as pyproject.toml's [tool.mypy] says (a minute or two the first time, seconds from .mypy_cache/)
 typecheck: $(VENV)/.installed
