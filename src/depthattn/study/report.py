@@ -120,9 +120,8 @@ def study_page(study: Study, store: CellStore, results: list[CellResult] | None 
 
 def seeds_complete(study: Study, results: list[CellResult]) -> int:
     """How many of `study`'s seeds (not its more_seeds) have a result for every cell they train."""
-    have = {(r.method, r.seed, tuple(sorted(r.setting.items()))) for r in results}
-    return sum(all((c.method, c.seed, tuple(sorted(c.setting.items()))) in have for c in study.cells([seed]))
-               for seed in study.seeds)
+    have = {Cell(r.setting, r.method, r.seed) for r in results}
+    return sum(all(cell in have for cell in study.cells([seed])) for seed in study.seeds)
 
 
 def markdown_report(study: Study, store: CellStore, results: list[CellResult] | None = None,
