@@ -149,6 +149,14 @@ def test_the_slurm_status_counts_the_cells_the_study_trains_in_the_jobs_of_their
     assert out.splitlines()[-1] == "study s: 2 running", out  # the two runs, as local --status counts them
 
     monkeypatch.setattr(SlurmExecutor, "queued", lambda self: {})
+    for cell in study.cells():  # vanilla's run diverged before either budget: its job left without a failure
+        if cell.method == "vanilla":
+            store.write_diverged(study.cell_path(cell), cell, "the training loss became nan at step 2", {})
+    assert study_cli(config, "--executor", "slurm", "--status") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "study s: 2 diverged, 1 failed", out  # depth_attention's job left without its result
+    assert {(executor.cell_states(store, [(run.cell, run.path)])[0]["state"]) for run in runs} == {"diverged",
+                                                                                                "failed"}
     for cell in study.cells():
         store.write(study.cell_path(cell), CellResult(cell.method, cell.seed, 2.0, {"tokens_per_s": 1.0},
                                                       setting=cell.setting))

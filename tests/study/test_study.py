@@ -1116,3 +1116,40 @@ def test_a_cell_another_process_trains_is_skipped_and_the_study_is_not_done(tiny
     held.folder = held_folder
     future.set_exception(pickle.loads(pickle.dumps(held)))
     assert isinstance(returned := _outcome(future), FolderHeld) and returned.folder == held_folder
+
+
+def test_a_diverged_run_is_recorded_as_run_listed_and_ranked_below_every_rate_that_finished(short_data, tmp_path,
+                                                                                             capsys):
+    """A learning-rate sweep whose highest rate diverges finishes: the diverged budgets are recorded (no loss), not
+    trained again, listed by --status and the page, and never averaged."""
+    from depthattn.commands.study import add_arguments, run
+
+    axes = WSD_BUDGETS + '[axes.lr]\nkey = "optim.lr"\nvalues = { low = 1e-3, huge = 1e3 }\n'
+    path = write_study(tmp_path, short_data, axes=axes, methods=["vanilla"], seeds=[0])
+    study = Study.load(path)
+    store = CellStore.of(study)
+    assert run_study(study, store) is True  # the study goes on past the diverged run
+    out = capsys.readouterr().out
+    assert "budget=long,lr=huge vanilla seed 0: diverged: the " in out and " at step " in out
+
+    cell = {label: Cell({"lr": "huge", "budget": label}, "vanilla", 0) for label in ("short", "long")}
+    assert store.has_diverged(study, cell["long"]) and not store.has_result(study, cell["long"])
+    record = json.loads(store.diverged_path(study.cell_path(cell["long"])).read_text())
+    assert record["config"]["optim"]["lr"] == 1e3 and "at step" in record["diverged"]
+    assert all(store.has_result(study, Cell({"lr": "low", "budget": b}, "vanilla", 0)) for b in ("short", "long"))
+    assert pending_cells(study, store) == []
+    assert [r.val_loss for r in store.read_diverged(study)] == [math.inf] * len(store.read_diverged(study))
+    assert all(math.isfinite(r.val_loss) for r in store.read_results(study))
+
+    run_study(study, store)  # nothing trains again
+    assert "cells to run" not in capsys.readouterr().out
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert run(parser.parse_args([str(path), "--status"])) == 0
+    assert f"diverged  {study.cell_path(cell['long'])} (the " in capsys.readouterr().out
+    page = markdown_report(study, store)
+    assert "**Diverged**: " in page and "budget=long,lr=huge vanilla seed 0 (the " in page
+    assert "**Interim**" not in page  # every cell ran
+
+    store.diverged_path(study.cell_path(cell["long"])).unlink()  # deleting the record trains the cell again
+    assert pending_cells(study, store) == [cell["long"]]

@@ -63,6 +63,28 @@ def test_a_gain_that_holds_at_every_rate_survives_tuning(study):
     assert "**Tuned**: multipliers against vanilla's envelope" in text and "survives tuning" in text
 
 
+def test_a_rate_where_a_seed_diverged_is_never_the_best_and_the_seed_stays(study):
+    """A diverged run (`CellStore.read_diverged`: infinite loss) makes its rate's mean infinite at the budgets it
+    did not reach; the seed keeps its cells at the other rates, where a missing cell would drop it from all."""
+    efficiency = {"vanilla": {"1e-3": 0.7, "2e-3": 1.0, "4e-3": 0.8},
+                  "depth_attention": {"1e-3": 0.8, "2e-3": 1.1, "4e-3": 1.3}}
+
+    def diverged(result):  # depth_attention's seed 3 at 4e-3, from budget "c" on
+        return (result.method == "depth_attention" and result.seed == 3 and result.setting["lr"] == "4e-3"
+                and result.setting["budget"] >= "c")
+
+    cells = planted(study, efficiency)
+    with_diverged = [CellResult(r.method, r.seed, math.inf, {"diverged": "the training loss became nan at step 9"},
+                                setting=r.setting) if diverged(r) else r for r in cells]
+    tuning = tuned_multipliers(study, with_diverged, verdict_at="b")
+    assert tuning.seeds == [0, 1, 2, 3, 4]
+    best = {p.label: p for p in tuning.methods[0].best}
+    assert best["b"].rate == "4e-3" and best["b"].multiplier == pytest.approx(1.3, rel=0.05)
+    for label in ("c", "d"):
+        assert best[label].rate == "2e-3" and best[label].multiplier == pytest.approx(1.1, rel=0.05)
+    assert tuned_multipliers(study, [r for r in cells if not diverged(r)], verdict_at="b").seeds == [0, 1, 2, 4]
+
+
 def test_a_tuned_reading_beyond_the_envelopes_budgets_is_marked_and_far_beyond_a_bound(study):
     """As an untuned reading: † beyond the envelope's measured budgets (10 to 500 tokens per parameter), a bound
     more than twice beyond; the published 0.5 column's 0.81x read vanilla's envelope at 0.40 unmarked."""
@@ -141,6 +163,9 @@ def test_where_every_cell_stores_its_documents_losses_the_tuned_interval_holds_t
     assert both.methods[0].p_holm > bare.methods[0].p_holm
     assert "the held-out documents' variance added" in " ".join(format_tuning(study, both))
     assert "the seeds' variance only" in " ".join(format_tuning(study, bare))
+    # a split of fewer documents than groups (the embedded corpus's 9) leaves a group empty: no documents' variance
+    few = tuned_multipliers(study, [with_documents(r, spread[:9]) for r in plain], verdict_at="b")
+    assert not few.documents and few.methods[0].best == bare.methods[0].best
 
 
 # Coverage of the tuned intervals at five seeds: planted learning-rate sweeps whose vanilla curves per rate are the

@@ -29,6 +29,7 @@ from ..train.branches import RECORD as BRANCHES
 from ..train.branches import branch_folder
 from ..train.checkpoint import checkpoint_step, list_checkpoints, newest_good_checkpoint
 from ..train.config import TrainConfig
+from ..train.step import TrainingDiverged
 from .plan import Budget, CellPlan, StartPlan
 from .records import CellResult
 from .spec import Study
@@ -114,7 +115,7 @@ def run_cell(plan: CellPlan, threads: int | None = None, bars: bool | None = Non
     global batch, the study's `train.batch_size` split over the world (the executor has checked that it divides:
     `check_split`); the first process then scores and writes the results, which record the world size, and the
     others return None. `bars`: whether train.progress may draw its bar (default: PROGRESS_BARS)."""
-    budgets = [budget for budget in plan.budgets if not plan.has_result(budget)]
+    budgets = [budget for budget in plan.budgets if not plan.settled(budget)]
     if not budgets:
         return plan.read_result()
     if threads:
@@ -125,9 +126,7 @@ def run_cell(plan: CellPlan, threads: int | None = None, bars: bool | None = Non
     cfg.train.progress &= PROGRESS_BARS if bars is None else bars  # not in the cell key, nor in its result
     started = time.perf_counter()
     if plan.branched:
-        for budget in late_budgets(plan, budgets):
-            budgets.remove(budget)
-            _train_alone(plan, budget, cfg, started, world_size, rank)
+        budgets = _train_late_budgets_alone(plan, budgets, cfg, started, world_size, rank)
         if not budgets:
             return plan.read_result() if rank == 0 else None
         cfg.train.branch_steps = [budget.config.train.steps for budget in budgets]
@@ -137,7 +136,11 @@ def run_cell(plan: CellPlan, threads: int | None = None, bars: bool | None = Non
         if rank == 0 and steps in by_steps:
             write_result(plan, by_steps[steps], folder, Path(cfg.train.out_dir), started, world_size)
 
-    train(cfg, resume=True, on_budget=write)
+    try:
+        train(cfg, resume=True, on_budget=write)
+    except TrainingDiverged as error:  # every budget the run (or the branch that diverged) had not written
+        record_diverged(plan, [budget for budget in budgets if not plan.has_result(budget)], error, rank)
+        return plan.read_result() if rank == 0 else None
     if rank:
         return None
     run = Path(cfg.train.out_dir)
@@ -147,6 +150,34 @@ def run_cell(plan: CellPlan, threads: int | None = None, bars: bool | None = Non
         if not plan.has_result(budget):
             write(steps, run / recorded[str(steps)]["folder"])
     return plan.read_result()
+
+
+def record_diverged(plan: CellPlan, budgets: list[Budget], error: TrainingDiverged, rank: int) -> None:
+    """Record `budgets` of `plan`'s run as diverged (by the first process): the run stopped with `error` before it
+    wrote their results. They count as run: the study goes on, its reports list them, and a learning-rate sweep's
+    tuning ranks them below every finished run."""
+    if rank or not budgets:
+        return
+    reason = str(error).split(";")[0]  # the problem and its step; the advice that follows is a single run's
+    print(f"{plan.label}: diverged: {reason}; recorded for {', '.join(b.cell.label for b in budgets)} (delete "
+          f"{plan.store.diverged_path(budgets[0].path).name} beside its result files to train it again)", flush=True)
+    for budget in budgets:
+        config = budget.config.to_dict()
+        config["train"].pop("out_dir")
+        plan.store.write_diverged(budget.path, budget.cell, reason, config)
+
+
+def _train_late_budgets_alone(plan: CellPlan, budgets: list[Budget], cfg: TrainConfig, started: float,
+                              world_size: int, rank: int) -> list[Budget]:
+    """Train each of `budgets` whose branch the run is past (`late_budgets`) as a run of its own; the rest, to
+    train as branches of the run."""
+    late = late_budgets(plan, budgets)
+    for budget in late:
+        try:
+            _train_alone(plan, budget, cfg, started, world_size, rank)
+        except TrainingDiverged as error:  # a run of its own: only its budget
+            record_diverged(plan, [budget], error, rank)
+    return [budget for budget in budgets if budget not in late]
 
 
 def _train_alone(plan: CellPlan, budget: Budget, cfg: TrainConfig, started: float, world_size: int, rank: int):

@@ -42,6 +42,10 @@ class CellPlan:
         """Whether the cell (or `budget`) has a whole result file."""
         return self.store.has(budget.path if budget else self.path)
 
+    def settled(self, budget: Budget) -> bool:
+        """Whether `budget` needs no training: it has a whole result file or its run diverged."""
+        return self.store.settled(budget.path)
+
     def read_result(self) -> CellResult | None:
         return self.store.read(self.path, self.cell.setting)
 

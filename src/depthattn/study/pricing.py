@@ -69,7 +69,7 @@ def tokens_left(study: Study, store: CellStore, cell: Cell, resumes_at: int) -> 
     for budget in study.budget_settings(cell.setting, cell.method):
         branch = Cell(budget, cell.method, cell.seed)
         branch_steps = study.cell_config(branch).train.steps
-        if branch_steps < cfg.train.steps and not store.has_result(study, branch):
+        if branch_steps < cfg.train.steps and not store.is_settled(study, branch):
             steps += cfg.optim.decay_steps(branch_steps)
     return steps * cfg.train.batch_size * cfg.train.grad_accum * cfg.data.seq_len
 

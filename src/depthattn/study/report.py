@@ -80,6 +80,7 @@ class StudyPage:
     settings: tuple[SettingPage, ...]
     to_run: int  # where no cell has finished yet, how many cells the study has (else 0): the page says so
     seeds_complete: int  # how many of its fixed seeds have every cell: below len(study.seeds), the page is interim
+    diverged: tuple[CellResult, ...] = ()  # cells whose run diverged (no loss; `CellStore.read_diverged`)
 
 
 def study_page(study: Study, store: CellStore, results: list[CellResult] | None = None,
@@ -89,6 +90,7 @@ def study_page(study: Study, store: CellStore, results: list[CellResult] | None 
     search and a study it compares with are read there too); `found` and `trends`: its `budget_multipliers` and
     `budget_trends`, where the caller has them already."""
     results = results if results is not None else store.read_results(study)
+    diverged = store.read_diverged(study)
     found = found if found is not None else budget_multipliers(study, results)
     trends = trends if trends is not None else budget_trends(study, results)
     loss, bpb = summarize(study, results, "val_loss"), summarize(study, results, "val_bits_per_byte")
@@ -114,12 +116,14 @@ def study_page(study: Study, store: CellStore, results: list[CellResult] | None 
             throughput, curve_summary(study.methods, cells) if study.start_from else None))
     return StudyPage(study, search_result(study, store) if study.search else None,
                      confirmation(study, loss) if study.confirm and not study.waiting else None, comparison, budgets,
-                     tuned_multipliers(study, results) if study.branch_axis and rate_axis(study) else None,
-                     tuple(settings), 0 if results else len(study.cells()), seeds_complete(study, results))
+                     tuned_multipliers(study, results + diverged) if study.branch_axis and rate_axis(study) else None,
+                     tuple(settings), 0 if results or diverged else len(study.cells()),
+                     seeds_complete(study, results + diverged), tuple(diverged))
 
 
 def seeds_complete(study: Study, results: list[CellResult]) -> int:
-    """How many of `study`'s seeds (not its more_seeds) have a result for every cell they train."""
+    """How many of `study`'s seeds (not its more_seeds) have a result (or a diverged run) for every cell they
+    train."""
     have = {Cell(r.setting, r.method, r.seed) for r in results}
     return sum(all(cell in have for cell in study.cells([seed])) for seed in study.seeds)
 

@@ -182,6 +182,8 @@ class SlurmExecutor:
             job = record.get("job_id")
             if store.has(path):
                 state = "finished"
+            elif store.diverged(path) is not None:  # the job recorded it: a result, not a failure
+                state = "diverged"
             elif job is None:
                 state = "not submitted"
             elif job in queued:
@@ -262,10 +264,10 @@ class SlurmExecutor:
         while True:
             states = self._states(plans)
             for s in states:
-                if seen.get(s["key"]) != s["state"] and s["state"] in ("running", "finished", "failed"):
+                if seen.get(s["key"]) != s["state"] and s["state"] in ("running", "finished", "diverged", "failed"):
                     print(f"  {s['cell'].label}: {s['state']} (job {s['job_id']})", flush=True)
                 seen[s["key"]] = s["state"]
-            if not any(s["state"] not in ("finished", "failed", "not submitted") for s in states):
+            if not any(s["state"] not in ("finished", "diverged", "failed", "not submitted") for s in states):
                 break
             time.sleep(self.poll_s)
         failed = [s for s in states if s["state"] == "failed"]
@@ -291,8 +293,10 @@ def print_status(study: Study, store: CellStore, executor: SlurmExecutor, cells:
     for cell, s in zip(cells, executor.cell_states(store, runs), strict=True):
         if store.has(study.cell_path(cell)):
             state = "finished"
+        elif store.diverged(study.cell_path(cell)) is not None:
+            state = "diverged"
         else:  # a run finished without this budget's result: the budget joined the sweep after it
-            state = "not submitted" if s["state"] == "finished" else s["state"]
+            state = "not submitted" if s["state"] in ("finished", "diverged") else s["state"]
         counts[state] = counts.get(state, 0) + 1
         job = f"job {s['job_id']}" if s["job_id"] else ""
         log = s["log"] if state in ("failed", "running", "pending") and s["log"] else ""

@@ -69,10 +69,13 @@ def _status(study: Study, store: CellStore, executor: ExecutorOptions, methods: 
     cells = [Cell(setting, method, seed) for seed in study.seeds + study.more_seeds for setting in study.settings()
              for method in study.methods]
     wanted = {store.result_path(study, cell) for cell in wanted_cells(study, store, methods, seeds)}
-    if executor.executor == "slurm":  # the cells finished or to train (not a more_seeds cell no rule wants)
-        trained = [cell for cell in cells if store.result_path(study, cell) in wanted or store.has_result(study, cell)]
+    if executor.executor == "slurm":  # the cells run or to train (not a more_seeds cell no rule wants)
+        trained = [cell for cell in cells if store.result_path(study, cell) in wanted or store.is_settled(study, cell)]
         print_status(study, store, executor.slurm_executor(study), trained)
         return
+    diverged = {cell: why for cell in cells if (why := store.diverged(study.cell_path(cell))) is not None}
+    for cell, why in diverged.items():
+        print(f"{'diverged':>13}  {study.cell_path(cell)} ({why})")
     finished = {cell for cell in cells if store.has_result(study, cell)}  # a damaged result file counts as none
     resumes = {}  # cell to run -> the step its run resumes at
     for cell in cells:
@@ -82,7 +85,8 @@ def _status(study: Study, store: CellStore, executor: ExecutorOptions, methods: 
             print(f"{'finished' if cell in finished else 'to run':>13}  {study.cell_path(cell)}" + (
                 f" (resumes at step {resumes[cell]:,} of {study.cell_config(cell).train.steps:,})"
                 if resumes.get(cell) else ""))
-    print(f"study {study.name}: {len(finished)} finished, {len(wanted)} to run" + _time_left(study, store, resumes))
+    print(f"study {study.name}: {len(finished)} finished, " + (f"{len(diverged)} diverged, " if diverged else "")
+          + f"{len(wanted)} to run" + _time_left(study, store, resumes))
 
 
 def _resumes_at(study: Study, cell: Cell) -> int:

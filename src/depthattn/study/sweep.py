@@ -124,7 +124,8 @@ class Sweep:
         axis = study.branch_axis or study.axes[0]
         out = {}
         for label in axis.values:
-            base = [r for r in self.results if r.setting[axis.name] == label and r.method == study.baseline]
+            base = [r for r in self.results if r.setting[axis.name] == label and r.method == study.baseline
+                    and math.isfinite(r.val_loss)]  # a diverged run (a tuning's) trained no tokens to count
             if base:
                 out[label] = base[0].train_tokens / base[0].params_total
         return out
@@ -202,17 +203,18 @@ class Sweep:
     def documents_left_out(self) -> list[dict[str, np.ndarray]] | None:
         """`loss_table`'s losses once per group of held-out documents, that group left out of every cell's loss
         (its nats and tokens taken out of the whole split's); None unless every cell of the table stores its
-        documents' losses (`val_documents`)."""
+        documents' losses (`val_documents`) and the split has a document for every group (a group left empty, or
+        one holding the whole split, says nothing of the documents' variance)."""
         axis, found = self.study.branched_axis, self.loss_table
         table = found.losses
         cells = {(r.method, r.setting[axis.name], r.seed): r for r in self.results}
         kept = {}
         for method, losses in table.items():
             for (i, j), value in np.ndenumerate(losses):
-                if math.isnan(value):
+                if not math.isfinite(value):  # no cell, or a diverged run: the same with any documents left out
                     continue
                 documents = cells[method, found.labels[i], found.seeds[j]].record.get("val_documents")
-                if documents is None:
+                if documents is None or len(documents["nats"]) < DOCUMENT_GROUPS:
                     return None
                 kept[method, i, j] = (np.asarray(documents["nats"]), np.asarray(documents["tokens"]))
         out = []

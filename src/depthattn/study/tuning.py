@@ -95,7 +95,8 @@ def rate_axis(study: Study):
 
 
 def _means(table: np.ndarray) -> np.ndarray:
-    """Mean over the seeds of each budget's row (budgets, seeds); nan where the row has no cell."""
+    """Mean over the seeds of each budget's row (budgets, seeds); nan where the row has no cell, inf where a run
+    diverged (so that its rate is never the best)."""
     empty = np.isnan(table).all(axis=1)
     return np.where(empty, math.nan, np.nansum(table, axis=1) / np.maximum((~np.isnan(table)).sum(axis=1), 1))
 
@@ -128,8 +129,8 @@ def envelope_multipliers(x: np.ndarray, by_rate: dict[str, dict[str, np.ndarray]
     best, rates = _best({r: t[method][:, keep] for r, t in by_rate.items() if method in t})
     at_reference = _means(by_rate[reference][method][:, keep])
 
-    def read(means: np.ndarray) -> np.ndarray:
-        return np.array([curve.tokens_for(m) for m in means]) / x
+    def read(means: np.ndarray) -> np.ndarray:  # nan where every rate diverged
+        return np.array([curve.tokens_for(m) if math.isfinite(m) else math.nan for m in means]) / x
 
     return read(best), read(at_reference), rates, baseline_rates
 

@@ -21,13 +21,14 @@ def runs_of(study: Study, cells: list[Cell]) -> list[Cell]:
 
 def pending_cells(study: Study, store: CellStore, seeds: list[int] | None = None,
                   methods: list[str] | None = None) -> list[Cell]:
-    """Cells (runs) without a result file in `store`, seed-major so early results cover every method of every
-    setting. `seeds` and `methods` narrow the study's own (several studies run together may name others')."""
+    """Cells (runs) without a result file in `store` (nor a diverged run), seed-major so early results cover every
+    method of every setting. `seeds` and `methods` narrow the study's own (several studies run together may name
+    others')."""
     seeds = study.seeds if seeds is None else [seed for seed in seeds if seed in study.seeds + study.more_seeds]
     methods = study.methods if methods is None else [method for method in methods if method in study.methods]
     cells = [Cell(setting, method, seed) for seed in seeds for setting in study.settings() for method in methods
              if study.trains(setting, method)]
-    return runs_of(study, [cell for cell in cells if not store.has_result(study, cell)])
+    return runs_of(study, [cell for cell in cells if not store.is_settled(study, cell)])
 
 
 def uncertain_cells(study: Study, store: CellStore) -> list[Cell]:
@@ -42,5 +43,5 @@ def uncertain_cells(study: Study, store: CellStore) -> list[Cell]:
         unsure += [m for c in summary.contrasts if c.difference.diff_low < 0 < c.difference.diff_high for m in c.pair]
         for method in dict.fromkeys([study.baseline, *unsure] if unsure else []):
             wanted += [cell for cell in (Cell(setting, method, s) for s in study.more_seeds)
-                       if study.trains(setting, method) and not store.has_result(study, cell)]
+                       if study.trains(setting, method) and not store.is_settled(study, cell)]
     return runs_of(study, wanted)

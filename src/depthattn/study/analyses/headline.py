@@ -153,8 +153,8 @@ def _budget_column(column: Column) -> ColumnFound:
 
 def _tuned_column(column: Column) -> ColumnFound:
     study = column.study
-    results = CellStore.of(study).read_results(study)
-    tuning = tuned_multipliers(study, results, verdict_at=column.budget)
+    store = CellStore.of(study)
+    tuning = tuned_multipliers(study, store.read_results(study) + store.read_diverged(study), verdict_at=column.budget)
     if tuning is None or column.budget not in tuning.labels:
         return ColumnFound(column.label, column.budget, None, 0, True, {},
                            "no seed has every rate's cells at every budget yet")
