@@ -395,6 +395,14 @@ def test_a_search_picks_only_when_every_candidate_cell_is_in_and_then_by_mean(ti
     study = with_picks(Study.load(confirm), CellStore.of(search))
     assert study.methods == ["vanilla", "value_residual"] and "1 candidate cells to go" in study.waiting
 
+    # a diverged search seed is in, and ranks its candidate below every candidate without one
+    store = CellStore.of(search)
+    store.write_diverged(search.cell_path(Cell({}, "depth_linear", 0)), Cell({}, "depth_linear", 0), "nan", {})
+    result = search_result(search, store)
+    assert result.missing == 0 and [row.method for row in result.ranking][-1] == "depth_linear"
+    assert result.picked == ["depth_uniform", "depth_static"]
+    assert "| 3 | depth_linear | 1 | 2.0000 (1 diverged: ranked last) |" in markdown_report(search, store, [])
+
 
 def test_a_confirmation_takes_the_picks_of_a_search_that_finished_in_the_same_run(tiny_data, tmp_path, capsys):
     from depthattn.study.actions import load_studies, run_studies

@@ -16,12 +16,14 @@ from .store import CellStore
 
 @dataclass(frozen=True)
 class Ranked:
-    """A search candidate's mean and sd of the search metric over its finished search seeds."""
+    """A search candidate's mean and sd of the search metric over its finished search seeds, and how many of its
+    search seeds diverged (a candidate with one ranks below every candidate without)."""
 
     method: str
     seeds: int
     mean: float
     std: float
+    diverged: int = 0
 
 
 @dataclass(frozen=True)
@@ -39,13 +41,17 @@ def search_result(study: Study, store: CellStore) -> SearchResult:
     search = study.search_rule
     ranking, missing = [], 0
     for method in search.candidates:
-        values = [result.metric(search.metric) for seed in search.seeds
-                  if (result := store.read_result(study, Cell({}, method, seed))) is not None]
-        missing += len(search.seeds) - len(values)
-        if values:
-            ranking.append(Ranked(method, len(values), statistics.fmean(values),
-                                  statistics.stdev(values) if len(values) > 1 else 0.0))
-    ranking.sort(key=lambda row: row.mean)
+        values, diverged = [], 0
+        for cell in (Cell({}, method, seed) for seed in search.seeds):
+            if (result := store.read_result(study, cell)) is not None:
+                values.append(result.metric(search.metric))
+            elif store.has_diverged(study, cell):
+                diverged += 1
+        missing += len(search.seeds) - len(values) - diverged
+        if values or diverged:
+            ranking.append(Ranked(method, len(values), statistics.fmean(values) if values else math.nan,
+                                  statistics.stdev(values) if len(values) > 1 else 0.0, diverged))
+    ranking.sort(key=lambda row: (row.diverged > 0, row.mean if row.seeds else math.inf))
     picked = [row.method for row in ranking[:search.pick]] if not missing else None
     return SearchResult(tuple(ranking), missing, picked)
 

@@ -146,7 +146,7 @@ def _budget_column(column: Column) -> ColumnFound:
     adjusted = holm(p_values)
     cells = {method: Cell(p, holm_verdict(adjusted.get(method, math.nan), math.log(p.multiplier), VERDICTS))
              for method, p in points.items()}
-    read = [p.read_epochs for p in points.values() if p.read_epochs is not None]
+    read = [epochs for p in points.values() if (epochs := p.read_epochs) is not None and math.isfinite(epochs)]
     return ColumnFound(column.label, column.budget, float(sample.x[i]), len(sample.seeds), False, cells,
                        documents=sample.documents is not None, read_epochs=max(read, default=None))
 

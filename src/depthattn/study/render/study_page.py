@@ -108,7 +108,8 @@ def _search_table(study: Study, result: SearchResult) -> list[str]:
              f"{search.pick} candidates with the lowest mean {search.metric} over seeds {seeds} go on.", "",
              f"| rank | candidate | seeds | mean {search.metric} ± sd |", "|---|---|---|---|"]
     for rank, row in enumerate(result.ranking, 1):
-        lines.append(f"| {rank} | {row.method} | {row.seeds} | {_mean_sd(row)} |")
+        diverged = f" ({row.diverged} diverged: ranked last)" if row.diverged else ""
+        lines.append(f"| {rank} | {row.method} | {row.seeds} | {_mean_sd(row) if row.seeds else '—'}{diverged} |")
     if result.picked is None:
         lines += ["", f"Not decided yet: {result.missing} candidate cells to go."]
     else:
