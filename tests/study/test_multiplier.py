@@ -88,6 +88,27 @@ def test_reading_past_the_curve_is_marked_and_far_past_it_is_a_bound(study):
     assert not far.printable and format_multiplier(far) == "> 2.00x†"
 
 
+def test_a_study_whose_rule_flags_from_one_epoch_marks_those_readings_and_fits_as_before(tiny_data, tmp_path):
+    """[study] flag_epochs = 1 (a sweep on text read about once): ‡ from 1 epoch in every multiplier table; gamma
+    still fits the budgets trained within 2 epochs, so its value is the default study's."""
+    axes = WSD_BUDGETS.replace("{ short = 3, long = 6 }", BUDGETS)
+    default = Study.load(write_study(tmp_path, tiny_data, axes=axes))
+    strict = Study.load(write_study(tmp_path, tiny_data, axes=axes, head="flag_epochs = 1", name="strict.toml"))
+    cells = planted_results(default, lambda x: 1.3, noise=0.005, epochs_per_x=0.003)  # 1.3 x 500 x 0.003: 1.95
+    assert strict.flag_epochs == 1 and default.flag_epochs == 2
+    pages = {study.name: markdown_report(study, CellStore.of(study), cells) for study in (default, strict)}
+    table = {name: next(line for line in page.splitlines() if line.startswith("| depth_attention | 1.")).split(" | ")
+             for name, page in pages.items()}
+    # the columns 200 and 500 read vanilla's curve at 0.78 and 1.95 epochs
+    assert not table["s"][5].endswith("‡") and not table["s"][6].endswith("‡")
+    assert not table["strict"][5].endswith("‡") and table["strict"][6].endswith("‡")
+    assert table["s"][7] == table["strict"][7]  # gamma
+    assert "past 1 epochs" in pages["strict"] and "the study's rule flags from 1" in pages["strict"]
+    for bad in ("3", "0", '"one"', "true"):
+        with pytest.raises(ValueError, match="flag_epochs must be a number of epochs above 0 and at most 2"):
+            Study.load(write_study(tmp_path, tiny_data, axes=axes, head=f"flag_epochs = {bad}", name="bad.toml"))
+
+
 def test_three_seeds_give_points_but_no_intervals_or_verdicts(study):
     found = multipliers(study, planted_results(study, lambda x: 1.3, seeds=range(3)))
     row = found.rows[0]

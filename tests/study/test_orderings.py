@@ -90,6 +90,16 @@ def test_orders_read_past_two_epochs_are_marked_and_a_method_one_sweep_lacks_is_
     assert found.left_out == {"value_residual": f"`{tmp_path / 'a.toml'}`"}
     assert f"left out: value_residual (only in `{tmp_path / 'a.toml'}`)" in text
 
+    # a sweep whose rule flags from one epoch (text read about once) is flagged from there; the other as before
+    b = (tmp_path / "b.toml").read_text()
+    (tmp_path / "b.toml").write_text(b.replace("[study]\n", "[study]\nflag_epochs = 1\n"))
+    orderings = Orderings.load(path)
+    found = compare(orderings)
+    assert any(1 < r <= 2 for r in read)
+    for row, epochs in zip(found.budgets, read, strict=True):
+        assert row.repeats(0) == (epochs > 2) and row.repeats(1) == (epochs > 1)
+    assert "(past the fewer its rule flags from: `" in format_orderings(orderings, found)
+
 
 def test_the_calibrated_separation_holds_the_held_out_documents_variance_where_cells_store_it(tiny_data, tmp_path,
                                                                                             monkeypatch):

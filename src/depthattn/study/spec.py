@@ -20,6 +20,9 @@ from .records import Cell, setting_label
 CHECKED_INPUTS = (WIKIPEDIA, LINUX_DOC)  # the inputs whose manifest records the source text's sha256
 
 STEPS_FRACTION = "train.steps_fraction"  # an axis key: a fraction of the setting's train.steps (budget ladders)
+# a multiplier reading the baseline's curve past this many passes over the data is flagged (repeating the data
+# flattens the curve, which inflates multipliers), and the fits keep the budgets trained within it
+REPEATS_FLAG = 2.0
 SEARCH_METRICS = ("val_loss", "val_bits_per_byte", "final_train_loss")  # a cell result's, lower is better
 
 
@@ -75,6 +78,7 @@ class Study:
     # how its report reads
     paper: dict = field(default_factory=dict)  # method -> the paper's number, shown beside ours
     describe: dict = field(default_factory=dict)  # method -> what it changes, in the paper's words
+    flag_epochs: float = REPEATS_FLAG  # its tables flag a multiplier read past this many epochs (the rule's)
     config_file: str = ""  # the file it was loaded from, as reports name it (relative to the working folder)
     waiting: str = ""  # why a confirmation study has not its picks yet (set by `picks.with_picks`)
     # where it lives: the config's, or what `load` was given
@@ -108,7 +112,7 @@ class Study:
         if "extends" in head:  # its [base], [datasets] and [slurm] hold the extended studies' (_with_ancestors)
             parent = path.parent / head.pop("extends")
         known = {"title", "methods", "seeds", "out_dir", "results", "baseline", "more_seeds", "contrasts", "paper",
-                 "describe", "start_from", "search", "confirm", "compare"}
+                 "describe", "start_from", "search", "confirm", "compare", "flag_epochs"}
         if set(head) - known:
             raise ValueError(f"{path}: unknown [study] keys {sorted(set(head) - known)}; "
                              f"known: {', '.join(sorted(known))}")
@@ -152,6 +156,10 @@ class Study:
         seeds = self.seeds + self.more_seeds
         if not self.seeds or len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds and more_seeds must be distinct and seeds non-empty, got {seeds}")
+        flag: object = self.flag_epochs  # as the config gave it
+        if isinstance(flag, bool) or not isinstance(flag, int | float) or not 0 < flag <= REPEATS_FLAG:
+            raise ValueError(f"[study] flag_epochs must be a number of epochs above 0 and at most {REPEATS_FLAG:g} "
+                             f"(a study may flag earlier than the default, not later), got {self.flag_epochs!r}")
         self._check_settings()
         return self
 

@@ -18,12 +18,11 @@ import numpy as np
 from ..train.config import MODEL_PRESETS, config_path, read_toml
 from .curve import BaselineCurve
 from .records import Cell, CellResult
-from .spec import Study, setting_label
+from .spec import REPEATS_FLAG, Study, setting_label
 from .stats import MIN_SEEDS
 from .store import CellStore
 
 RESAMPLES = 2000
-REPEATS_FLAG = 2.0
 MIN_BUDGETS = 3  # a multiplier reads the baseline's curve through this many measured budgets at least
 DOCUMENT_GROUPS = 10  # the held-out documents' groups (every 10th document from the g-th) of the jackknife
 

@@ -72,11 +72,14 @@ class BudgetOrders:
     k: tuple[dict[str, float], ...]
     pairs: tuple[PairOrders, ...]
     read_epochs: tuple[float | None, ...] = ()  # per sweep, the most passes over the data its multipliers read
+    flag_epochs: tuple[float, ...] = ()  # per sweep, the epochs past which its rule flags a reading
 
     def repeats(self, sweep: int) -> bool:
-        """Whether sweep `sweep`'s multipliers read the baseline's curve past REPEATS_FLAG epochs here."""
+        """Whether sweep `sweep`'s multipliers read the baseline's curve past its flag (REPEATS_FLAG epochs unless
+        its rule says fewer) here."""
         epochs = self.read_epochs[sweep] if self.read_epochs else None
-        return epochs is not None and epochs > REPEATS_FLAG
+        flag = self.flag_epochs[sweep] if self.flag_epochs else REPEATS_FLAG
+        return epochs is not None and epochs > flag
 
     @property
     def same(self) -> bool:
@@ -162,6 +165,7 @@ def compare(orderings: Orderings) -> OrderingsFound:
         pairs = tuple(_pair(found, at, ks, orders, i, j) for i, j in itertools.combinations(range(len(found)), 2))
         read = tuple(max(float(f.read[m][i]) * f.epochs_per_x for m in methods) if f.epochs_per_x else None
                      for f, i in zip(found, at, strict=True))
-        budgets.append(BudgetOrders(label, float(found[0].x[at[0]]), orders, ks, pairs, read))
+        budgets.append(BudgetOrders(label, float(found[0].x[at[0]]), orders, ks, pairs, read,
+                                    tuple(study.flag_epochs for study, _ in ready)))
     return OrderingsFound(missing, budgets, [len(f.seeds) for f in found], tuple(s.config_file for s, _ in ready),
                           left_out)

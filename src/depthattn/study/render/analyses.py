@@ -143,8 +143,11 @@ def format_orderings(orderings: Orderings, found: OrderingsFound) -> str:
             same, swaps = "yes" if row.same else "no", "; ".join(map(_swap, row.swaps)) or "—"
         lines.append(f"| {row.label} | " + " | ".join(orders) + f" | {same} | {swaps} |")
     if any(row.repeats(i) for row in found.budgets for i in range(len(found.compared))):
-        lines += ["", f"‡ the sweep's multipliers read the baseline's curve past {REPEATS_FLAG:g} epochs, where "
-                  "repeating the data flattens it and inflates them: an order there is not a finding."]
+        stricter = [f"`{compared[i]}`: {flag:g}" for i, flag in enumerate(found.budgets[0].flag_epochs)
+                    if flag != REPEATS_FLAG]
+        lines += ["", f"‡ the sweep's multipliers read the baseline's curve past {REPEATS_FLAG:g} epochs"
+                  + (f" (past the fewer its rule flags from: {', '.join(stricter)})" if stricter else "")
+                  + ", where repeating the data flattens it and inflates them: an order there is not a finding."]
     if found.left_out:
         lines += ["", "Compared over the methods every sweep has; left out: "
                   + "; ".join(f"{m} (only in {where})" for m, where in found.left_out.items()) + "."]

@@ -24,10 +24,11 @@ def format_interval(difference: Difference | None) -> str:
     return f"{difference.diff_mean:+.4f} [{difference.diff_low:+.4f}, {difference.diff_high:+.4f}]"
 
 
-def format_multiplier(point: MultiplierPoint, flops_ratio: float = 1.0, calibrated: bool = False) -> str:
+def format_multiplier(point: MultiplierPoint, flops_ratio: float = 1.0, calibrated: bool = False,
+                      flag_epochs: float = REPEATS_FLAG) -> str:
     """'1.23x [1.10, 1.41]' with † for an extrapolation and ‡ where the baseline's curve is read past
-    REPEATS_FLAG epochs; the limit where it reads too far past the measured budgets. The interval: the percentile
-    bootstrap's, or the calibrated one's."""
+    `flag_epochs` (the study's); the limit where it reads too far past the measured budgets. The interval: the
+    percentile bootstrap's, or the calibrated one's."""
     if not point.printable:  # a bound instead: the limit of the curve that may be read
         if math.isnan(point.read_at):
             return "—"
@@ -40,7 +41,7 @@ def format_multiplier(point: MultiplierPoint, flops_ratio: float = 1.0, calibrat
         text += f" [{low / flops_ratio:.2f}, {high / flops_ratio:.2f}]"
     if point.extrapolated:
         text += "†"
-    if point.read_epochs is not None and point.read_epochs > REPEATS_FLAG:
+    if point.read_epochs is not None and point.read_epochs > flag_epochs:
         text += "‡"
     return text
 

@@ -176,6 +176,11 @@ def _multiplier_tables(study: Study, found: Multipliers | None) -> list[str]:
     head = " | ".join(f"{x[label]:.2g} tok/param" for label in found.labels)
     n = len(found.seeds)
     fit = found.fit
+    flag = study.flag_epochs
+
+    def show(point, ratio: float = 1.0, calibrated: bool = False) -> str:
+        return format_multiplier(point, ratio, calibrated, flag)
+
     lines = [f"As multipliers: the tokens {study.baseline} needs to reach each method's mean loss, over the "
              f"method's tokens (data multiplier; divided by the method's training FLOPs per token over "
              f"{study.baseline}'s: compute multiplier), from {study.baseline}'s mean loss curve over the budgets "
@@ -189,15 +194,15 @@ def _multiplier_tables(study: Study, found: Multipliers | None) -> list[str]:
         gamma = f"{slope.value:+.3f}" + (f" [{slope.low:+.3f}, {slope.high:+.3f}]" if slope.low is not None else "")
         if math.isnan(slope.value):
             gamma = f"— (under two budgets within {REPEATS_FLAG:g} epochs)"
-        lines.append(f"| {row.method} | " + " | ".join(_at_each(found, row, format_multiplier))
+        lines.append(f"| {row.method} | " + " | ".join(_at_each(found, row, show))
                      + f" | {gamma} | {slope.verdict or f'too few seeds ({n})'} |")
-    lines += _calibrated_table(found, head)
+    lines += _calibrated_table(found, head, flag)
     lines += ["", f"| compute multiplier | FLOPs per token over {study.baseline} | {head} |",
               "|---|---|" + "---|" * len(found.labels)]
     for row in found.rows:
         ratio = row.flops_ratio or 1.0
         lines.append(f"| {row.method} | {ratio:.3f} | "
-                     + " | ".join(_at_each(found, row, lambda p, ratio=ratio: format_multiplier(p, ratio))) + " |")
+                     + " | ".join(_at_each(found, row, lambda p, ratio=ratio: show(p, ratio))) + " |")
     epochs = [f"{x[p.label]:.2g}: {p.read_epochs:.2f}" for p in found.rows[0].points
               if p.read_epochs is not None] if found.rows else []
     if fit is None:
@@ -208,14 +213,16 @@ def _multiplier_tables(study: Study, found: Multipliers | None) -> list[str]:
     return [*lines, "", f"Each multiplier: point [95% interval from {MULTIPLIER_RESAMPLES:,} bootstrap resamples of "
                         f"the seeds; none below five seeds]; † read beyond {study.baseline}'s measured budgets (a "
                         f"power law anchored at the curve's end; not printed past {EXTRAPOLATION_LIMIT:g} x, a bound "
-                        f"instead); ‡ reads {study.baseline}'s curve past {REPEATS_FLAG:g} epochs, where repeating "
-                        "the data flattens it and inflates the multiplier. Epochs of that curve where the first "
-                        "method's multipliers read it: " + (", ".join(epochs) or "not recorded") + ". Verdict: "
-                        "gamma's interval above zero: the multiplier grows with the budget; below: fades; across "
-                        "zero: holds."]
+                        f"instead); ‡ reads {study.baseline}'s curve past {flag:g} epochs, where repeating "
+                        "the data flattens it and inflates the multiplier"
+                        + (f" (the study's rule flags from {flag:g}; gamma still fits the budgets trained within "
+                           f"{REPEATS_FLAG:g})" if flag != REPEATS_FLAG else "")
+                        + ". Epochs of that curve where the first method's multipliers read it: "
+                        + (", ".join(epochs) or "not recorded") + ". Verdict: gamma's interval above zero: "
+                        "the multiplier grows with the budget; below: fades; across zero: holds."]
 
 
-def _calibrated_table(found: Multipliers, head: str) -> list[str]:
+def _calibrated_table(found: Multipliers, head: str, flag_epochs: float) -> list[str]:
     """The same multipliers and gammas with calibrated intervals (study/calibrated.py), and gamma's verdict with
     Holm's adjustment over the methods: the reading to believe where it differs from the table above."""
     rows = [row for row in found.rows if row.trend.gamma.t_low is not None]
@@ -235,7 +242,8 @@ def _calibrated_table(found: Multipliers, head: str) -> list[str]:
     for row in rows:
         trend, gamma = row.trend, row.trend.gamma
         lines.append(f"| {row.method} | "
-                     + " | ".join(_at_each(found, row, lambda p: format_multiplier(p, calibrated=True)))
+                     + " | ".join(_at_each(found, row, lambda p: format_multiplier(p, calibrated=True,
+                                                                                    flag_epochs=flag_epochs)))
                      + f" | {gamma.value:+.3f} [{gamma.t_low:+.3f}, {gamma.t_high:+.3f}] | "
                        f"{gamma.t_verdict} | {trend.p_holm:.3f} | {trend.holm_verdict} |")
     return lines + _within_reading_lines(found, rows)
