@@ -2,9 +2,12 @@
 with their sweep's intervals and called ahead, behind or not shown; a tuned column reads a learning-rate sweep's
 tuned reading; a sweep without cells says what it lacks; a bad config names what it needs."""
 
+import dataclasses
+
 import pytest
 
 from depthattn.study.analyses.headline import Headline, headline_table
+from depthattn.study.calibrated import holm
 from depthattn.study.render.analyses import format_headline
 from depthattn.study.store import CellStore
 from tests.study import test_tuning
@@ -48,6 +51,18 @@ def test_planted_multipliers_are_read_and_called_per_column(tiny_data, tmp_path,
     assert first.read_epochs == pytest.approx(1.3, rel=0.02) and "vanilla's curve read at up to 1.30 epochs" in page
     assert "| depth_attention | 1.30x [" in page and "] ✓ |" in page and "] ✗ |" in page and "] · |" in page
     assert "— none: the column's study has no such method, or its cells are not in yet" in page
+    # Holm over the whole table's four tests: stricter than each column's two, and here every mark stands
+    raw = {(c.label, m): cell.p for c in found.columns for m, cell in c.cells.items()}
+    table, per_column = holm({str(key): p for key, p in raw.items()}), {}
+    for c in found.columns:
+        per_column.update({str((c.label, m)): p for m, p in holm({m: cell.p for m, cell in c.cells.items()}).items()})
+    assert all(0 < p < 1 for p in raw.values()) and all(table[k] >= per_column[k] for k in table)
+    assert found.table_verdicts == {(c.label, m): cell.verdict for c in found.columns for m, cell in c.cells.items()}
+    assert "With Holm's adjustment over all 4 tests of the table's complete columns" in page
+    assert "every mark stands." in page
+    stricter = dataclasses.replace(found, table_verdicts={**found.table_verdicts, ("first", "depth_attention"):
+                                                          "not shown"})
+    assert "depth_attention in first: ✓ → ·; every other mark stands." in format_headline(headline, stricter)
     # with seeds 0-4 of the six the first sweep's rule fixes, its column is a look before the end: no marks
     interim = Headline.load(write_headline(tmp_path, tiny_data, [("first", "a.toml", "d"), ("second", "b.toml", "d")],
                                            seeds={"a": range(6)}))
@@ -55,6 +70,7 @@ def test_planted_multipliers_are_read_and_called_per_column(tiny_data, tmp_path,
     rows = {line.split(" | ")[0]: line.split(" | ")[1:] for line in page.splitlines() if line.startswith("| ")}
     assert rows["| depth_attention"][0].startswith("1.30x [") and rows["| depth_attention"][0].endswith("]")
     assert rows["| value_residual"][1].endswith("] ✗ |") and rows["| seeds"] == ["5 of 6", "5 |"]
+    assert set(headline_table(interim).table_verdicts) == {("second", m) for m in found.methods}  # complete only
 
 
 def test_a_learning_rate_sweeps_column_is_its_tuned_reading(tiny_data, tmp_path, monkeypatch):

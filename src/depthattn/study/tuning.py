@@ -74,6 +74,7 @@ class TunedMethod:
     p_holm: float  # at the verdict budget, its best rate: Holm-adjusted over the methods
     verdict: str | None
     gamma: Slope  # of log(best-rate multiplier) per log budget, with its calibrated interval (t_low, t_high)
+    p: float = math.nan  # p_holm before the adjustment
 
 
 @dataclass(frozen=True)
@@ -263,7 +264,8 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
         point = next((q for q in best_points if q.label == verdict_at), None)
         verdict = None if point is None else holm_verdict(p, math.log(point.multiplier),
                                                           ("survives tuning", "not shown", "reversed"))
-        out.append(TunedMethod(method, best_points, reference_points, p, verdict, gammas[method]))
+        out.append(TunedMethod(method, best_points, reference_points, p, verdict, gammas[method],
+                               p_values.get(method, math.nan)))
     return Tuning(rates, reference, labels, x, seeds, baseline_rates, out, verdict_at,
                   shared.without_documents is not None)
 

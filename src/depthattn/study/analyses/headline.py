@@ -17,7 +17,7 @@ the column's methods (configs/analysis/headline.toml names the columns: a sweep 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +99,7 @@ class Cell:
 
     point: MultiplierPoint | TunedPoint
     verdict: str | None
+    p: float = math.nan  # the verdict's p-value before Holm's adjustment
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,9 @@ class ColumnFound:
 class HeadlineFound:
     methods: list[str]
     columns: list[ColumnFound]
+    # (column label, method) -> the verdict with Holm's adjustment over every test of the table's complete columns
+    # instead of each column's: the stricter family a reader of the whole table may want
+    table_verdicts: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 def _budget_column(column: Column) -> ColumnFound:
@@ -144,8 +148,8 @@ def _budget_column(column: Column) -> ColumnFound:
             p_values[method] = jackknife_p(math.log(sample.k[method][i]), np.log(sample.loo_of(method)[:, i]),
                                            documents)
     adjusted = holm(p_values)
-    cells = {method: Cell(p, holm_verdict(adjusted.get(method, math.nan), math.log(p.multiplier), VERDICTS))
-             for method, p in points.items()}
+    cells = {method: Cell(p, holm_verdict(adjusted.get(method, math.nan), math.log(p.multiplier), VERDICTS),
+                          p_values.get(method, math.nan)) for method, p in points.items()}
     read = [epochs for p in points.values() if (epochs := p.read_epochs) is not None and math.isfinite(epochs)]
     return ColumnFound(column.label, column.budget, float(sample.x[i]), len(sample.seeds), False, cells,
                        documents=sample.documents is not None, read_epochs=max(read, default=None))
@@ -162,7 +166,7 @@ def _tuned_column(column: Column) -> ColumnFound:
     cells = {}
     for method in tuning.methods:
         verdict = TUNED_VERDICTS[method.verdict] if method.verdict else None
-        cells[method.method] = Cell(method.best[i], verdict)
+        cells[method.method] = Cell(method.best[i], verdict, method.p)
     read = [epochs for cell in cells.values() if (epochs := cell.point.read_epochs) is not None
             and math.isfinite(epochs)]
     return ColumnFound(column.label, column.budget, float(tuning.x[i]), len(tuning.seeds), True, cells,
@@ -173,4 +177,10 @@ def headline_table(headline: Headline) -> HeadlineFound:
     """Every column's cells; the methods in the order the columns first name them."""
     columns = [_tuned_column(c) if rate_axis(c.study) else _budget_column(c) for c in headline.columns]
     methods = list(dict.fromkeys(method for column in columns for method in column.cells))
-    return HeadlineFound(methods, columns)
+    tested = {(column.label, method): cell for column, study in zip(columns, headline.sweeps, strict=True)
+              if column.seeds >= len(study.seeds + study.more_seeds)  # a look before the end is no verdict
+              for method, cell in column.cells.items() if cell.verdict is not None}
+    adjusted = holm({f"{label}\n{method}": cell.p for (label, method), cell in tested.items()})
+    table = {(label, method): holm_verdict(adjusted[f"{label}\n{method}"], math.log(cell.point.multiplier),
+                                           VERDICTS) or "not shown" for (label, method), cell in tested.items()}
+    return HeadlineFound(methods, columns, table)

@@ -272,4 +272,12 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
             if column.read_epochs is not None:
                 note += f"; {study.baseline}'s curve read at up to {column.read_epochs:.2f} epochs"
         lines.append(note)
+    if found.table_verdicts:
+        by_column = {column.label: column for column in columns}
+        changed = [f"{method} in {label}: {HEADLINE_MARKS[by_column[label].cells[method].verdict or 'not shown']} → "
+                   f"{HEADLINE_MARKS[verdict]}" for (label, method), verdict in found.table_verdicts.items()
+                   if verdict != by_column[label].cells[method].verdict]
+        lines += ["", f"With Holm's adjustment over all {len(found.table_verdicts)} tests of the table's complete "
+                  "columns instead of each column's (the family a reader of the whole table may want): "
+                  + ("every mark stands." if not changed else "; ".join(changed) + "; every other mark stands.")]
     return "\n".join(lines) + "\n"
