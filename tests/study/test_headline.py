@@ -46,7 +46,7 @@ def test_planted_multipliers_are_read_and_called_per_column(tiny_data, tmp_path,
     assert [second.cells[m].verdict for m in found.methods] == ["ahead", "behind"]
     page = format_headline(headline, found)
     assert "| headline | first, d tok/param | second, d tok/param |" in page
-    assert "`: intervals over the seeds only (not every cell it reads stores each held-out document's loss)" in page
+    assert "`: intervals over the seeds only (not every cell stores each held-out document's loss: older cells " in page
     # depth_attention reads vanilla's curve at 1.3 x 100 tokens per parameter, 0.01 epochs each
     assert first.read_epochs == pytest.approx(1.3, rel=0.02) and "vanilla's curve read at up to 1.30 epochs" in page
     assert "| depth_attention | 1.30x [" in page and "] ✓ |" in page and "] ✗ |" in page and "] · |" in page

@@ -166,6 +166,10 @@ def test_where_every_cell_stores_its_documents_losses_the_tuned_interval_holds_t
     # a split of fewer documents than groups (the embedded corpus's 9) leaves a group empty: no documents' variance
     few = tuned_multipliers(study, [with_documents(r, spread[:9]) for r in plain], verdict_at="b")
     assert not few.documents and few.methods[0].best == bare.methods[0].best
+    assert few.documents_note == ("the held-out split has 9 documents, fewer than the 10 groups its jackknife "
+                                  "leaves out in turn")
+    assert "the seeds' variance only: the held-out split has 9 documents" in " ".join(format_tuning(study, few))
+    assert bare.documents_note.startswith("not every cell stores") and both.documents_note == ""
 
 
 # Coverage of the tuned intervals at five seeds: planted learning-rate sweeps whose vanilla curves per rate are the

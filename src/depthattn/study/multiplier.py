@@ -154,6 +154,7 @@ class Multipliers:
     fit: JointFit | None
     fit_budgets: list[str]
     curve: tuple[float, float, float] | None
+    documents_note: str = ""  # why not `documents` (Sweep.documents_note)
 
 
 def multipliers(study: Study, results: list[CellResult], flops_ratio: dict[str, float] | None = None,
@@ -199,7 +200,8 @@ def sweep_multipliers(sweep: Sweep, flops_ratio: dict[str, float] | None = None)
                   None if sample.document_tables is None else
                   [{m: t[fitted] for m, t in without.items()} for without in sample.document_tables])
         if fitted.sum() >= MIN_FIT_BUDGETS else None,
-        [label for label, keep in zip(labels, fitted, strict=True) if keep], sample.curve.power)
+        [label for label, keep in zip(labels, fitted, strict=True) if keep], sample.curve.power,
+        sweep.documents_note)
 
 
 def budget_trend(sample: SeedBootstrap, method: str, fitted: np.ndarray | None = None) -> BudgetTrend:

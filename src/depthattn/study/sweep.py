@@ -199,6 +199,20 @@ class Sweep:
         return SeedBootstrap(labels, x, seeds, table, self.epochs_per_x, curve, k, read, boot, loo,
                              rng.bit_generator.state, documents, without)
 
+    @functools.cached_property
+    def documents_note(self) -> str:
+        """Why intervals over these cells cannot hold the held-out documents' variance ('' where they can): the
+        reason `documents_left_out` is None, in words a page prints."""
+        found = [r.record.get("val_documents") for r in self.results if math.isfinite(r.val_loss)]
+        stored = [documents for documents in found if documents is not None]
+        if not stored or len(stored) < len(found):
+            return "not every cell stores each held-out document's loss: older cells predate it"
+        fewest = min(len(documents["nats"]) for documents in stored)
+        if fewest < DOCUMENT_GROUPS:
+            return (f"the held-out split has {fewest} documents, fewer than the {DOCUMENT_GROUPS} groups its jackknife "
+                    "leaves out in turn")
+        return ""
+
     def documents_left_out(self) -> list[dict[str, np.ndarray]] | None:
         """`loss_table`'s losses once per group of held-out documents, that group left out of every cell's loss
         (its nats and tokens taken out of the whole split's); None unless every cell of the table stores its

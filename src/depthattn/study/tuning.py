@@ -88,6 +88,7 @@ class Tuning:
     methods: list[TunedMethod]
     verdict_at: str
     documents: bool = False  # the intervals hold the held-out documents' variance too
+    documents_note: str = ""  # why not (Sweep.documents_note)
 
 
 def rate_axis(study: Study):
@@ -267,6 +268,6 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
         out.append(TunedMethod(method, best_points, reference_points, p, verdict, gammas[method],
                                p_values.get(method, math.nan)))
     return Tuning(rates, reference, labels, x, seeds, baseline_rates, out, verdict_at,
-                  shared.without_documents is not None)
+                  shared.without_documents is not None, Sweep(study, tuple(results)).documents_note)
 
 

@@ -118,6 +118,7 @@ class ColumnFound:
     missing: str = ""
     documents: bool = False
     read_epochs: float | None = None
+    documents_note: str = ""  # why not `documents` (Sweep.documents_note)
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,8 @@ def _budget_column(column: Column) -> ColumnFound:
                           p_values.get(method, math.nan)) for method, p in points.items()}
     read = [epochs for p in points.values() if (epochs := p.read_epochs) is not None and math.isfinite(epochs)]
     return ColumnFound(column.label, column.budget, float(sample.x[i]), len(sample.seeds), False, cells,
-                       documents=sample.documents is not None, read_epochs=max(read, default=None))
+                       documents=sample.documents is not None, read_epochs=max(read, default=None),
+                       documents_note=sweep.documents_note)
 
 
 def _tuned_column(column: Column) -> ColumnFound:
@@ -170,7 +172,8 @@ def _tuned_column(column: Column) -> ColumnFound:
     read = [epochs for cell in cells.values() if (epochs := cell.point.read_epochs) is not None
             and math.isfinite(epochs)]
     return ColumnFound(column.label, column.budget, float(tuning.x[i]), len(tuning.seeds), True, cells,
-                       documents=tuning.documents, read_epochs=float(max(read)) if read else None)
+                       documents=tuning.documents, read_epochs=float(max(read)) if read else None,
+                       documents_note=tuning.documents_note)
 
 
 def headline_table(headline: Headline) -> HeadlineFound:

@@ -208,8 +208,8 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
              f"degrees of freedom, the rate choices redone with each seed left out; none below {MIN_SEEDS} seeds, "
              f"t quantile {t_quantile(max(n, 2)):.2f}; "
              + (f"the held-out documents' variance added, the reading redone with each of {DOCUMENT_GROUPS} groups "
-                "of documents left out" if tuning.documents else "the seeds' variance only: not every cell stores "
-                "each held-out document's loss") + "); ᵉ: the best rate is at the grid's edge, so the optimum may "
+                "of documents left out" if tuning.documents else f"the seeds' variance only: {tuning.documents_note}")
+             + "); ᵉ: the best rate is at the grid's edge, so the optimum may "
              "lie outside it. Each best rate, the baseline's and each method's, is chosen on the held-out data "
              "that scores it, which biases both losses low: the side whose rates tie more closely gains, so the "
              "comparison leans neither way by design. †: read beyond the envelope's measured budgets (more than "
@@ -268,7 +268,7 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
             note += f": {column.missing}"
         else:
             note += (": intervals over the seeds and the held-out documents" if column.documents else
-                     ": intervals over the seeds only (not every cell it reads stores each held-out document's loss)")
+                     f": intervals over the seeds only ({column.documents_note})")
             if column.read_epochs is not None:
                 note += f"; {study.baseline}'s curve read at up to {column.read_epochs:.2f} epochs"
         lines.append(note)

@@ -235,8 +235,7 @@ def _calibrated_table(found: Multipliers, head: str, flag_epochs: float) -> list
                  "(p from the same t statistic). Read these where the two disagree."
              + (" The held-out documents' variance is added (every cell stores each document's loss: a jackknife "
                 "leaving out one of 10 groups of documents at a time)." if found.documents else
-                " They hold the seeds' variance only, not the held-out documents' (these cells predate storing each "
-                "document's loss)."), "",
+                f" They hold the seeds' variance only, not the held-out documents' ({found.documents_note})."), "",
              f"| calibrated | {head} | gamma [calibrated 95% CI] | verdict | p (Holm) | verdict (Holm) |",
              "|---|" + "---|" * (len(found.labels) + 4)]
     for row in rows:
