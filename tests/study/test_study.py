@@ -564,6 +564,11 @@ def test_a_cell_of_two_processes_matches_the_one_process_cell(tiny_data, tmp_pat
     with pytest.raises(ValueError, match="divides it"):  # 4 sequences per batch cannot split over 3 processes
         three = Study.load(write_study(tmp_path, tiny_data, methods=("vanilla",), seeds=(1,), name="three.toml"))
         run_study(three, CellStore.of(three), LocalExecutor(tasks_per_cell=3))
+    # a run that diverges stops every process at the same step (the loss and norm are the world's): recorded, no hang
+    huge = Study.load(write_study(tmp_path, tiny_data, axes="[base.optim]\nlr = 1e4\nwarmup_steps = 0\n",
+                                  methods=("vanilla",), seeds=(0,), name="huge.toml"))
+    assert run_study(huge, CellStore.of(huge), LocalExecutor(tasks_per_cell=2, threads=1)) is True
+    assert CellStore.of(huge).has_diverged(huge, Cell({}, "vanilla", 0)) and not pending_cells(huge, CellStore.of(huge))
 
 
 def test_dry_run_prints_each_cell_and_its_cost(tiny_data, tmp_path, capsys):
