@@ -8,6 +8,7 @@ import pytest
 
 from depthattn.study.analyses.headline import Headline, headline_table
 from depthattn.study.calibrated import holm
+from depthattn.study.records import Cell
 from depthattn.study.render.analyses import format_headline
 from depthattn.study.store import CellStore
 from tests.study import test_tuning
@@ -63,6 +64,13 @@ def test_planted_multipliers_are_read_and_called_per_column(tiny_data, tmp_path,
     stricter = dataclasses.replace(found, table_verdicts={**found.table_verdicts, ("first", "depth_attention"):
                                                           "not shown"})
     assert "depth_attention in first: ✓ → ·; every other mark stands." in format_headline(headline, stricter)
+    store = CellStore.of(headline.sweeps[1])  # a diverged run is named beside its column
+    cell = Cell({"budget": "f"}, "value_residual", 4)
+    store.write_diverged(headline.sweeps[1].cell_path(cell), cell, "the gradient norm became nan at step 40", {})
+    found = headline_table(headline)
+    assert [c.diverged for c in found.columns] == [1, 1]  # a.toml and b.toml train the same cells: they share it
+    page = format_headline(headline, found)
+    assert " (1 cells diverged: no loss; the study's page lists them): intervals over the seeds only" in page
     # with seeds 0-4 of the six the first sweep's rule fixes, its column is a look before the end: no marks
     interim = Headline.load(write_headline(tmp_path, tiny_data, [("first", "a.toml", "d"), ("second", "b.toml", "d")],
                                            seeds={"a": range(6)}))

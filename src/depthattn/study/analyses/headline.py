@@ -17,7 +17,7 @@ the column's methods (configs/analysis/headline.toml names the columns: a sweep 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +119,7 @@ class ColumnFound:
     documents: bool = False
     read_epochs: float | None = None
     documents_note: str = ""  # why not `documents` (Sweep.documents_note)
+    diverged: int = 0  # the sweep's cells whose run diverged (no loss: a seed lacking one lacks the column's value)
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,8 @@ def _tuned_column(column: Column) -> ColumnFound:
 
 def headline_table(headline: Headline) -> HeadlineFound:
     """Every column's cells; the methods in the order the columns first name them."""
-    columns = [_tuned_column(c) if rate_axis(c.study) else _budget_column(c) for c in headline.columns]
+    columns = [replace(_tuned_column(c) if rate_axis(c.study) else _budget_column(c),
+                       diverged=len(CellStore.of(c.study).read_diverged(c.study))) for c in headline.columns]
     methods = list(dict.fromkeys(method for column in columns for method in column.cells))
     tested = {(column.label, method): cell for column, study in zip(columns, headline.sweeps, strict=True)
               if column.seeds >= len(study.seeds + study.more_seeds)  # a look before the end is no verdict

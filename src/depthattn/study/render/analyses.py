@@ -264,6 +264,8 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
               "method, or its cells are not in yet (below: what each column lacks).", ""]
     for column, study in zip(columns, headline.sweeps, strict=True):
         note = f"- {column.label}: `{study.config_file}`" + (", tuned" if column.tuned else "")
+        if column.diverged:
+            note += f" ({column.diverged} cells diverged: no loss; the study's page lists them)"
         if column.missing:
             note += f": {column.missing}"
         else:
