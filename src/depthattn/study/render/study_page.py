@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from ..multiplier import EXTRAPOLATION_LIMIT, MIN_FIT_BUDGETS, JointFit, MethodMultipliers, Multipliers
 from ..picks import Confirmation, SearchResult
-from ..records import setting_label
 from ..stats import Comparison, CurveSummary, Difference, LastQuarter, Spread, verdict
 from ..sweep import REPEATS_FLAG
 from ..sweep import RESAMPLES as MULTIPLIER_RESAMPLES
@@ -35,8 +34,7 @@ def format_study_page(page: StudyPage) -> str:
     if page.diverged:
         lines += [f"**Diverged**: {len(page.diverged)} cells stopped before their loss; they count as run, no table "
                   "below averages them, and a learning-rate sweep's tuning ranks them below every run that finished: "
-                  + "; ".join(f"{setting_label(c.setting) or 'default'} {c.method} seed {c.seed} "
-                              f"({c.record['diverged']})" for c in page.diverged) + ".", ""]
+                  + "; ".join(f"{c.cell.label} ({c.record['diverged']})" for c in page.diverged) + ".", ""]
     if page.to_run:
         lines += [f"None of its {page.to_run} cells has finished yet (`depthattn study {study.config_file} "
                   "--status` lists them).", ""]
