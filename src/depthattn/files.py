@@ -77,15 +77,17 @@ class FolderHeld(RuntimeError):
 
 
 @contextmanager
-def folder_held(path: str | os.PathLike, option: str = "folder"):
+def folder_held(path: str | os.PathLike, option: str = "folder", exclusive: bool = True):
     """`path` (made if missing) held for this process while the block runs: another process asking for it meanwhile
     gets an error instead of writing into the same folder (a second run of one study, a command run twice). Where
-    the file system cannot lock a folder (some network file systems), nothing is held."""
+    the file system cannot lock a folder (some network file systems), nothing is held. Not `exclusive`: a look that
+    fails only where a process holds the folder; several processes look at once (one launch's tasks, before any of
+    them holds it)."""
     folder = make_folder(path, option)
     handle = os.open(folder, os.O_RDONLY)
     try:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError:
             held = FolderHeld(f"another process is writing into {folder} (it holds the folder): wait for it to end "
                               f"or stop it, or choose another {option}")
@@ -96,6 +98,17 @@ def folder_held(path: str | os.PathLike, option: str = "folder"):
         yield folder
     finally:
         os.close(handle)
+
+
+def held_elsewhere(path: str | os.PathLike) -> bool:
+    """Whether a process holds the folder `path` now (`folder_held`); a missing folder is held by none."""
+    if not Path(path).is_dir():
+        return False
+    try:
+        with folder_held(path, exclusive=False):
+            return False
+    except FolderHeld:
+        return True
 
 
 def check_output(path: str | os.PathLike, option: str = "--out", folder: bool = False) -> None:

@@ -164,6 +164,42 @@ def test_the_slurm_status_counts_the_cells_the_study_trains_in_the_jobs_of_their
     assert capsys.readouterr().out.splitlines()[-1] == "study s: 3 finished"
 
 
+def test_a_cell_another_process_trains_is_running_elsewhere_and_its_tasks_skip_it(tiny_data, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """The study run locally while its Slurm submission's job (or a second submission's) reaches the same cell: every
+    task of the job skips it, before any joins the others (rank 0's error would leave the others waiting), and the
+    status says where it runs instead of calling the job failed. Slurm's queue is stood in for (squeue's answer)."""
+    import subprocess
+    import sys
+
+    from depthattn.study.plan import plan_cell
+    from depthattn.study.slurm import SlurmExecutor, run_cell_task
+
+    study = Study.load(slurm_study(tmp_path, tiny_data, "s", methods=("vanilla",), seeds=(0,)))
+    store = CellStore.of(study)
+    plan = plan_cell(study, store, Cell({}, "vanilla", 0))
+    run = Path(plan.config.train.out_dir)
+    run.mkdir(parents=True)
+    executor = SlurmExecutor(None, study.out_dir)
+    executor.folder.mkdir(parents=True)
+    executor.record_path.write_text(json.dumps({str(plan.path): {"job_id": "7_0", "stderr": "log"}}))
+    monkeypatch.setattr(SlurmExecutor, "queued", lambda self: {})
+    hold = ("import fcntl, os, sys, time; fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert executor.cell_states(store, [(plan.cell, plan.path)])[0]["state"] == "running elsewhere"
+        assert run_cell_task(plan, 1, tasks=2) is None and run_cell_task(plan, 1, tasks=1) is None
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert err.count(f"vanilla seed 0: skipped: another process is training it (it holds {run};") == 2, err
+    assert list(run.iterdir()) == [] and not store.has(plan.path)  # nothing trained, nothing written
+    assert executor.cell_states(store, [(plan.cell, plan.path)])[0]["state"] == "failed"  # its job left, no result
+
+
 def test_a_starting_model_whose_job_is_queued_is_not_submitted_again(tiny_data, tmp_path, monkeypatch, capsys):
     """A retrofitting study run again with --detach while its starting model's job ran submitted a second job into
     the same run folder. submitit's submission and Slurm's queue are stood in for: what is submitted is the test."""

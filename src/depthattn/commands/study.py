@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll", type=float, default=30.0, help="slurm: seconds between queue checks while waiting")
     parser.add_argument("--status", action="store_true",
                         help="list every cell: finished or to run (and the step it resumes at) locally; finished, "
-                             "running, pending, failed (job id, log) or not submitted with slurm")
+                             "diverged, running, pending, running elsewhere (another process holds its run folder), "
+                             "failed (job id, log) or not submitted with slurm")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the cells that would run and what each costs (FLOPs, GPU-hours at --mfu); "
                              "train nothing")

@@ -25,7 +25,7 @@ from ..files import FolderHeld, folder_held
 from ..train import TrainingInterrupted
 from ..train.interrupt import SIGNALS, SignalHandlers, signal_name
 from . import cell as cell_module
-from .cell import check_split, run_cell
+from .cell import check_split, run_cell, skipped_note
 from .plan import CellPlan, StartPlan
 from .records import CellResult
 
@@ -157,7 +157,7 @@ class LocalExecutor:
                 raise _study_stopped(stopped.signum) from None
             except FolderHeld as elsewhere:
                 held += 1
-                print(f"[{i}/{len(calls)}] {label}: {_skipped(elsewhere)}", flush=True)
+                print(f"[{i}/{len(calls)}] {label}: {skipped_note(elsewhere)}", flush=True)
         return held
 
     def _in_pool(self, calls: list[tuple], labels: list[str]) -> int:
@@ -185,7 +185,7 @@ class LocalExecutor:
                         print(f"[{i}/{len(calls)}] {label}: {result.message}", flush=True)
                     elif isinstance(result, FolderHeld):
                         held += 1
-                        print(f"[{i}/{len(calls)}] {label}: {_skipped(result)}", flush=True)
+                        print(f"[{i}/{len(calls)}] {label}: {skipped_note(result)}", flush=True)
                     elif isinstance(result, CellResult):
                         print(f"[{i}/{len(calls)}] {label}: val loss {result.val_loss:.4f} "
                               f"({result.seconds:.0f} s)", flush=True)
@@ -201,11 +201,6 @@ def _study_stopped(signum: int, by_worker: bool = False) -> TrainingInterrupted:
     stopped = f"a worker was stopped by {signal_name(signum)}" if by_worker else f"stopped by {signal_name(signum)}"
     return TrainingInterrupted(signum, f"{stopped}: the running cells stopped at a checkpoint (lines above); the same "
                                "command resumes them", None)
-
-
-def _skipped(held: FolderHeld) -> str:
-    return (f"skipped: another process is training it (it holds {held.folder}; the same study started twice?): run the "
-            "study again once that process has ended")
 
 
 def _outcome(future: Future):

@@ -16,13 +16,14 @@ import dataclasses
 import json
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import cast
 
-from ..files import atomic_write_json
-from .cell import check_split, run_cell
+from ..files import FolderHeld, atomic_write_json, folder_held, held_elsewhere
+from .cell import check_split, run_cell, skipped_note
 from .plan import CellPlan, StartPlan
 from .records import Cell, CellResult
 from .spec import Study
@@ -115,7 +116,15 @@ def _submitit():
 
 
 def run_cell_task(plan: CellPlan, threads: int | None, tasks: int) -> CellResult | None:
-    """What an array task runs: one cell, its processes joined by torch.distributed when it has several."""
+    """What an array task runs: one cell, its processes joined by torch.distributed when it has several. A cell whose
+    run folder another process holds (the study submitted twice, or run locally beside) is skipped by every task
+    alike: each looks before any joins the others, so no task of this job holds it yet."""
+    try:
+        with folder_held(plan.config.train.out_dir, "--train.out_dir", exclusive=False):
+            pass
+    except FolderHeld as held:
+        print(f"{plan.label}: {skipped_note(held)}", file=sys.stderr, flush=True)
+        return None
     if tasks > 1:
         _submitit().helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     return run_cell(plan, threads)
@@ -132,6 +141,9 @@ class _Resumable:
 
     def checkpoint(self, *args):
         return _submitit().helpers.DelayedSubmission(self, *args)
+
+
+REPORTED_STATES = ("running", "running elsewhere", "finished", "diverged", "failed")  # as a cell reaches one
 
 
 class SlurmExecutor:
@@ -172,8 +184,8 @@ class SlurmExecutor:
         return dict(line.split("|", 1) for line in out.stdout.split() if "|" in line)
 
     def cell_states(self, store: CellStore, cells: Sequence[tuple[Cell, Path]]) -> list[dict]:
-        """Per cell (with its path in `store`): its state (finished, pending, running, failed, not submitted), job id
-        and log path."""
+        """Per cell (with its path in `store`, and of its run under the out_dir): its state (finished, diverged,
+        pending, running, running elsewhere, failed, not submitted), job id and log path."""
         records, queued = self.records(), self.queued()
         states = []
         for cell, path in cells:
@@ -184,10 +196,12 @@ class SlurmExecutor:
                 state = "finished"
             elif store.diverged(path) is not None:  # the job recorded it: a result, not a failure
                 state = "diverged"
-            elif job is None:
-                state = "not submitted"
             elif job in queued:
                 state = queued[job].lower()
+            elif held_elsewhere(self.folder.parent / path):  # not by a job of the study: run locally, or twice
+                state = "running elsewhere"
+            elif job is None:
+                state = "not submitted"
             else:
                 state = "failed"  # left the queue without a result: an error, scancel, a node failure
             states.append({"cell": cell, "key": key, "state": state, "job_id": job, "log": record.get("stderr"),
@@ -264,7 +278,7 @@ class SlurmExecutor:
         while True:
             states = self._states(plans)
             for s in states:
-                if seen.get(s["key"]) != s["state"] and s["state"] in ("running", "finished", "diverged", "failed"):
+                if seen.get(s["key"]) != s["state"] and s["state"] in REPORTED_STATES:
                     print(f"  {s['cell'].label}: {s['state']} (job {s['job_id']})", flush=True)
                 seen[s["key"]] = s["state"]
             if not any(s["state"] not in ("finished", "diverged", "failed", "not submitted") for s in states):
