@@ -20,7 +20,7 @@ from ..data.shards import TokenShards
 from ..data.sources import HF_PREFIX, NAMED_INPUTS, resolve_sources, source_files
 from ..data.tokenizer import load_tokenizer
 from ..evaluate.perplexity import compute_perplexity
-from ..files import FolderHeld, read_json_object
+from ..files import read_json_object
 from ..loading import load_model, run_metadata
 from ..methods import count_parameters
 from ..run_metrics import METRICS_FILE, read_metrics
@@ -152,9 +152,9 @@ def run_cell(plan: CellPlan, threads: int | None = None, bars: bool | None = Non
     return plan.read_result()
 
 
-def skipped_note(held: FolderHeld) -> str:
+def skipped_note(folder: Path) -> str:
     """What a study says of a cell whose run folder another process holds."""
-    return (f"skipped: another process is training it (it holds {held.folder}; the same study started twice?): run the "
+    return (f"skipped: another process is training it (it holds {folder}; the same study started twice?): run the "
             "study again once that process has ended")
 
 

@@ -157,7 +157,7 @@ class LocalExecutor:
                 raise _study_stopped(stopped.signum) from None
             except FolderHeld as elsewhere:
                 held += 1
-                print(f"[{i}/{len(calls)}] {label}: {skipped_note(elsewhere)}", flush=True)
+                print(f"[{i}/{len(calls)}] {label}: {skipped_note(elsewhere.folder)}", flush=True)
         return held
 
     def _in_pool(self, calls: list[tuple], labels: list[str]) -> int:
@@ -185,7 +185,7 @@ class LocalExecutor:
                         print(f"[{i}/{len(calls)}] {label}: {result.message}", flush=True)
                     elif isinstance(result, FolderHeld):
                         held += 1
-                        print(f"[{i}/{len(calls)}] {label}: {skipped_note(result)}", flush=True)
+                        print(f"[{i}/{len(calls)}] {label}: {skipped_note(result.folder)}", flush=True)
                     elif isinstance(result, CellResult):
                         print(f"[{i}/{len(calls)}] {label}: val loss {result.val_loss:.4f} "
                               f"({result.seconds:.0f} s)", flush=True)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import cast
 
-from ..files import FolderHeld, atomic_write_json, folder_held, held_elsewhere
+from ..files import atomic_write_json, held_elsewhere
 from .cell import check_split, run_cell, skipped_note
 from .plan import CellPlan, StartPlan
 from .records import Cell, CellResult
@@ -119,11 +119,8 @@ def run_cell_task(plan: CellPlan, threads: int | None, tasks: int) -> CellResult
     """What an array task runs: one cell, its processes joined by torch.distributed when it has several. A cell whose
     run folder another process holds (the study submitted twice, or run locally beside) is skipped by every task
     alike: each looks before any joins the others, so no task of this job holds it yet."""
-    try:
-        with folder_held(plan.config.train.out_dir, "--train.out_dir", exclusive=False):
-            pass
-    except FolderHeld as held:
-        print(f"{plan.label}: {skipped_note(held)}", file=sys.stderr, flush=True)
+    if held_elsewhere(plan.config.train.out_dir):
+        print(f"{plan.label}: {skipped_note(Path(plan.config.train.out_dir))}", file=sys.stderr, flush=True)
         return None
     if tasks > 1:
         _submitit().helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
