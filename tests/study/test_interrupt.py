@@ -102,6 +102,11 @@ def test_a_signal_stops_every_running_cell_of_a_study_at_a_checkpoint(tiny_data,
                                                                       to_group):
     command = study_command(tmp_path, tiny_data)
     study, env = start_held(command, tmp_path)
+    if signum == signal.SIGINT:  # meanwhile, --status names the cells another process trains
+        assert main(command[2:4] + ["--status"]) == 0
+        shown = capsys.readouterr().out
+        assert len(re.findall(r"^ +running  \S+/seed_0$", shown, re.MULTILINE)) == 2, shown
+        assert ": 0 finished, 2 running, 0 to run" in shown, shown
     os.killpg(study.pid, signum) if to_group else os.kill(study.pid, signum)
     release(tmp_path, workers(tmp_path))
     out, err = study.communicate(timeout=120)

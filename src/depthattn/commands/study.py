@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="slurm: submit and return; run the same command again to submit what remains")
     parser.add_argument("--poll", type=float, default=30.0, help="slurm: seconds between queue checks while waiting")
     parser.add_argument("--status", action="store_true",
-                        help="list every cell: finished or to run (and the step it resumes at) locally; finished, "
+                        help="list every cell: finished, running (another process holds its run folder) or to run (and "
+                             "the step it resumes at) locally; finished, "
                              "diverged, running, pending, running elsewhere (another process holds its run folder), "
                              "failed (job id, log) or not submitted with slurm")
     parser.add_argument("--dry-run", action="store_true",

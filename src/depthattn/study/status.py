@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from ..files import held_elsewhere
 from ..train.checkpoint import checkpoint_step, newest_good_checkpoint
 from .pricing import H100_BF16_TFLOPS, gpu_hours, run_flops, tokens_left
 from .records import Cell
@@ -58,8 +59,9 @@ def _dry_run(study: Study, store: CellStore, executor: ExecutorOptions, methods:
 
 def status(studies: list[Study], store: CellStore, executor: ExecutorOptions, methods: list[str] | None = None,
            seeds: list[int] | None = None) -> None:
-    """Print, study by study, every cell that is finished or would run now (locally: the step it resumes at; with
-    Slurm: its job's state and log), then the counts and, locally, about how long the rest trains."""
+    """Print, study by study, every cell that is finished or would run now (locally: the step it resumes at, and
+    "running" where another process holds its run folder; with Slurm: its job's state and log), then the counts and,
+    locally, about how long the rest trains."""
     for study in studies:
         _status(study, store, executor, methods, seeds)
 
@@ -78,15 +80,20 @@ def _status(study: Study, store: CellStore, executor: ExecutorOptions, methods: 
         print(f"{'diverged':>13}  {study.cell_path(cell)} ({why})")
     finished = {cell for cell in cells if store.has_result(study, cell)}  # a damaged result file counts as none
     resumes = {}  # cell to run -> the step its run resumes at
+    running = 0
     for cell in cells:
         if cell in finished or store.result_path(study, cell) in wanted:
+            state = "finished"
             if cell not in finished:
                 resumes[cell] = _resumes_at(study, cell)
-            print(f"{'finished' if cell in finished else 'to run':>13}  {study.cell_path(cell)}" + (
-                f" (resumes at step {resumes[cell]:,} of {study.cell_config(cell).train.steps:,})"
-                if resumes.get(cell) else ""))
+                state = "running" if held_elsewhere(Path(study.out_dir) / study.cell_path(cell)) else "to run"
+                running += state == "running"
+            print(f"{state:>13}  {study.cell_path(cell)}" + (
+                f" ({'checkpoint at' if state == 'running' else 'resumes at'} step {resumes[cell]:,} of "
+                f"{study.cell_config(cell).train.steps:,})" if resumes.get(cell) else ""))
     print(f"study {study.name}: {len(finished)} finished, " + (f"{len(diverged)} diverged, " if diverged else "")
-          + f"{len(wanted)} to run" + _time_left(study, store, resumes))
+          + (f"{running} running, " if running else "") + f"{len(wanted) - running} to run"
+          + _time_left(study, store, resumes))
 
 
 def _resumes_at(study: Study, cell: Cell) -> int:
