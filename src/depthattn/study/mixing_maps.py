@@ -28,7 +28,7 @@ def explain(study: Study, seed: int = 0) -> Path:
         label = setting_label(setting) or "base"
         for method in study.methods:
             cell = Cell(setting, method, seed)
-            final = Path(study.out_dir) / study.cell_path(cell) / "final"
+            final = study.run_dir(cell) / "final"
             if not (final / "model.safetensors").exists():
                 continue
             data = study.cell_config(cell).data

@@ -276,7 +276,7 @@ class Study:
         if self.start_from:  # the parent's models by their path, so that the cell key tells where a cell started
             # "{seed}": a placeholder, filled in per cell (cell_config)
             template = Cell({}, self.start_from, "{seed}")  # type: ignore[arg-type]
-            start = Path(self.started_from.out_dir) / self.started_from.cell_path(template) / "final"
+            start = self.started_from.run_dir(template) / "final"
             data.setdefault("model", {})["init_from"] = str(start)
         return data
 
@@ -341,15 +341,19 @@ class Study:
         store."""
         return Path(cell_key(self.setting_config(cell.setting))) / cell.method / f"seed_{cell.seed}"
 
+    def run_dir(self, cell: Cell) -> Path:
+        """The folder of the cell's run (checkpoints, `final`) on this machine: its cell_path under the out_dir."""
+        return Path(self.out_dir) / self.cell_path(cell)
+
     def cell_config(self, cell: Cell) -> TrainConfig:
         """The cell's training config."""
         data = self.setting_config(cell.setting)
         data.setdefault("model", {})["method"] = cell.method
         if self.start_from:  # retrofitting: each seed starts from its own model of the parent study
             data["model"]["init_from"] = data["model"]["init_from"].format(seed=cell.seed)
-        path = self.cell_path(cell)
-        data.setdefault("train", {}).update(seed=cell.seed, out_dir=str(Path(self.out_dir) / path))
-        return TrainConfig.from_dict(data, source=f"study {self.name}, {setting_label(cell.setting) or 'base'}, {path}")
+        data.setdefault("train", {}).update(seed=cell.seed, out_dir=str(self.run_dir(cell)))
+        source = f"study {self.name}, {setting_label(cell.setting) or 'base'}, {self.cell_path(cell)}"
+        return TrainConfig.from_dict(data, source=source)
 
     def start_config(self, seed: int) -> TrainConfig:
         """The training config of the parent study's base-setting cell that `start_from` names."""

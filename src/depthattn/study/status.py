@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
 from ..files import held_elsewhere
 from ..train.checkpoint import checkpoint_step, newest_good_checkpoint
@@ -86,7 +85,7 @@ def _status(study: Study, store: CellStore, executor: ExecutorOptions, methods: 
             state = "finished"
             if cell not in finished:
                 resumes[cell] = _resumes_at(study, cell)
-                state = "running" if held_elsewhere(Path(study.out_dir) / study.cell_path(cell)) else "to run"
+                state = "running" if held_elsewhere(study.run_dir(cell)) else "to run"
                 running += state == "running"
             print(f"{state:>13}  {study.cell_path(cell)}" + (
                 f" ({'checkpoint at' if state == 'running' else 'resumes at'} step {resumes[cell]:,} of "
@@ -98,7 +97,7 @@ def _status(study: Study, store: CellStore, executor: ExecutorOptions, methods: 
 
 def _resumes_at(study: Study, cell: Cell) -> int:
     """The step a cell's run resumes at on this machine: its newest whole checkpoint's, 0 without one."""
-    checkpoint = newest_good_checkpoint(Path(study.out_dir) / study.cell_path(cell))
+    checkpoint = newest_good_checkpoint(study.run_dir(cell))
     return 0 if checkpoint is None else checkpoint_step(checkpoint)
 
 
