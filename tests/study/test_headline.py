@@ -79,6 +79,10 @@ def test_planted_multipliers_are_read_and_called_per_column(tiny_data, tmp_path,
     assert rows["| depth_attention"][0].startswith("1.30x [") and rows["| depth_attention"][0].endswith("]")
     assert rows["| value_residual"][1].endswith("] ✗ |") and rows["| seeds"] == ["5 of 6", "5 |"]
     assert set(headline_table(interim).table_verdicts) == {("second", m) for m in found.methods}  # complete only
+    # with four of the five seeds in, no interval is printed, and the note says why
+    monkeypatch.setattr(CellStore, "read_results", lambda _, study: planted(study, gains[study.name], seeds=range(4)))
+    page = format_headline(headline, headline_table(headline))
+    assert ": no intervals yet (4 seeds, fewer than the 5 an interval needs)" in page and "seeds only" not in page
 
 
 def test_a_learning_rate_sweeps_column_is_its_tuned_reading(tiny_data, tmp_path, monkeypatch):

@@ -268,6 +268,8 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
             note += f" ({column.diverged} cells diverged: no loss; the study's page lists them)"
         if column.missing:
             note += f": {column.missing}"
+        elif column.seeds < MIN_SEEDS:
+            note += f": no intervals yet ({column.seeds} seeds, fewer than the {MIN_SEEDS} an interval needs)"
         else:
             note += (": intervals over the seeds and the held-out documents" if column.documents else
                      f": intervals over the seeds only ({column.documents_note})")
