@@ -191,8 +191,10 @@ def test_extends_follows_a_chain_to_its_root_and_names_a_loop(tiny_data, tmp_pat
     ("", "".join(f'[axes.p.values.{preset}]\n"model.preset" = "{preset}"\n"model.overrides.num_attention_heads" = 2\n'
                  '"model.overrides.num_key_value_heads" = 2\n' for preset in ("tiny", "small")),
      "the settings p=tiny and p=small build the same model and train it alike: model.overrides sets every field"),
-    ("", '[axes.b]\nkey = "train.steps"\nvalues = { a = 3, b = 6 }\nbranches = false\nbaseline_only = ["b"]\n',
-     "baseline_only needs branches = true"),
+    ("", '[axes.lr]\nkey = "optim.lr"\nvalues = { a = 1e-3, b = 2e-3 }\nbaseline_only = ["a", "b"]\n',
+     "baseline_only \\['a', 'b'\\] must name some of its values \\['a', 'b'\\], not all"),
+    ("", '[axes.lr]\nkey = "optim.lr"\nvalues = { a = 1e-3, b = 2e-3 }\nbaseline_only = ["c"]\n',
+     "baseline_only \\['c'\\] must name some of its values"),
     ("", '[axes.b]\nkey = "train.steps"\nvalues = { a = 3, b = 6 }\nbranches = true\n',
      'branches = true needs the warmup-stable-decay schedule.*set schedule = "wsd" in \\[base.optim\\]'),
 ])

@@ -116,6 +116,30 @@ def test_a_gain_over_an_untuned_baseline_alone_is_not_shown_once_tuned(study):
     assert method.verdict in ("not shown", "reversed") and not math.isnan(method.p_holm)  # never "survives"
 
 
+def test_a_baseline_tuned_alone_is_the_envelope_each_method_is_read_at_its_one_rate(tiny_data, tmp_path):
+    """Rates only the baseline trains (the lr axis's baseline_only): no other method's cell there, each method read
+    at the rate it trained on the baseline's envelope, which a better rate of the baseline's lowers."""
+    from depthattn.study import pending_cells
+
+    axes = RATES.replace("}\n", '}\nbaseline_only = ["1e-3", "4e-3"]\n') + WSD_BUDGETS.replace(
+        "{ short = 3, long = 6 }", BUDGETS)
+    study = Study.load(write_study(tmp_path, tiny_data, axes=axes, seeds=range(5)))
+    pending = {(c.method, c.setting["lr"]) for c in pending_cells(study, CellStore.of(study))}
+    assert pending == {("vanilla", "1e-3"), ("vanilla", "2e-3"), ("vanilla", "4e-3"), ("depth_attention", "2e-3")}
+    efficiency = {"vanilla": {"1e-3": 0.7, "2e-3": 1.0, "4e-3": 1.25},  # its best rate is not the reference
+                  "depth_attention": {"1e-3": 1.0, "2e-3": 1.3, "4e-3": 1.0}}  # cells left out below
+    cells = [r for r in planted(study, efficiency) if study.trains(r.setting, r.method)]
+    tuning = tuned_multipliers(study, cells, verdict_at="b")
+    assert tuning.baseline_rates == ["4e-3"] * len(tuning.labels)
+    (method,) = tuning.methods
+    assert method.rates == ["2e-3"] and [p.rate for p in method.best] == ["2e-3"] * len(tuning.labels)
+    at_b = next(p for p in method.best if p.label == "b")
+    assert at_b.multiplier == pytest.approx(1.3 / 1.25, rel=0.03) and not at_b.at_edge
+    text = markdown_report(study, CellStore.of(study), cells)
+    assert "vanilla alone is tuned" in text and "| depth_attention, 2e-3 (its only rate) |" in text
+    assert "| depth_attention, best |" not in text
+
+
 def test_the_tuned_slope_reads_a_flat_multiplier_as_flat_and_a_growing_one_as_growing(study):
     """gamma of the best-rate multipliers: a method worth 1.2x at every budget has a slope whose interval holds 0;
     one worth 1.1 (x / 10)^0.1 has a slope near 0.1 whose interval lies above 0. The table prints it, no verdict."""

@@ -32,7 +32,9 @@ class Axis:
     key: str | None  # "section.key" or "model.overrides.field"; None: each value is a table {key: value}
     values: dict  # label -> value
     branches: bool = False  # train.steps only, with WSD: every value is a cooldown branch of one run (train/)
-    baseline_only: list[str] = field(default_factory=list)  # budgets only the baseline trains (past the others')
+    # values only the baseline trains: a branched axis's budgets past the others' (to extend its curve), or another
+    # axis's settings (e.g. learning rates that tune the baseline alone)
+    baseline_only: list[str] = field(default_factory=list)
 
     def apply(self, data: dict, label: str) -> None:
         """Set this axis's key(s) to the values of `label` in a training config. STEPS_FRACTION scales the
@@ -309,10 +311,9 @@ class Study:
         return axis
 
     def trains(self, setting: Mapping[str, str], method: str) -> bool:
-        """Whether the study has a cell of `method` in `setting`: every method has, but at the budgets only the
-        baseline trains (a branched axis's baseline_only, to read its curve past the others' longest budget)."""
-        axis = self.branch_axis
-        return axis is None or method == self.baseline or setting[axis.name] not in axis.baseline_only
+        """Whether the study has a cell of `method` in `setting`: every method has, but where an axis's value is
+        one only the baseline trains (its baseline_only)."""
+        return method == self.baseline or not any(setting.get(axis.name) in axis.baseline_only for axis in self.axes)
 
     def run_setting(self, setting: Mapping[str, str], method: str) -> Mapping[str, str]:
         """The setting of the run that trains `setting`'s cell of `method`: itself, or with a branched axis the
@@ -405,10 +406,9 @@ def _axes(path: Path, data: dict) -> list[Axis]:
     """The config's [axes.*], checked."""
     axes = []
     for name, axis in data.get("axes", {}).items():
-        if set(axis) not in ({"key", "values"}, {"values"}, {"key", "values", "branches"},
-                             {"key", "values", "branches", "baseline_only"}):
+        if not {"values"} <= set(axis) <= {"key", "values", "branches", "baseline_only"}:
             raise ValueError(f"{path}: [axes.{name}] needs key and values, or values only (each a table of keys), "
-                             f"and may set branches (and with it baseline_only); got {sorted(axis)}")
+                             f"and may set branches and baseline_only; got {sorted(axis)}")
         values = axis["values"]
         if not isinstance(values, (list, dict)):
             raise ValueError(f"{path}: [axes.{name}] values must be a list (or a table of labelled values), got "
@@ -432,12 +432,11 @@ def _axes(path: Path, data: dict) -> list[Axis]:
             raise ValueError(f"{path}: [axes.{name}] branches = true takes key = \"train.steps\" and step counts, "
                              f"or key = \"{STEPS_FRACTION}\" and fractions in (0, 1] of the setting's train.steps "
                              "(past 1 only for a baseline_only budget)")
-        if baseline_only and not branches:
-            raise ValueError(f"{path}: [axes.{name}] baseline_only needs branches = true (only a branched budget "
-                             "axis reads the baseline's curve past the others' budgets)")
         shared = [v for label, v in values.items() if label not in baseline_only]
-        if set(baseline_only) - set(values) or (baseline_only and (
-                not shared or min(values[label] for label in baseline_only) <= max(shared))):
+        if set(baseline_only) - set(values) or (baseline_only and not shared):
+            raise ValueError(f"{path}: [axes.{name}] baseline_only {baseline_only} must name some of its values "
+                             f"{list(values)}, not all: the other methods train the rest")
+        if branches and baseline_only and min(values[label] for label in baseline_only) <= max(shared):
             raise ValueError(f"{path}: [axes.{name}] baseline_only {baseline_only} must name budgets of its "
                              "values, each longer than every budget the other methods train")
         axes.append(Axis(name, axis.get("key"), values, branches, baseline_only))

@@ -6,7 +6,9 @@ whose rule was written before its cells ran) read against the baseline at its be
 - Each method at its own best rate per budget (chosen the same way), and at the reference rate, as data
   multipliers on that envelope. Every best rate is chosen on the held-out data that scores it, which biases the
   baseline's envelope and each method's best loss low alike: the side whose rates tie more closely gains, so the
-  comparison is not conservative either way.
+  comparison is not conservative either way. Where the rate axis's other values are the baseline's alone
+  (baseline_only), each method is read at the one rate it trained: then only the baseline's envelope is biased
+  low, and the comparison is conservative for the methods.
 - Intervals: the calibrated one (study/calibrated.py), the rate choices redone with each seed left out; it holds
   its 95% coverage at five seeds where rates nearly tie (simulated: tests/study/test_tuning.py). Where every cell
   stores each held-out document's loss, the reading redone with each group of documents left out adds the
@@ -69,6 +71,7 @@ class TunedPoint:
 @dataclass(frozen=True)
 class TunedMethod:
     method: str
+    rates: list[str]  # the rates it trained: one where the study tunes the baseline alone (baseline_only rates)
     best: list[TunedPoint]  # at its own best rate per budget
     reference: list[TunedPoint]  # at the reference rate
     p_holm: float  # at the verdict budget, its best rate: Holm-adjusted over the methods
@@ -235,7 +238,7 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
     everyone = np.arange(n)
     leave_out = [np.delete(everyone, j) for j in range(n)] if n >= MIN_SEEDS else []
     rates = [r for r in axis.values if r in tables]
-    methods = [m for m in study.methods if m != study.baseline and all(m in t for t in tables.values())]
+    methods = [m for m in study.methods if m != study.baseline and m in tables[reference]]
     found, p_values, gammas = [], {}, {}
     envelope, baseline_rates = _best({r: t[study.baseline] for r, t in tables.items()})
     span = (float(x[np.isfinite(envelope)][0]), float(x[np.isfinite(envelope)][-1]))  # where the envelope is measured
@@ -265,7 +268,8 @@ def tuned_multipliers(study: Study, results: list[CellResult], reference: str = 
         point = next((q for q in best_points if q.label == verdict_at), None)
         verdict = None if point is None else holm_verdict(p, math.log(point.multiplier),
                                                           ("survives tuning", "not shown", "reversed"))
-        out.append(TunedMethod(method, best_points, reference_points, p, verdict, gammas[method],
+        trained = [r for r in rates if method in tables[r]]
+        out.append(TunedMethod(method, trained, best_points, reference_points, p, verdict, gammas[method],
                                p_values.get(method, math.nan)))
     return Tuning(rates, reference, labels, x, seeds, baseline_rates, out, verdict_at,
                   shared.without_documents is not None, Sweep(study, tuple(results)).documents_note)

@@ -202,18 +202,24 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
     head = " | ".join(f"{label} tok/param" for label in tuning.labels)
     best_rates = ", ".join(f"{label}: {rate}" for label, rate in zip(tuning.labels, tuning.baseline_rates, strict=True))
     seeds = f"{n} seed{'s' if n != 1 else ''}"
+    alone = all(len(m.rates) == 1 for m in tuning.methods)  # the other rates are the baseline's (baseline_only)
+    read = (f"{study.baseline} alone is tuned: each other method trained at {tuning.reference} only and is read "
+            "there" if alone else f"Each method at its own best rate (@rate), then at {tuning.reference}")
+    bias = (f"{study.baseline}'s best rate is chosen on the held-out data that scores it, which biases its envelope "
+            "low: the comparison is conservative for the methods." if alone else
+            "Each best rate, the baseline's and each method's, is chosen on the held-out data that scores it, which "
+            "biases both losses low: the side whose rates tie more closely gains, so the comparison leans neither "
+            "way by design.")
     lines = [f"**Tuned**: multipliers against {study.baseline}'s envelope, its best rate at every budget "
-             f"({best_rates}), over the rates {', '.join(tuning.rates)}; {seeds} every rate has. Each method at its "
-             f"own best rate (@rate), then at {tuning.reference}; intervals calibrated (jackknife t, n − 1 = {n - 1} "
+             f"({best_rates}), over the rates {', '.join(tuning.rates)}; {seeds} every rate has. {read}; intervals "
+             f"calibrated (jackknife t, n − 1 = {n - 1} "
              f"degrees of freedom, the rate choices redone with each seed left out; none below {MIN_SEEDS} seeds, "
              f"t quantile {t_quantile(max(n, 2)):.2f}; "
              + (f"the held-out documents' variance added, the reading redone with each of {DOCUMENT_GROUPS} groups "
                 "of documents left out" if tuning.documents else f"the seeds' variance only: {tuning.documents_note}")
-             + "); ᵉ: the best rate is at the grid's edge, so the optimum may "
-             "lie outside it. Each best rate, the baseline's and each method's, is chosen on the held-out data "
-             "that scores it, which biases both losses low: the side whose rates tie more closely gains, so the "
-             "comparison leans neither way by design. †: read beyond the envelope's measured budgets (more than "
-             f"{EXTRAPOLATION_LIMIT:g}x beyond: a bound instead); ‡: read on it past {REPEATS_FLAG:g} epochs."
+             + f"); ᵉ: the best rate is at the grid's edge, so the optimum may lie outside it. {bias} †: read "
+             f"beyond the envelope's measured budgets (more than {EXTRAPOLATION_LIMIT:g}x beyond: a bound instead); "
+             f"‡: read on it past {REPEATS_FLAG:g} epochs."
              " gamma: the slope of the best-rate multiplier per log budget [calibrated 95% CI], read after the "
              "cells ran (the rule fixed no slope), so it carries no verdict.",
              "", f"| method, rate | {head} | gamma [95% CI] | verdict at {tuning.verdict_at} (Holm p) |",
@@ -221,6 +227,10 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
     for m in tuning.methods:
         verdict = f"{m.verdict} ({m.p_holm:.3f})" if m.verdict else "— (too few seeds or budgets)"
         gamma = "—" if math.isnan(m.gamma.value) else f"{m.gamma.value:+.3f}{bracket(m.gamma.t_low, m.gamma.t_high)}"
+        if len(m.rates) == 1:  # its best rate is its only one
+            lines.append(f"| {m.method}, {m.rates[0]} (its only rate) | " + " | ".join(map(format_tuned_point, m.best))
+                         + f" | {gamma} | {verdict} |")
+            continue
         lines.append(f"| {m.method}, best | " + " | ".join(map(format_tuned_point, m.best))
                      + f" | {gamma} | {verdict} |")
         lines.append(f"| {m.method}, {tuning.reference} | " + " | ".join(map(format_tuned_point, m.reference))
