@@ -55,11 +55,11 @@ demo: $(VENV)/.installed
 ANALYSES := depth_axis wikipedia_orderings three_corpora_orderings headline
 STUDIES := core retrofit budget depth tokenization ablations search confirm moda budget_wsd budget_sweep \
            budget_sweep_layers4 budget_sweep_wiki budget_sweep_layers16 lr_sweep_wiki budget_sweep_wiki_seeds10 \
-           budget_sweep_seeds10 budget_sweep_linuxdoc
+           budget_sweep_seeds10 budget_sweep_linuxdoc lr_sweep_linuxdoc
 # studies run on a GPU (benchmarks/gpu.sh): here only their reports
 GPU_STUDIES := ladder_smoke
-# the linux-doc sweep's corpus, the Debian package linux-doc-6.1 (depthattn/data/linux_doc.py): installed where it
-# is missing and this is root with apt-get; elsewhere that sweep, run last, stops and says how
+# the linux-doc sweeps' corpus, the Debian package linux-doc-6.1 (depthattn/data/linux_doc.py): installed where it
+# is missing and this is root with apt-get; elsewhere those sweeps, run last, stop and say how
 # (the build whose text the sweep declares by its sha256; another is installed where the mirror lacks it, and the
 # sweep refuses it by name)
 LINUX_DOC := /usr/share/doc/linux-doc-6.1/html/_sources
@@ -70,9 +70,9 @@ $(LINUX_DOC):
 		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			linux-doc-6.1=$(LINUX_DOC_BUILD) || \
 		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends linux-doc-6.1; } || \
-		echo "make: installing linux-doc-6.1 failed; the linux-doc sweep, run last, stops there"; \
+		echo "make: installing linux-doc-6.1 failed; the linux-doc sweeps, run last, stop there"; \
 	else echo "make: linux-doc-6.1 is not installed (as root: apt-get install linux-doc-6.1);" \
-		"the linux-doc sweep, run last, stops there"; fi
+		"the linux-doc sweeps, run last, stop there"; fi
 study: $(VENV)/.installed $(LINUX_DOC)
 	$(VENV)/bin/depthattn study $(STUDIES:%=configs/study/%.toml) --workers 2 --threads 1 --index docs/results/study.md
 	$(PY) docs/paste_results.py

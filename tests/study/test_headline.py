@@ -99,6 +99,24 @@ def test_a_learning_rate_sweeps_column_is_its_tuned_reading(tiny_data, tmp_path,
     assert "@4e-3ᵉ ✓ |" in format_headline(headline, headline_table(headline))
 
 
+def test_a_column_that_tunes_the_baseline_alone_reads_each_method_at_its_one_rate(tiny_data, tmp_path,
+                                                                                  monkeypatch):
+    path = write_headline(tmp_path, tiny_data, [("tuned", "lr.toml", "b")], lr_sweep=True)
+    lr = tmp_path / "lr.toml"
+    lr.write_text(lr.read_text().replace('"4e-3" = 4e-3 }\n', '"4e-3" = 4e-3 }\nbaseline_only = ["1e-3", "4e-3"]\n'))
+    headline = Headline.load(path)
+    efficiency = {"vanilla": {"1e-3": 0.7, "2e-3": 1.0, "4e-3": 1.25},
+                  "depth_attention": {"1e-3": 1.0, "2e-3": 1.5, "4e-3": 1.0}}  # cells left out below
+    monkeypatch.setattr(CellStore, "read_results", lambda _, study: [
+        r for r in test_tuning.planted(study, efficiency) if study.trains(r.setting, r.method)])
+    (column,) = headline_table(headline).columns
+    cell = column.cells["depth_attention"]
+    assert column.tuned and column.baseline_alone and cell.point.rate == "2e-3"
+    assert cell.point.multiplier == pytest.approx(1.5 / 1.25, rel=0.05) and cell.verdict == "ahead"
+    page = format_headline(headline, headline_table(headline))
+    assert "`, tuned (vanilla alone: its best rate is picked on the data that scores it" in page
+
+
 def test_a_sweep_without_cells_says_what_it_lacks(tiny_data, tmp_path, monkeypatch):
     headline = Headline.load(write_headline(tmp_path, tiny_data, [("first", "a.toml", "d"), ("second", "b.toml", "d")]))
     monkeypatch.setattr(CellStore, "read_results",

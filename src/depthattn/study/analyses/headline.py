@@ -7,8 +7,8 @@ the column's methods (configs/analysis/headline.toml names the columns: a sweep 
   Holm-adjusted p-value of the log multiplier (jackknife t) is below 1 - CONFIDENCE and the multiplier is above 1,
   **behind** where below 1, **not shown** otherwise.
 - A learning-rate sweep's column is its tuned reading (`depthattn.study.tuning`): each method at its own best rate
-  against the baseline's best-rate envelope, the verdict its "survives tuning" (ahead), "reversed" (behind) or "not
-  shown".
+  (or its one rate, where the sweep tunes the baseline alone) against the baseline's best-rate envelope, the verdict
+  its "survives tuning" (ahead), "reversed" (behind) or "not shown".
 - A column whose sweep lacks cells says what its first seed lacks; below MIN_SEEDS seeds it has no interval or verdict.
   Each column says whether its intervals hold the held-out documents' variance too (cells that store each
   document's loss) or the seeds' only.
@@ -120,6 +120,7 @@ class ColumnFound:
     read_epochs: float | None = None
     documents_note: str = ""  # why not `documents` (Sweep.documents_note)
     diverged: int = 0  # the sweep's cells whose run diverged (no loss: a seed lacking one lacks the column's value)
+    baseline_alone: bool = False  # tuned, the baseline alone: each method at the one rate it trained
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,8 @@ def _tuned_column(column: Column) -> ColumnFound:
             and math.isfinite(epochs)]
     return ColumnFound(column.label, column.budget, float(tuning.x[i]), len(tuning.seeds), True, cells,
                        documents=tuning.documents, read_epochs=float(max(read)) if read else None,
-                       documents_note=tuning.documents_note)
+                       documents_note=tuning.documents_note,
+                       baseline_alone=all(len(m.rates) == 1 for m in tuning.methods))
 
 
 def headline_table(headline: Headline) -> HeadlineFound:

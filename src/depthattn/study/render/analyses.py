@@ -268,12 +268,16 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
               "unadjusted], ✓ ahead / ✗ behind / · not shown by that interval's test with Holm's adjustment over "
               f"the column's methods (none below {MIN_SEEDS} seeds), so an interval that excludes 1 can still read "
               "·; no mark while a column has fewer seeds than its rule fixed (a look before the end is not a "
-              "verdict); @rate: a tuned column's method at its own best learning rate "
-              "against the baseline's best-rate envelope (ᵉ: at the grid's edge); † read beyond the baseline's "
+              "verdict); @rate: a tuned column's method at its own best learning rate (its one rate where the column "
+              "tunes the baseline alone) against the baseline's best-rate envelope (ᵉ: at the grid's edge); † read "
+              "beyond the baseline's "
               f"measured budgets; ‡ read past {REPEATS_FLAG:g} epochs; — none: the column's study has no such "
               "method, or its cells are not in yet (below: what each column lacks).", ""]
     for column, study in zip(columns, headline.sweeps, strict=True):
         note = f"- {column.label}: `{study.config_file}`" + (", tuned" if column.tuned else "")
+        if column.baseline_alone:
+            note += (f" ({study.baseline} alone: its best rate is picked on the data that scores it, each method "
+                     "keeps its one rate, so the column is conservative for the methods)")
         if column.diverged:
             note += f" ({column.diverged} cells diverged: no loss; the study's page lists them)"
         if column.missing:
