@@ -138,6 +138,9 @@ def test_a_baseline_tuned_alone_is_the_envelope_each_method_is_read_at_its_one_r
     text = markdown_report(study, CellStore.of(study), cells)
     assert "vanilla alone is tuned" in text and "| depth_attention, 2e-3 (its only rate) |" in text
     assert "| depth_attention, best |" not in text
+    # a rate only the baseline trains has no gains against the budget: no empty table, no heading for one
+    assert "**lr=2e-3**, against the budget:" in text and "**lr=1e-3**, against the budget:" not in text
+    assert "| gain |  |" not in text
 
 
 def test_the_tuned_slope_reads_a_flat_multiplier_as_flat_and_a_growing_one_as_growing(study):

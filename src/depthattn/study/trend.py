@@ -165,7 +165,8 @@ class GainTable:
 
 
 def gain_table(sweep: Sweep, fits: list[GainTrend | None]) -> GainTable | None:
-    """The sweep's `GainTable` with `fits` (one per pair of `trend_pairs`); None without budgets."""
+    """The sweep's `GainTable` with `fits` (one per pair of `trend_pairs`); None without budgets or without a gain
+    (where the baseline alone trains, as at a rate only it trains)."""
     study, results, x_of = sweep.study, list(sweep.results), sweep.tokens_per_parameter
     if not x_of:
         return None
@@ -174,6 +175,8 @@ def gain_table(sweep: Sweep, fits: list[GainTrend | None]) -> GainTable | None:
     pairs = trend_pairs(study)
     paired = [paired_by_budget(study, results, *pair) for pair in pairs]
     columns = tuple(label for label in labels if any(label in by_budget for by_budget in paired))
+    if not columns:
+        return None
     rows = []
     for (method, against), fit, by_budget in zip(pairs, fits, paired, strict=True):
         gains = tuple(_paired_gain(by_budget[label]) if label in by_budget else None for label in columns)

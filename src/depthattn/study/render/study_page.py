@@ -45,9 +45,11 @@ def format_study_page(page: StudyPage) -> str:
     if page.comparison:
         lines += [*_compare_table(study, page.comparison), ""]
     for group in page.budgets:
+        multiplier = _multiplier_tables(study, group.multipliers)
+        if group.gains is None and not multiplier:  # the baseline alone trains there
+            continue
         lines += [f"**{group.label}**, against the budget:", ""] if group.label else []
         lines += [*_trend_table(group.gains), ""]
-        multiplier = _multiplier_tables(study, group.multipliers)
         lines += [*multiplier, ""] if multiplier else []
     lines += [*format_tuning(study, page.tuned), ""] if page.tuned else []
     for setting in page.settings:
