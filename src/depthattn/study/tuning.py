@@ -93,6 +93,12 @@ class Tuning:
     documents: bool = False  # the intervals hold the held-out documents' variance too
     documents_note: str = ""  # why not (Sweep.documents_note)
 
+    @property
+    def baseline_alone(self) -> bool:
+        """Only the baseline is tuned: every other method trained at one rate (the axis's other values are the
+        baseline's, baseline_only)."""
+        return bool(self.methods) and all(len(m.rates) == 1 for m in self.methods)
+
 
 def rate_axis(study: Study):
     """The study's learning-rate axis (a non-branched axis over optim.lr), or None."""

@@ -176,7 +176,7 @@ def _tuned_column(column: Column) -> ColumnFound:
     return ColumnFound(column.label, column.budget, float(tuning.x[i]), len(tuning.seeds), True, cells,
                        documents=tuning.documents, read_epochs=float(max(read)) if read else None,
                        documents_note=tuning.documents_note,
-                       baseline_alone=all(len(m.rates) == 1 for m in tuning.methods))
+                       baseline_alone=tuning.baseline_alone)
 
 
 def headline_table(headline: Headline) -> HeadlineFound:

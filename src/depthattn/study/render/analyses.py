@@ -202,9 +202,9 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
     head = " | ".join(f"{label} tok/param" for label in tuning.labels)
     best_rates = ", ".join(f"{label}: {rate}" for label, rate in zip(tuning.labels, tuning.baseline_rates, strict=True))
     seeds = f"{n} seed{'s' if n != 1 else ''}"
-    alone = all(len(m.rates) == 1 for m in tuning.methods)  # the other rates are the baseline's (baseline_only)
-    read = (f"{study.baseline} alone is tuned: each other method trained at {tuning.reference} only and is read "
-            "there" if alone else f"Each method at its own best rate (@rate), then at {tuning.reference}")
+    alone = tuning.baseline_alone
+    read = (f"Only {study.baseline} is tuned: every other method trained at {tuning.reference} and is read there"
+            if alone else f"Each method at its own best rate (@rate), then at {tuning.reference}")
     bias = (f"{study.baseline}'s best rate is chosen on the held-out data that scores it, which biases its envelope "
             "low: the comparison is conservative for the methods." if alone else
             "Each best rate, the baseline's and each method's, is chosen on the held-out data that scores it, which "
@@ -270,9 +270,8 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
               "·; no mark while a column has fewer seeds than its rule fixed (a look before the end is not a "
               "verdict); @rate: a tuned column's method at its own best learning rate (its one rate where the column "
               "tunes the baseline alone) against the baseline's best-rate envelope (ᵉ: at the grid's edge); † read "
-              "beyond the baseline's "
-              f"measured budgets; ‡ read past {REPEATS_FLAG:g} epochs; — none: the column's study has no such "
-              "method, or its cells are not in yet (below: what each column lacks).", ""]
+              f"beyond the baseline's measured budgets; ‡ read past {REPEATS_FLAG:g} epochs; — none: the column's "
+              "study has no such method, or its cells are not in yet (below: what each column lacks).", ""]
     for column, study in zip(columns, headline.sweeps, strict=True):
         note = f"- {column.label}: `{study.config_file}`" + (", tuned" if column.tuned else "")
         if column.baseline_alone:
