@@ -51,6 +51,12 @@ def test_planted_multipliers_are_read_and_called_per_column(tiny_data, tmp_path,
     # depth_attention reads vanilla's curve at 1.3 x 100 tokens per parameter, 0.01 epochs each
     assert first.read_epochs == pytest.approx(1.3, rel=0.02) and "vanilla's curve read at up to 1.30 epochs" in page
     assert "| depth_attention | 1.30x [" in page and "] ✓ |" in page and "] ✗ |" in page and "] · |" in page
+    # a study whose rule flags from one epoch marks that reading ‡, and the legend names both limits
+    first_column = dataclasses.replace(headline.columns[0],
+                                       study=dataclasses.replace(headline.columns[0].study, flag_epochs=1.0))
+    flagged = format_headline(dataclasses.replace(headline, columns=[first_column, *headline.columns[1:]]), found)
+    assert "| depth_attention | 1.30x [" in flagged and "]‡ ✓ | " in flagged and "]‡ ✓ | " not in page
+    assert "‡ read past the column's study's flag (1 or 2 epochs)" in flagged
     assert "— none: the column's study has no such method, or its cells are not in yet" in page
     # Holm over the whole table's four tests: stricter than each column's two, and here every mark stands
     raw = {(c.label, m): cell.p for c in found.columns for m, cell in c.cells.items()}

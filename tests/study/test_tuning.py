@@ -104,6 +104,24 @@ def test_a_tuned_reading_beyond_the_envelopes_budgets_is_marked_and_far_beyond_a
     assert marks["e"][-1] == "]" and marks["f"] == "†‡"  # read at 1.3 x 200 x 0.005, 1.3 epochs; at 500, 3.3
 
 
+def test_a_tuned_page_flags_repeated_data_past_the_studys_own_limit(study):
+    """A study whose rule flags from one epoch (`flag_epochs`) marks ‡ a reading at 1.3 epochs that the default
+    limit of two leaves unmarked, in its rows and in its legend."""
+    import dataclasses
+
+    from depthattn.study.render.analyses import format_tuning
+
+    efficiency = {"vanilla": {"1e-3": 0.7, "2e-3": 1.0, "4e-3": 0.8},
+                  "depth_attention": {"1e-3": 0.2, "2e-3": 0.3, "4e-3": 1.3}}
+    tuning = tuned_multipliers(study, planted(study, efficiency, epochs_per_x=0.005), verdict_at="b")
+    best_row = [line for line in format_tuning(study, tuning) if line.startswith("| depth_attention, best |")]
+    assert "‡" not in best_row[0].split(" | ")[5]  # budget e, read at about 1.3 epochs
+    stricter = dataclasses.replace(study, flag_epochs=1.0)
+    lines = format_tuning(stricter, tuning)
+    best_row = [line for line in lines if line.startswith("| depth_attention, best |")]
+    assert "‡" in best_row[0].split(" | ")[5] and "‡: read on it past 1 epochs." in lines[0]
+
+
 def test_a_gain_over_an_untuned_baseline_alone_is_not_shown_once_tuned(study):
     efficiency = {"vanilla": {"1e-3": 1.0, "2e-3": 0.8, "4e-3": 0.6},  # the reference rate is not vanilla's best
                   "depth_attention": {"1e-3": 0.95, "2e-3": 1.0, "4e-3": 0.7}}

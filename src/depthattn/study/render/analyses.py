@@ -176,10 +176,10 @@ def format_score(prediction: dict, rows: list[Score], why: str = "") -> str:
     return "\n".join(lines)
 
 
-def format_tuned_point(point: TunedPoint) -> str:
+def format_tuned_point(point: TunedPoint, flag_epochs: float = REPEATS_FLAG) -> str:
     """'1.18x [1.10, 1.27]† @4e-3ᵉ': a method's multiplier at its best (or the reference) rate, its interval, † read
-    beyond the envelope's measured budgets (too far beyond: a bound instead), ‡ read on it past REPEATS_FLAG epochs,
-    the rate (ᵉ: at the grid's edge); '—' at a budget the method does not train."""
+    beyond the envelope's measured budgets (too far beyond: a bound instead), ‡ read on it past `flag_epochs` (the
+    study's), the rate (ᵉ: at the grid's edge); '—' at a budget the method does not train."""
     if not point.rate or math.isnan(point.multiplier):
         return "—"
     rate = f" @{point.rate}" + ("ᵉ" if point.at_edge else "")
@@ -192,13 +192,14 @@ def format_tuned_point(point: TunedPoint) -> str:
     text = f"{point.multiplier:.2f}x"
     if point.low is not None and math.isfinite(point.low):
         text += f" [{point.low:.2f}, {point.high:.2f}]"
-    repeats = point.read_epochs is not None and point.read_epochs > REPEATS_FLAG
+    repeats = point.read_epochs is not None and point.read_epochs > flag_epochs
     return text + ("†" if point.extrapolated else "") + ("‡" if repeats else "") + rate
 
 
 def format_tuning(study: Study, tuning: Tuning) -> list[str]:
     """The tuned reading as Markdown lines."""
     n = len(tuning.seeds)
+    flag = study.flag_epochs
     head = " | ".join(f"{label} tok/param" for label in tuning.labels)
     best_rates = ", ".join(f"{label}: {rate}" for label, rate in zip(tuning.labels, tuning.baseline_rates, strict=True))
     seeds = f"{n} seed{'s' if n != 1 else ''}"
@@ -219,21 +220,24 @@ def format_tuning(study: Study, tuning: Tuning) -> list[str]:
                 "of documents left out" if tuning.documents else f"the seeds' variance only: {tuning.documents_note}")
              + f"); ᵉ: the best rate is at the grid's edge, so the optimum may lie outside it. {bias} †: read "
              f"beyond the envelope's measured budgets (more than {EXTRAPOLATION_LIMIT:g}x beyond: a bound instead); "
-             f"‡: read on it past {REPEATS_FLAG:g} epochs."
+             f"‡: read on it past {flag:g} epochs."
              " gamma: the slope of the best-rate multiplier per log budget [calibrated 95% CI], read after the "
              "cells ran (the rule fixed no slope), so it carries no verdict.",
              "", f"| method, rate | {head} | gamma [95% CI] | verdict at {tuning.verdict_at} (Holm p) |",
              "|---|" + "---|" * (len(tuning.labels) + 2)]
+    def row(points: list[TunedPoint]) -> str:
+        return " | ".join(format_tuned_point(point, flag) for point in points)
+
     for m in tuning.methods:
         verdict = f"{m.verdict} ({m.p_holm:.3f})" if m.verdict else "— (too few seeds or budgets)"
         gamma = "—" if math.isnan(m.gamma.value) else f"{m.gamma.value:+.3f}{bracket(m.gamma.t_low, m.gamma.t_high)}"
         if len(m.rates) == 1:  # its best rate is its only one
-            lines.append(f"| {m.method}, {m.rates[0]} (its only rate) | " + " | ".join(map(format_tuned_point, m.best))
+            lines.append(f"| {m.method}, {m.rates[0]} (its only rate) | " + row(m.best)
                          + f" | {gamma} | {verdict} |")
             continue
-        lines.append(f"| {m.method}, best | " + " | ".join(map(format_tuned_point, m.best))
+        lines.append(f"| {m.method}, best | " + row(m.best)
                      + f" | {gamma} | {verdict} |")
-        lines.append(f"| {m.method}, {tuning.reference} | " + " | ".join(map(format_tuned_point, m.reference))
+        lines.append(f"| {m.method}, {tuning.reference} | " + row(m.reference)
                      + " | | |")
     return lines
 
@@ -244,12 +248,12 @@ HEADLINE_MARKS = {"ahead": "✓", "behind": "✗", "not shown": "·"}
 def format_headline(headline: Headline, found: HeadlineFound) -> str:
     """The results table: a row per method, a column per sweep, each cell its multiplier, calibrated interval and
     verdict mark; then each column's sweep and what it still lacks."""
-    def cell(found_cell, interim: bool) -> str:
+    def cell(found_cell, interim: bool, flag: float) -> str:
         if found_cell is None:
             return "—"
         point = found_cell.point
-        text = (format_tuned_point(point) if isinstance(point, TunedPoint) else
-                format_multiplier(point, calibrated=True))
+        text = (format_tuned_point(point, flag) if isinstance(point, TunedPoint) else
+                format_multiplier(point, calibrated=True, flag_epochs=flag))
         return text + (f" {HEADLINE_MARKS[found_cell.verdict]}" if found_cell.verdict and not interim else "")
 
     columns = found.columns
@@ -257,9 +261,11 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
     lines = [f"### {headline.title}", "", f"`depthattn study --analysis {headline.config_file}`", "",
              f"| headline | {head} |", "|---|" + "---|" * len(columns)]
     planned = [len(study.seeds + study.more_seeds) for study in headline.sweeps]
+    flags = " or ".join(f"{flag:g}" for flag in sorted({study.flag_epochs for study in headline.sweeps})) + " epochs"
     for method in found.methods:
-        lines.append(f"| {method} | " + " | ".join(cell(c.cells.get(method), c.seeds < n)
-                                                   for c, n in zip(columns, planned, strict=True)) + " |")
+        lines.append(f"| {method} | " + " | ".join(
+            cell(c.cells.get(method), c.seeds < n, study.flag_epochs)
+            for c, n, study in zip(columns, planned, headline.sweeps, strict=True)) + " |")
     lines.append("| seeds | " + " | ".join(
         "—" if not c.cells else f"{c.seeds} of {n}" if c.seeds < n else str(c.seeds)
         for c, n in zip(columns, planned, strict=True)) + " |")
@@ -270,8 +276,8 @@ def format_headline(headline: Headline, found: HeadlineFound) -> str:
               "·; no mark while a column has fewer seeds than its rule fixed (a look before the end is not a "
               "verdict); @rate: a tuned column's method at its own best learning rate (its one rate where the column "
               "tunes the baseline alone) against the baseline's best-rate envelope (ᵉ: at the grid's edge); † read "
-              f"beyond the baseline's measured budgets; ‡ read past {REPEATS_FLAG:g} epochs; — none: the column's "
-              "study has no such method, or its cells are not in yet (below: what each column lacks).", ""]
+              f"beyond the baseline's measured budgets; ‡ read past the column's study's flag ({flags}); — none: "
+              "the column's study has no such method, or its cells are not in yet (below: what each column lacks).", ""]
     for column, study in zip(columns, headline.sweeps, strict=True):
         note = f"- {column.label}: `{study.config_file}`" + (", tuned" if column.tuned else "")
         if column.baseline_alone:
