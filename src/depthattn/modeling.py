@@ -40,6 +40,7 @@ from .config import DepthAttentionConfig
 from .convert import decoder_to_depth_attention
 from .layer_states import DepthState, DepthStates
 from .methods import DESCRIPTIONS, AttentionMixer, CrossLayerMethod, Residual, build_method
+from .ops.attention import eager_attention_forward
 from .ops.norm import rms_normalize
 from .ops.rotary import apply_rotary
 
@@ -111,24 +112,6 @@ class DepthAttentionRotaryEmbedding(nn.Module):
 
 def apply_rotary_pos_emb(q, k, cos, sin):
     return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-
-
-def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """(B, Hkv, T, d) -> (B, Hkv * n_rep, T, d), query head h reading KV head h // n_rep."""
-    if n_rep == 1:
-        return x
-    batch, num_kv_heads, seq_len, head_dim = x.shape
-    return x[:, :, None].expand(batch, num_kv_heads, n_rep, seq_len, head_dim).reshape(batch, -1, seq_len, head_dim)
-
-
-def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    key, value = repeat_kv(key, module.num_key_value_groups), repeat_kv(value, module.num_key_value_groups)
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, Hq, T, S)
-    if attention_mask is not None:
-        scores = scores + attention_mask
-    weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(query.dtype)
-    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
-    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
 class DepthAttentionAttention(nn.Module):

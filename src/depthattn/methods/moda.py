@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
+from ..ops.attention import eager_attention_forward
 from ..ops.moda import MODA_IMPLS
 from ..ops.rotary import apply_rotary
 from .base import AttentionMixer, rms_normalize
@@ -62,6 +63,5 @@ class MoDA(MoDADescription, AttentionMixer):
         depth_key, depth_value = torch.stack(keys, dim=3), torch.stack(values, dim=3)  # (B, Hkv, T, 2 step, d)
         # the eager path (which output_attentions takes) gets the reference: its weights, one entry per layer (the
         # merged form has none, and a layer without weights drops out of `attentions`)
-        eager = getattr(attention_fn, "__name__", "") == "eager_attention_forward"
-        attend = MODA_IMPLS["reference"] if eager else self.attend_with
+        attend = MODA_IMPLS["reference"] if attention_fn is eager_attention_forward else self.attend_with
         return attend(query, key, value, depth_key, depth_value, mask, kwargs["scaling"])
