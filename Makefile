@@ -56,7 +56,7 @@ ANALYSES := depth_axis wikipedia_orderings three_corpora_orderings headline
 STUDIES := core retrofit budget depth tokenization ablations search confirm moda budget_wsd budget_sweep \
            budget_sweep_layers4 budget_sweep_wiki budget_sweep_layers16 lr_sweep_wiki budget_sweep_wiki_seeds10 \
            budget_sweep_seeds10 budget_sweep_linuxdoc lr_sweep_linuxdoc lr_sweep_embedded \
-           lr_sweep_layers4
+           lr_sweep_layers4 lr_sweep_layers16
 # studies run on a GPU (benchmarks/gpu.sh): here only their reports
 GPU_STUDIES := ladder_smoke
 # the linux-doc sweeps' corpus, the Debian package linux-doc-6.1 (depthattn/data/linux_doc.py): installed where it
